@@ -1,0 +1,81 @@
+//! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp).
+//!
+//! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`).
+//! ProcessGroupNCCL is compiled in whenever libtorch ships its CUDA libraries and the
+//! CUDA/NCCL headers of the pip wheels are beside it, so machines without a GPU still
+//! compile (and so check) the NCCL path.
+use std::path::{Path, PathBuf};
+
+fn main() {
+    println!("cargo:rerun-if-changed=shim/tchd.cpp");
+    println!("cargo:rerun-if-changed=shim/tchd.h");
+    println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
+
+    let reported = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect(
+        "torch-sys did not report libtorch's lib directory (DEP_TCH_LIBTORCH_LIB); run scripts/setup.sh",
+    ));
+    // Resolve the `.libtorch` link: the CUDA headers sit beside the real torch directory.
+    let lib = std::fs::canonicalize(&reported).unwrap_or(reported);
+    let root = lib.parent().expect("libtorch lib dir has a parent").to_path_buf();
+    let include = root.join("include");
+
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .file("shim/tchd.cpp")
+        .include("shim")
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++20")
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .define("USE_C10D_GLOO", None)
+        .define("GLOG_USE_GLOG_EXPORT", None);
+
+    let nccl_headers = nccl_headers(&root);
+    let has_cuda_libs = lib.join("libtorch_cuda.so").exists();
+    if has_cuda_libs {
+        match &nccl_headers {
+            Some(dirs) => {
+                build
+                    .define("USE_C10D_NCCL", None)
+                    .define("USE_CUDA", None)
+                    .define("TCHD_WITH_NCCL", None);
+                for dir in dirs {
+                    build.include(dir);
+                }
+                println!("cargo:rustc-cfg=tchd_nccl");
+            }
+            None => println!(
+                "cargo:warning=libtorch has CUDA libraries but the CUDA/NCCL headers were not found next to it; building without NCCL (scripts/setup.sh installs them)"
+            ),
+        }
+    }
+    build.compile("tchd");
+
+    println!("cargo:rustc-link-search=native={}", lib.display());
+    if has_cuda_libs && nccl_headers.is_some() {
+        println!("cargo:rustc-link-lib=dylib=torch_cuda");
+        println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    }
+    for l in ["torch", "torch_cpu", "c10"] {
+        println!("cargo:rustc-link-lib=dylib={l}");
+    }
+    // Our own tests, examples and binaries find libtorch without LD_LIBRARY_PATH.
+    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
+    // Dependents read this as DEP_TCH_DISTRIBUTED_LIBTORCH_LIB to set their own rpath.
+    println!("cargo:libtorch_lib={}", lib.display());
+}
+
+/// The CUDA runtime, CCCL and NCCL include directories of the pip wheels, if present.
+fn nccl_headers(torch_root: &Path) -> Option<Vec<PathBuf>> {
+    let site = torch_root.parent()?;
+    let dirs = vec![
+        site.join("nvidia/cu13/include"),
+        site.join("nvidia/cu13/include/cccl"),
+        site.join("nvidia/nccl/include"),
+    ];
+    let present = dirs[0].join("cuda_runtime_api.h").exists() && dirs[2].join("nccl.h").exists();
+    present.then_some(dirs)
+}

@@ -1,0 +1,269 @@
+// C ABI over libtorch's c10d: TCPStore, ProcessGroup with Gloo (and NCCL when built
+// with CUDA headers) backends, and the collectives the lab uses. See tchd.h.
+#include "tchd.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef TCHD_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+struct tchd_store {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::TCPStore> tcp;  // same object, typed; null for other stores
+};
+
+struct tchd_group {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::chrono::milliseconds timeout;
+};
+
+struct tchd_work {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+namespace {
+
+char* dup_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) {
+    std::memcpy(out, s.data(), s.size());
+    out[s.size()] = '\0';
+  }
+  return out;
+}
+
+int fail(char** err, int status, const char* message) {
+  if (err != nullptr) *err = dup_string(message == nullptr ? "unknown error" : message);
+  return status;
+}
+
+// Runs `body`, turning every C++ exception into a status and a message.
+// Most derived exception types first: DistNetworkError and DistStoreError are DistErrors.
+template <typename F>
+int guarded(char** err, F&& body) {
+  try {
+    body();
+    return TCHD_OK;
+  } catch (const c10::DistNetworkError& e) {
+    return fail(err, TCHD_ERR_NETWORK, e.what_without_backtrace());
+  } catch (const c10::DistStoreError& e) {
+    return fail(err, TCHD_ERR_STORE, e.what_without_backtrace());
+  } catch (const c10::DistBackendError& e) {
+    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
+  } catch (const c10::DistError& e) {
+    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    return fail(err, TCHD_ERR_VALUE, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return fail(err, TCHD_ERR_OTHER, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(err, TCHD_ERR_OTHER, e.what());
+  } catch (...) {
+    return fail(err, TCHD_ERR_OTHER, "unknown C++ exception");
+  }
+}
+
+at::Tensor& tensor_ref(void* p) { return *static_cast<at::Tensor*>(p); }
+
+c10d::ReduceOp to_reduce_op(int op) {
+  switch (op) {
+    case TCHD_SUM: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case TCHD_AVG: return c10d::ReduceOp(c10d::ReduceOp::AVG);
+    case TCHD_PRODUCT: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case TCHD_MIN: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case TCHD_MAX: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    default: TORCH_CHECK_VALUE(false, "unknown reduce op ", op);
+  }
+}
+
+tchd_work* wrap(c10::intrusive_ptr<c10d::Work> work) {
+  auto* out = new tchd_work();
+  out->work = std::move(work);
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+void tchd_free_string(char* s) { std::free(s); }
+void tchd_free_bytes(uint8_t* p) { std::free(p); }
+
+int tchd_has_nccl(void) {
+#ifdef TCHD_WITH_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int tchd_store_tcp(const char* host, uint16_t port, int is_server, int64_t num_workers,
+                   int wait_workers, int64_t timeout_ms, tchd_store** out, char** err) {
+  return guarded(err, [&] {
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = is_server != 0;
+    if (num_workers >= 0) opts.numWorkers = static_cast<std::size_t>(num_workers);
+    opts.waitWorkers = wait_workers != 0;
+    opts.timeout = std::chrono::milliseconds(timeout_ms);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(std::string(host), opts);
+    auto* s = new tchd_store();
+    s->tcp = tcp;
+    s->store = tcp;
+    *out = s;
+  });
+}
+
+void tchd_store_free(tchd_store* store) { delete store; }
+
+int tchd_store_set(tchd_store* store, const char* key, const uint8_t* value, size_t len,
+                   char** err) {
+  return guarded(err, [&] {
+    store->store->set(std::string(key), std::vector<uint8_t>(value, value + len));
+  });
+}
+
+int tchd_store_get(tchd_store* store, const char* key, uint8_t** value, size_t* len,
+                   char** err) {
+  return guarded(err, [&] {
+    auto bytes = store->store->get(std::string(key));
+    auto* buf = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
+    if (buf == nullptr) throw std::bad_alloc();
+    if (!bytes.empty()) std::memcpy(buf, bytes.data(), bytes.size());
+    *value = buf;
+    *len = bytes.size();
+  });
+}
+
+int tchd_store_add(tchd_store* store, const char* key, int64_t delta, int64_t* out,
+                   char** err) {
+  return guarded(err, [&] { *out = store->store->add(std::string(key), delta); });
+}
+
+int tchd_store_port(tchd_store* store, uint16_t* out, char** err) {
+  return guarded(err, [&] {
+    TORCH_CHECK_VALUE(store->tcp, "not a TCP store");
+    *out = store->tcp->getPort();
+  });
+}
+
+int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank, int size,
+                   const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
+                   tchd_group** out, char** err) {
+  return guarded(err, [&] {
+    TORCH_CHECK_VALUE(size >= 1, "world size must be at least 1, got ", size);
+    TORCH_CHECK_VALUE(rank >= 0 && rank < size, "rank ", rank, " is outside 0..", size);
+    auto timeout = std::chrono::milliseconds(timeout_ms);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), store->store);
+    auto pg = c10::make_intrusive<c10d::ProcessGroup>(prefixed, rank, size);
+    if (backend == TCHD_GLOO) {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      if (gloo_interface != nullptr) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(gloo_interface));
+      } else if (gloo_hostname != nullptr) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_hostname));
+      } else {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
+      // As PyTorch does for backend="gloo": the same backend serves CPU and CUDA tensors.
+      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    } else if (backend == TCHD_NCCL) {
+#ifdef TCHD_WITH_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, opts);
+      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+#else
+      TORCH_CHECK_VALUE(false, "this build of tch-distributed has no NCCL (no CUDA headers at build time)");
+#endif
+    } else {
+      TORCH_CHECK_VALUE(false, "unknown backend ", backend);
+    }
+    auto* g = new tchd_group();
+    g->pg = pg;
+    g->timeout = timeout;
+    *out = g;
+  });
+}
+
+void tchd_group_free(tchd_group* group) { delete group; }
+
+int tchd_group_shutdown(tchd_group* group, char** err) {
+  return guarded(err, [&] { group->pg->shutdown(); });
+}
+
+int tchd_all_reduce(tchd_group* group, void* const* tensors, size_t n, int op, tchd_work** out,
+                    char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ts;
+    for (size_t i = 0; i < n; ++i) ts.push_back(tensor_ref(tensors[i]));
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_reduce_op(op);
+    *out = wrap(group->pg->allreduce(ts, opts));
+  });
+}
+
+int tchd_reduce(tchd_group* group, void* tensor, int root, int op, tchd_work** out, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ts{tensor_ref(tensor)};
+    c10d::ReduceOptions opts;
+    opts.reduceOp = to_reduce_op(op);
+    opts.rootRank = root;
+    *out = wrap(group->pg->reduce(ts, opts));
+  });
+}
+
+int tchd_broadcast(tchd_group* group, void* tensor, int root, tchd_work** out, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ts{tensor_ref(tensor)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    *out = wrap(group->pg->broadcast(ts, opts));
+  });
+}
+
+int tchd_all_gather(tchd_group* group, void* const* outputs, size_t n, void* input,
+                    tchd_work** out, char** err) {
+  return guarded(err, [&] {
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (size_t i = 0; i < n; ++i) outs[0].push_back(tensor_ref(outputs[i]));
+    std::vector<at::Tensor> ins{tensor_ref(input)};
+    *out = wrap(group->pg->allgather(outs, ins));
+  });
+}
+
+int tchd_barrier(tchd_group* group, tchd_work** out, char** err) {
+  return guarded(err, [&] { *out = wrap(group->pg->barrier()); });
+}
+
+int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err) {
+  return guarded(err, [&] {
+    auto timeout = timeout_ms > 0 ? std::chrono::milliseconds(timeout_ms) : std::chrono::milliseconds(0);  // 0: no extra timeout
+    work->work->wait(timeout);
+  });
+}
+
+int tchd_work_is_completed(tchd_work* work) {
+  try {
+    return work->work->isCompleted() ? 1 : 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
+void tchd_work_free(tchd_work* work) { delete work; }
+
+}  // extern "C"

@@ -1,0 +1,88 @@
+// C ABI over libtorch's c10d, for the Rust crate `tch-distributed`.
+//
+// Every fallible function returns a status (TCHD_OK or an error kind) and, on error,
+// stores a malloc'ed message in *err that the caller frees with tchd_free_string.
+// No C++ exception ever crosses this boundary.
+//
+// Tensors are passed as `void*` pointing at an `at::Tensor` (what tch's C_tensor is).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tchd_status {
+  TCHD_OK = 0,
+  TCHD_ERR_OTHER = 1,    // any other exception
+  TCHD_ERR_NETWORK = 2,  // c10::DistNetworkError (sockets, connect, bind)
+  TCHD_ERR_STORE = 3,    // c10::DistStoreError (store wait/get, often a timeout)
+  TCHD_ERR_BACKEND = 4,  // c10::DistBackendError (Gloo/NCCL failure or timeout)
+  TCHD_ERR_VALUE = 5,    // c10::ValueError / invalid argument
+};
+
+enum tchd_backend { TCHD_GLOO = 1, TCHD_NCCL = 2 };
+
+// Same numbering as c10d::ReduceOp::RedOpType.
+enum tchd_reduce_op {
+  TCHD_SUM = 0,
+  TCHD_AVG = 1,
+  TCHD_PRODUCT = 2,
+  TCHD_MIN = 3,
+  TCHD_MAX = 4,
+};
+
+typedef struct tchd_store tchd_store;
+typedef struct tchd_group tchd_group;
+typedef struct tchd_work tchd_work;
+
+void tchd_free_string(char* s);
+void tchd_free_bytes(uint8_t* p);
+
+// 1 when ProcessGroupNCCL was compiled in.
+int tchd_has_nccl(void);
+
+// --- store ------------------------------------------------------------------------
+// num_workers < 0: unknown (no waiting for workers).
+int tchd_store_tcp(const char* host, uint16_t port, int is_server, int64_t num_workers,
+                   int wait_workers, int64_t timeout_ms, tchd_store** out, char** err);
+void tchd_store_free(tchd_store* store);
+int tchd_store_set(tchd_store* store, const char* key, const uint8_t* value, size_t len,
+                   char** err);
+// *value is malloc'ed; free with tchd_free_bytes.
+int tchd_store_get(tchd_store* store, const char* key, uint8_t** value, size_t* len,
+                   char** err);
+int tchd_store_add(tchd_store* store, const char* key, int64_t delta, int64_t* out,
+                   char** err);
+// The port the server actually listens on (useful when asked for port 0).
+int tchd_store_port(tchd_store* store, uint16_t* out, char** err);
+
+// --- process group -------------------------------------------------------------------
+// prefix: key prefix in the store, so several groups can share one store.
+// gloo_hostname / gloo_interface (either may be NULL): where Gloo binds its sockets;
+// both NULL means c10d's default device (this host's name, else loopback).
+int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank, int size,
+                   const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
+                   tchd_group** out, char** err);
+void tchd_group_free(tchd_group* group);
+// Aborts NCCL communicators / shuts the backend down (destroy_process_group).
+int tchd_group_shutdown(tchd_group* group, char** err);
+
+// --- collectives (asynchronous: each returns a work handle to wait on) -----------------
+int tchd_all_reduce(tchd_group* group, void* const* tensors, size_t n, int op, tchd_work** out,
+                    char** err);
+int tchd_reduce(tchd_group* group, void* tensor, int root, int op, tchd_work** out, char** err);
+int tchd_broadcast(tchd_group* group, void* tensor, int root, tchd_work** out, char** err);
+int tchd_all_gather(tchd_group* group, void* const* outputs, size_t n, void* input,
+                    tchd_work** out, char** err);
+int tchd_barrier(tchd_group* group, tchd_work** out, char** err);
+
+// timeout_ms <= 0: the group's own timeout.
+int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err);
+int tchd_work_is_completed(tchd_work* work);
+void tchd_work_free(tchd_work* work);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,123 @@
+//! Errors: every failure of c10d arrives here with c10d's own message, plus what we
+//! were doing and, where we can tell, what to do about it.
+use std::ffi::{c_char, c_int, CStr};
+use std::fmt;
+
+use crate::ffi;
+
+/// What went wrong, coarsely: enough for callers (and the checker) to react.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Bad input, rejected before any network activity.
+    InvalidArgument,
+    /// The backend cannot do this (e.g. `ReduceOp::Avg` on Gloo).
+    Unsupported,
+    /// A collective or the rendezvous did not complete in time (a rank is missing or stuck).
+    Timeout,
+    /// The rendezvous port is taken by another process.
+    AddressInUse,
+    /// Sockets: connect, bind, a peer that went away.
+    Network,
+    /// The key-value store (TCPStore).
+    Store,
+    /// Gloo or NCCL failed.
+    Backend,
+    /// No default process group: `init_process_group` was not called.
+    NotInitialized,
+    /// `init_process_group` was called twice.
+    AlreadyInitialized,
+    /// Anything else libtorch threw.
+    Other,
+}
+
+/// The error type of this crate.
+#[derive(Debug, Clone)]
+pub struct DistError {
+    kind: ErrorKind,
+    message: String,
+}
+
+pub type Result<T> = std::result::Result<T, DistError>;
+
+impl DistError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// Prefixes the message with what we were doing.
+    pub(crate) fn context(mut self, what: impl fmt::Display) -> Self {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for DistError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DistError {}
+
+/// Turns a shim status + message into a `Result`, classifying c10d's message.
+pub(crate) fn check(status: c_int, err: *mut c_char) -> Result<()> {
+    if status == ffi::TCHD_OK {
+        return Ok(());
+    }
+    let message = if err.is_null() {
+        "unknown error".to_string()
+    } else {
+        // SAFETY: the shim returns a malloc'ed NUL-terminated string we now own.
+        let text = unsafe { CStr::from_ptr(err) }.to_string_lossy().trim().to_string();
+        unsafe { ffi::tchd_free_string(err) };
+        text
+    };
+    Err(DistError::new(classify(status, &message), message))
+}
+
+fn classify(status: c_int, message: &str) -> ErrorKind {
+    let lower = message.to_ascii_lowercase();
+    if lower.contains("eaddrinuse") || lower.contains("address already in use") {
+        ErrorKind::AddressInUse
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        ErrorKind::Timeout
+    } else {
+        match status {
+            ffi::TCHD_ERR_NETWORK => ErrorKind::Network,
+            ffi::TCHD_ERR_STORE => ErrorKind::Store,
+            ffi::TCHD_ERR_BACKEND => ErrorKind::Backend,
+            ffi::TCHD_ERR_VALUE => ErrorKind::InvalidArgument,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_c10d_messages() {
+        let inuse = "The server socket has failed to listen on any local network address. port: 1, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use";
+        assert_eq!(classify(ffi::TCHD_ERR_NETWORK, inuse), ErrorKind::AddressInUse);
+        assert_eq!(classify(ffi::TCHD_ERR_STORE, "wait timeout after 5000ms, keys: /x"), ErrorKind::Timeout);
+        assert_eq!(classify(ffi::TCHD_ERR_BACKEND, "Connection reset by peer"), ErrorKind::Backend);
+        assert_eq!(classify(1, "something else"), ErrorKind::Other);
+    }
+}

@@ -1,0 +1,119 @@
+//! Raw bindings to shim/tchd.h. Safe wrappers live in the other modules.
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+#[repr(C)]
+pub struct tchd_store {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct tchd_group {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct tchd_work {
+    _private: [u8; 0],
+}
+
+pub const TCHD_OK: c_int = 0;
+pub const TCHD_ERR_NETWORK: c_int = 2;
+pub const TCHD_ERR_STORE: c_int = 3;
+pub const TCHD_ERR_BACKEND: c_int = 4;
+pub const TCHD_ERR_VALUE: c_int = 5;
+
+pub const TCHD_GLOO: c_int = 1;
+pub const TCHD_NCCL: c_int = 2;
+
+extern "C" {
+    pub fn tchd_free_string(s: *mut c_char);
+    pub fn tchd_free_bytes(p: *mut u8);
+    pub fn tchd_has_nccl() -> c_int;
+
+    pub fn tchd_store_tcp(
+        host: *const c_char,
+        port: u16,
+        is_server: c_int,
+        num_workers: i64,
+        wait_workers: c_int,
+        timeout_ms: i64,
+        out: *mut *mut tchd_store,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_store_free(store: *mut tchd_store);
+    pub fn tchd_store_set(
+        store: *mut tchd_store,
+        key: *const c_char,
+        value: *const u8,
+        len: usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_store_get(
+        store: *mut tchd_store,
+        key: *const c_char,
+        value: *mut *mut u8,
+        len: *mut usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_store_add(
+        store: *mut tchd_store,
+        key: *const c_char,
+        delta: i64,
+        out: *mut i64,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_store_port(store: *mut tchd_store, out: *mut u16, err: *mut *mut c_char) -> c_int;
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn tchd_group_new(
+        store: *mut tchd_store,
+        prefix: *const c_char,
+        backend: c_int,
+        rank: c_int,
+        size: c_int,
+        gloo_hostname: *const c_char,
+        gloo_interface: *const c_char,
+        timeout_ms: i64,
+        out: *mut *mut tchd_group,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_group_free(group: *mut tchd_group);
+    pub fn tchd_group_shutdown(group: *mut tchd_group, err: *mut *mut c_char) -> c_int;
+
+    pub fn tchd_all_reduce(
+        group: *mut tchd_group,
+        tensors: *const *mut c_void,
+        n: usize,
+        op: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_reduce(
+        group: *mut tchd_group,
+        tensor: *mut c_void,
+        root: c_int,
+        op: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_broadcast(
+        group: *mut tchd_group,
+        tensor: *mut c_void,
+        root: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_all_gather(
+        group: *mut tchd_group,
+        outputs: *const *mut c_void,
+        n: usize,
+        input: *mut c_void,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_barrier(group: *mut tchd_group, out: *mut *mut tchd_work, err: *mut *mut c_char) -> c_int;
+
+    pub fn tchd_work_wait(work: *mut tchd_work, timeout_ms: i64, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_work_is_completed(work: *mut tchd_work) -> c_int;
+    pub fn tchd_work_free(work: *mut tchd_work);
+}

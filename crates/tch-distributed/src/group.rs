@@ -1,0 +1,450 @@
+//! Process groups and collectives over c10d's ProcessGroup (Gloo or NCCL backend).
+use std::ffi::c_void;
+use std::fmt;
+use std::ptr::{self, NonNull};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tch::{Device, Tensor};
+
+use crate::error::{check, DistError, ErrorKind, Result};
+use crate::ffi;
+use crate::store::{cstring, duration_ms, Store};
+
+/// The communication library behind a group, as in `torch.distributed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// CPU tensors (and CUDA tensors, more slowly). Works everywhere.
+    Gloo,
+    /// CUDA tensors only; the fast choice on GPUs.
+    Nccl,
+}
+
+impl Backend {
+    /// PyTorch's rule: NCCL for CUDA devices, Gloo otherwise.
+    pub fn for_device(device: Device) -> Backend {
+        match device {
+            Device::Cuda(_) => Backend::Nccl,
+            _ => Backend::Gloo,
+        }
+    }
+
+    /// Whether this build can create groups of this backend at all.
+    pub fn is_available(self) -> bool {
+        match self {
+            Backend::Gloo => true,
+            Backend::Nccl => nccl_compiled_in() && tch::Cuda::is_available(),
+        }
+    }
+
+    fn raw(self) -> i32 {
+        match self {
+            Backend::Gloo => ffi::TCHD_GLOO,
+            Backend::Nccl => ffi::TCHD_NCCL,
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Gloo => "gloo",
+            Backend::Nccl => "nccl",
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = DistError;
+    fn from_str(s: &str) -> Result<Backend> {
+        match s.to_ascii_lowercase().as_str() {
+            "gloo" => Ok(Backend::Gloo),
+            "nccl" => Ok(Backend::Nccl),
+            _ => Err(DistError::invalid(format!(
+                "unknown backend {s:?}: use \"gloo\" (CPU) or \"nccl\" (CUDA)"
+            ))),
+        }
+    }
+}
+
+/// True when ProcessGroupNCCL was compiled into this build.
+pub fn nccl_compiled_in() -> bool {
+    unsafe { ffi::tchd_has_nccl() != 0 }
+}
+
+/// How values from all ranks are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    /// Mean over ranks. NCCL only: with Gloo, use `Sum` and divide by the world size.
+    Avg,
+    Product,
+    Min,
+    Max,
+}
+
+impl ReduceOp {
+    fn raw(self) -> i32 {
+        // Same numbering as c10d::ReduceOp::RedOpType.
+        match self {
+            ReduceOp::Sum => 0,
+            ReduceOp::Avg => 1,
+            ReduceOp::Product => 2,
+            ReduceOp::Min => 3,
+            ReduceOp::Max => 4,
+        }
+    }
+}
+
+/// Options for [`ProcessGroup::new`].
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    /// Collectives that do not finish within this fail instead of hanging.
+    pub timeout: Duration,
+    /// Where Gloo binds its sockets: an address or host name of this machine.
+    /// `None`: c10d's default (this host's name, else loopback).
+    pub gloo_hostname: Option<String>,
+    /// Network interface for Gloo (as `GLOO_SOCKET_IFNAME`); wins over the host name.
+    pub gloo_interface: Option<String>,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        Self { timeout: crate::DEFAULT_TIMEOUT, gloo_hostname: None, gloo_interface: None }
+    }
+}
+
+/// A group of processes that run collectives together (c10d::ProcessGroup).
+pub struct ProcessGroup {
+    raw: NonNull<ffi::tchd_group>,
+    rank: usize,
+    world_size: usize,
+    backend: Backend,
+    timeout: Duration,
+}
+
+// SAFETY: c10d process groups are thread-safe: collectives are enqueued under locks.
+unsafe impl Send for ProcessGroup {}
+unsafe impl Sync for ProcessGroup {}
+
+static GROUP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl ProcessGroup {
+    /// Creates a group over `store`. Every member calls this with the same backend and
+    /// world size; it returns once all of them have connected (or fails on timeout).
+    pub fn new(
+        store: &Store,
+        backend: Backend,
+        rank: usize,
+        world_size: usize,
+        opts: &GroupOptions,
+    ) -> Result<Self> {
+        validate_rank(rank, world_size)?;
+        if backend == Backend::Nccl {
+            if !nccl_compiled_in() {
+                return Err(DistError::new(
+                    ErrorKind::Unsupported,
+                    "this build has no NCCL (libtorch without CUDA, or CUDA headers missing at build time): use Backend::Gloo",
+                ));
+            }
+            if !tch::Cuda::is_available() {
+                return Err(DistError::new(
+                    ErrorKind::Unsupported,
+                    "NCCL needs CUDA GPUs and none is visible: use Backend::Gloo for CPU ranks",
+                ));
+            }
+        }
+        // Groups created in the same order on every rank get the same prefix, so
+        // several groups can share one store without their keys colliding.
+        let id = GROUP_COUNTER.fetch_add(1, Ordering::SeqCst);
+        let prefix = cstring(&format!("tchd/group{id}/"))?;
+        let host = opts.gloo_hostname.as_deref().map(cstring).transpose()?;
+        let iface = opts.gloo_interface.as_deref().map(cstring).transpose()?;
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        let status = unsafe {
+            ffi::tchd_group_new(
+                store.raw(),
+                prefix.as_ptr(),
+                backend.raw(),
+                rank as i32,
+                world_size as i32,
+                host.as_ref().map_or(ptr::null(), |h| h.as_ptr()),
+                iface.as_ref().map_or(ptr::null(), |i| i.as_ptr()),
+                duration_ms(opts.timeout),
+                &mut out,
+                &mut err,
+            )
+        };
+        check(status, err).map_err(|e| {
+            e.context(format!("creating the {backend} process group (rank {rank} of {world_size})"))
+        })?;
+        Ok(ProcessGroup {
+            raw: NonNull::new(out).expect("shim returned a null group"),
+            rank,
+            world_size,
+            backend,
+            timeout: opts.timeout,
+        })
+    }
+
+    /// This process's rank in the group (0..world_size).
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of processes in the group.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Combines `tensor` across all ranks with `op`; every rank ends with the result.
+    pub fn all_reduce(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
+        self.all_reduce_async(tensor, op)?.wait()
+    }
+
+    pub fn all_reduce_async(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
+        self.check_tensor(tensor, "all_reduce")?;
+        self.check_op(op, "all_reduce")?;
+        let ptrs = [tensor.as_mut_ptr() as *mut c_void];
+        self.start("all_reduce", |out, err| unsafe {
+            ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, op.raw(), out, err)
+        })
+    }
+
+    /// Like [`all_reduce`](Self::all_reduce), but only rank `dst` is guaranteed the result.
+    pub fn reduce(&self, tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<()> {
+        self.reduce_async(tensor, dst, op)?.wait()
+    }
+
+    pub fn reduce_async(&self, tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<Work> {
+        self.check_tensor(tensor, "reduce")?;
+        self.check_op(op, "reduce")?;
+        self.check_peer(dst, "reduce", "destination")?;
+        let ptr = tensor.as_mut_ptr() as *mut c_void;
+        self.start("reduce", |out, err| unsafe {
+            ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, op.raw(), out, err)
+        })
+    }
+
+    /// Copies rank `src`'s `tensor` into every other rank's `tensor`.
+    pub fn broadcast(&self, tensor: &mut Tensor, src: usize) -> Result<()> {
+        self.broadcast_async(tensor, src)?.wait()
+    }
+
+    pub fn broadcast_async(&self, tensor: &mut Tensor, src: usize) -> Result<Work> {
+        self.check_tensor(tensor, "broadcast")?;
+        self.check_peer(src, "broadcast", "source")?;
+        let ptr = tensor.as_mut_ptr() as *mut c_void;
+        self.start("broadcast", |out, err| unsafe {
+            ffi::tchd_broadcast(self.raw.as_ptr(), ptr, src as i32, out, err)
+        })
+    }
+
+    /// Gathers every rank's `input` into `outputs[rank]` on every rank
+    /// (`outputs.len()` == world size, each shaped like `input`).
+    pub fn all_gather(&self, outputs: &mut [Tensor], input: &Tensor) -> Result<()> {
+        self.all_gather_async(outputs, input)?.wait()
+    }
+
+    pub fn all_gather_async(&self, outputs: &mut [Tensor], input: &Tensor) -> Result<Work> {
+        self.check_tensor(input, "all_gather")?;
+        if outputs.len() != self.world_size {
+            return Err(DistError::invalid(format!(
+                "all_gather needs one output tensor per rank: got {}, world size is {}",
+                outputs.len(),
+                self.world_size
+            )));
+        }
+        for (i, out) in outputs.iter().enumerate() {
+            self.check_tensor(out, "all_gather")?;
+            if out.size() != input.size() || out.kind() != input.kind() || out.device() != input.device() {
+                return Err(DistError::invalid(format!(
+                    "all_gather output {i} is {:?} {:?} on {:?} but the input is {:?} {:?} on {:?}: each output must match the input",
+                    out.size(),
+                    out.kind(),
+                    out.device(),
+                    input.size(),
+                    input.kind(),
+                    input.device()
+                )));
+            }
+        }
+        let ptrs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
+        // c10d only reads the input; the shim's signature is not const-correct.
+        let input_ptr = input.as_ptr() as *mut c_void;
+        self.start("all_gather", |out, err| unsafe {
+            ffi::tchd_all_gather(self.raw.as_ptr(), ptrs.as_ptr(), ptrs.len(), input_ptr, out, err)
+        })
+    }
+
+    /// Convenience form of [`all_gather`](Self::all_gather) that allocates the outputs.
+    pub fn all_gather_to_vec(&self, input: &Tensor) -> Result<Vec<Tensor>> {
+        let mut outputs: Vec<Tensor> = (0..self.world_size).map(|_| input.empty_like()).collect();
+        self.all_gather(&mut outputs, input)?;
+        Ok(outputs)
+    }
+
+    /// Waits until every rank of the group has reached this point.
+    pub fn barrier(&self) -> Result<()> {
+        self.barrier_async()?.wait()
+    }
+
+    pub fn barrier_async(&self) -> Result<Work> {
+        self.start("barrier", |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
+    }
+
+    /// Shuts the backend down (NCCL aborts its communicators). The group is unusable after.
+    pub fn shutdown(&self) -> Result<()> {
+        let mut err = ptr::null_mut();
+        check(unsafe { ffi::tchd_group_shutdown(self.raw.as_ptr(), &mut err) }, err)
+    }
+
+    fn start(
+        &self,
+        what: &'static str,
+        call: impl FnOnce(*mut *mut ffi::tchd_work, *mut *mut std::ffi::c_char) -> i32,
+    ) -> Result<Work> {
+        let mut out = ptr::null_mut();
+        let mut err = ptr::null_mut();
+        let status = call(&mut out, &mut err);
+        check(status, err).map_err(|e| self.explain(e, what))?;
+        Ok(Work {
+            raw: NonNull::new(out).expect("shim returned a null work"),
+            what,
+            rank: self.rank,
+            world_size: self.world_size,
+            timeout: self.timeout,
+        })
+    }
+
+    fn explain(&self, e: DistError, what: &str) -> DistError {
+        explain(e, what, self.rank, self.world_size, self.timeout)
+    }
+
+    fn check_tensor(&self, t: &Tensor, what: &str) -> Result<()> {
+        if !t.defined() {
+            return Err(DistError::invalid(format!("{what}: the tensor is undefined")));
+        }
+        match (self.backend, t.device()) {
+            (Backend::Nccl, Device::Cuda(_)) | (Backend::Gloo, Device::Cpu | Device::Cuda(_)) => {}
+            (Backend::Nccl, d) => {
+                return Err(DistError::invalid(format!(
+                    "{what}: the NCCL backend works on CUDA tensors but this one is on {d:?}: move it with .to_device(Device::Cuda(local_rank)), or use Backend::Gloo for CPU tensors"
+                )))
+            }
+            (Backend::Gloo, d) => {
+                return Err(DistError::invalid(format!("{what}: Gloo works on CPU or CUDA tensors, not on {d:?}")))
+            }
+        }
+        if !t.is_contiguous() {
+            return Err(DistError::invalid(format!(
+                "{what}: the tensor is not contiguous: collectives write in place into dense memory; call .contiguous() first"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_op(&self, op: ReduceOp, what: &str) -> Result<()> {
+        if op == ReduceOp::Avg && self.backend == Backend::Gloo {
+            return Err(DistError::new(
+                ErrorKind::Unsupported,
+                format!("{what}: ReduceOp::Avg is not supported by the Gloo backend (as in PyTorch): reduce with ReduceOp::Sum, then divide by the world size"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, peer: usize, what: &str, role: &str) -> Result<()> {
+        if peer >= self.world_size {
+            return Err(DistError::invalid(format!(
+                "{what}: {role} rank {peer} does not exist: the group has ranks 0..{}",
+                self.world_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        unsafe { ffi::tchd_group_free(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for ProcessGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessGroup")
+            .field("backend", &self.backend)
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .finish()
+    }
+}
+
+/// A collective in flight. `wait()` blocks until it is done on this rank.
+/// Dropping it without waiting lets the collective finish in the background.
+pub struct Work {
+    raw: NonNull<ffi::tchd_work>,
+    what: &'static str,
+    rank: usize,
+    world_size: usize,
+    timeout: Duration,
+}
+
+// SAFETY: c10d Work objects are shared with backend threads and internally locked.
+unsafe impl Send for Work {}
+
+impl Work {
+    /// Blocks until the collective completed; its error (e.g. a timeout) otherwise.
+    pub fn wait(self) -> Result<()> {
+        let mut err = ptr::null_mut();
+        let status = unsafe { ffi::tchd_work_wait(self.raw.as_ptr(), 0, &mut err) };
+        check(status, err).map_err(|e| explain(e, self.what, self.rank, self.world_size, self.timeout))
+    }
+
+    pub fn is_completed(&self) -> bool {
+        unsafe { ffi::tchd_work_is_completed(self.raw.as_ptr()) != 0 }
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        unsafe { ffi::tchd_work_free(self.raw.as_ptr()) }
+    }
+}
+
+fn explain(e: DistError, what: &str, rank: usize, world_size: usize, timeout: Duration) -> DistError {
+    let hint = match e.kind() {
+        ErrorKind::Timeout => format!(
+            " (another rank did not take part within {timeout:?}: did it crash, or take a different code path?)"
+        ),
+        ErrorKind::Network | ErrorKind::Backend => " (a peer may have exited: look at the other ranks' output)".to_string(),
+        _ => String::new(),
+    };
+    e.context(format!("{what} on rank {rank} of {world_size}{hint}"))
+}
+
+pub(crate) fn validate_rank(rank: usize, world_size: usize) -> Result<()> {
+    if world_size == 0 {
+        return Err(DistError::invalid("world size must be at least 1"));
+    }
+    if world_size > i32::MAX as usize {
+        return Err(DistError::invalid(format!("world size {world_size} is absurdly large")));
+    }
+    if rank >= world_size {
+        return Err(DistError::invalid(format!(
+            "rank {rank} is not below the world size {world_size}: ranks are 0..{world_size}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! `init_process_group` and the default group, as in `torch.distributed`.
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tch::Tensor;
+
+use crate::error::{DistError, ErrorKind, Result};
+use crate::group::{validate_rank, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
+use crate::store::{Store, TcpStoreOptions};
+
+/// Where the ranks meet (PyTorch's `init_method`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Init {
+    /// `env://`: `MASTER_ADDR` and `MASTER_PORT`, and `RANK` / `WORLD_SIZE` when the
+    /// caller does not pass them.
+    Env,
+    /// `tcp://host:port`: an explicit address of rank 0's store.
+    Tcp { host: String, port: u16 },
+}
+
+impl FromStr for Init {
+    type Err = DistError;
+    /// Parses `env://` or `tcp://host:port`.
+    fn from_str(s: &str) -> Result<Init> {
+        if s == "env://" {
+            return Ok(Init::Env);
+        }
+        let Some(rest) = s.strip_prefix("tcp://") else {
+            return Err(DistError::invalid(format!(
+                "init method {s:?} is not \"env://\" or \"tcp://HOST:PORT\""
+            )));
+        };
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| {
+            DistError::invalid(format!("init method {s:?} has no port: write tcp://HOST:PORT"))
+        })?;
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let port = parse_port(port, &format!("the port of {s:?}"))?;
+        if host.is_empty() {
+            return Err(DistError::invalid(format!("init method {s:?} has no host: write tcp://HOST:PORT")));
+        }
+        Ok(Init::Tcp { host, port })
+    }
+}
+
+/// The rendezvous and identity a process resolved before touching the network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendezvous {
+    pub host: String,
+    pub port: u16,
+    pub world_size: usize,
+    pub rank: usize,
+    /// torchrun's agent already hosts the store: every rank connects as a client.
+    pub agent_store: bool,
+}
+
+impl Rendezvous {
+    /// Resolves `init` (reading the environment for `Init::Env`) and validates the
+    /// result, so that bad input fails here and never on the network.
+    pub fn resolve(init: &Init, world_size: Option<usize>, rank: Option<usize>) -> Result<Rendezvous> {
+        let (host, port) = match init {
+            Init::Tcp { host, port } => (host.clone(), *port),
+            Init::Env => {
+                let host = required_env("MASTER_ADDR", "the address of rank 0's machine, e.g. localhost")?;
+                let port = parse_port(
+                    &required_env("MASTER_PORT", "a free TCP port on rank 0's machine, e.g. 29500")?,
+                    "MASTER_PORT",
+                )?;
+                (host, port)
+            }
+        };
+        if port == 0 {
+            return Err(DistError::invalid(
+                "the rendezvous port is 0: choose a real port (e.g. MASTER_PORT=29500)",
+            ));
+        }
+        let world_size = match world_size {
+            Some(w) => w,
+            None => parse_count(&required_env("WORLD_SIZE", "the total number of processes")?, "WORLD_SIZE")?,
+        };
+        let rank = match rank {
+            Some(r) => r,
+            None => parse_count(&required_env("RANK", "this process's global rank, 0..WORLD_SIZE")?, "RANK")?,
+        };
+        validate_rank(rank, world_size)?;
+        let agent_store = std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| v == "True");
+        Ok(Rendezvous { host, port, world_size, rank, agent_store })
+    }
+
+    /// Rank 0 hosts the store, unless torchrun's agent does.
+    pub fn hosts_store(&self) -> bool {
+        self.rank == 0 && !self.agent_store
+    }
+
+    /// Whether the rendezvous address is this machine's loopback.
+    pub fn is_loopback(&self) -> bool {
+        is_loopback(&self.host)
+    }
+}
+
+/// Whether `host` names the loopback interface.
+pub fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.eq_ignore_ascii_case("ip6-localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Opens the store and creates a group from a resolved rendezvous.
+pub fn connect(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<ProcessGroup> {
+    let store = Store::tcp(&TcpStoreOptions {
+        host: rdzv.host.clone(),
+        port: rdzv.port,
+        is_server: rdzv.hosts_store(),
+        world_size: Some(rdzv.world_size),
+        wait_for_workers: true,
+        timeout,
+    })?;
+    let mut opts = GroupOptions { timeout, ..GroupOptions::default() };
+    if let Ok(iface) = std::env::var("GLOO_SOCKET_IFNAME") {
+        opts.gloo_interface = Some(iface);
+    } else if rdzv.is_loopback() {
+        // A single-machine run stays on loopback instead of this host's public name.
+        opts.gloo_hostname = Some("127.0.0.1".to_string());
+    }
+    ProcessGroup::new(&store, backend, rdzv.rank, rdzv.world_size, &opts)
+}
+
+static DEFAULT_GROUP: RwLock<Option<Arc<ProcessGroup>>> = RwLock::new(None);
+
+/// Joins this process to the default group, as `dist.init_process_group` does.
+///
+/// * `backend`: [`Backend::Gloo`] for CPU ranks, [`Backend::Nccl`] for GPU ranks;
+/// * `init`: [`Init::Env`] (torchrun, or the lab's MASTER_ADDR/MASTER_PORT) or [`Init::Tcp`];
+/// * `world_size`, `rank`: `None` reads `WORLD_SIZE` / `RANK` from the environment;
+/// * `timeout`: the rendezvous and every collective fail after this instead of hanging.
+///
+/// Returns once all `world_size` ranks have joined. Bad arguments fail before any
+/// network activity with [`ErrorKind::InvalidArgument`].
+pub fn init_process_group(
+    backend: Backend,
+    init: Init,
+    world_size: Option<usize>,
+    rank: Option<usize>,
+    timeout: Duration,
+) -> Result<()> {
+    if is_initialized() {
+        return Err(DistError::new(
+            ErrorKind::AlreadyInitialized,
+            "the default process group is already initialized: call init_process_group once per process (or destroy_process_group first)",
+        ));
+    }
+    let rdzv = Rendezvous::resolve(&init, world_size, rank)?;
+    let group = connect(&rdzv, backend, timeout)?;
+    let mut slot = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner());
+    if slot.is_some() {
+        return Err(DistError::new(
+            ErrorKind::AlreadyInitialized,
+            "the default process group was initialized concurrently",
+        ));
+    }
+    *slot = Some(Arc::new(group));
+    Ok(())
+}
+
+/// Whether [`init_process_group`] has run (and not been undone).
+pub fn is_initialized() -> bool {
+    DEFAULT_GROUP.read().unwrap_or_else(|p| p.into_inner()).is_some()
+}
+
+/// Leaves the default group. Collectives still in flight elsewhere keep their handle.
+pub fn destroy_process_group() -> Result<()> {
+    let group = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner()).take();
+    match group {
+        Some(g) => g.shutdown(),
+        None => Err(not_initialized()),
+    }
+}
+
+/// The default group (for APIs that take an explicit group).
+pub fn default_group() -> Result<Arc<ProcessGroup>> {
+    DEFAULT_GROUP.read().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(not_initialized)
+}
+
+fn not_initialized() -> DistError {
+    DistError::new(
+        ErrorKind::NotInitialized,
+        "the default process group is not initialized: call dist::init_process_group(...) first",
+    )
+}
+
+/// This process's global rank in the default group.
+pub fn get_rank() -> Result<usize> {
+    Ok(default_group()?.rank())
+}
+
+/// The number of processes in the default group.
+pub fn get_world_size() -> Result<usize> {
+    Ok(default_group()?.world_size())
+}
+
+/// The default group's backend.
+pub fn get_backend() -> Result<Backend> {
+    Ok(default_group()?.backend())
+}
+
+/// [`ProcessGroup::all_reduce`] on the default group.
+pub fn all_reduce(tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
+    default_group()?.all_reduce(tensor, op)
+}
+
+/// [`ProcessGroup::all_reduce_async`] on the default group.
+pub fn all_reduce_async(tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
+    default_group()?.all_reduce_async(tensor, op)
+}
+
+/// [`ProcessGroup::reduce`] on the default group.
+pub fn reduce(tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<()> {
+    default_group()?.reduce(tensor, dst, op)
+}
+
+/// [`ProcessGroup::reduce_async`] on the default group.
+pub fn reduce_async(tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<Work> {
+    default_group()?.reduce_async(tensor, dst, op)
+}
+
+/// [`ProcessGroup::broadcast`] on the default group.
+pub fn broadcast(tensor: &mut Tensor, src: usize) -> Result<()> {
+    default_group()?.broadcast(tensor, src)
+}
+
+/// [`ProcessGroup::broadcast_async`] on the default group.
+pub fn broadcast_async(tensor: &mut Tensor, src: usize) -> Result<Work> {
+    default_group()?.broadcast_async(tensor, src)
+}
+
+/// [`ProcessGroup::all_gather`] on the default group.
+pub fn all_gather(outputs: &mut [Tensor], input: &Tensor) -> Result<()> {
+    default_group()?.all_gather(outputs, input)
+}
+
+/// [`ProcessGroup::all_gather_async`] on the default group.
+pub fn all_gather_async(outputs: &mut [Tensor], input: &Tensor) -> Result<Work> {
+    default_group()?.all_gather_async(outputs, input)
+}
+
+/// [`ProcessGroup::barrier`] on the default group.
+pub fn barrier() -> Result<()> {
+    default_group()?.barrier()
+}
+
+/// [`ProcessGroup::barrier_async`] on the default group.
+pub fn barrier_async() -> Result<Work> {
+    default_group()?.barrier_async()
+}
+
+fn required_env(name: &str, what: &str) -> Result<String> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => Err(DistError::invalid(format!(
+            "env:// rendezvous: the environment variable {name} ({what}) is not set"
+        ))),
+    }
+}
+
+fn parse_port(text: &str, what: &str) -> Result<u16> {
+    text.trim().parse::<u16>().map_err(|_| {
+        DistError::invalid(format!("{what} = {text:?} is not a TCP port (a whole number 1..65535)"))
+    })
+}
+
+fn parse_count(text: &str, what: &str) -> Result<usize> {
+    text.trim()
+        .parse::<usize>()
+        .map_err(|_| DistError::invalid(format!("{what} = {text:?} is not a whole number >= 0")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_init_methods() {
+        assert_eq!("env://".parse::<Init>().unwrap(), Init::Env);
+        assert_eq!(
+            "tcp://10.0.0.1:9956".parse::<Init>().unwrap(),
+            Init::Tcp { host: "10.0.0.1".into(), port: 9956 }
+        );
+        assert_eq!("tcp://[::1]:80".parse::<Init>().unwrap(), Init::Tcp { host: "::1".into(), port: 80 });
+        for bad in ["file:///tmp/x", "tcp://host", "tcp://:80", "tcp://h:99999", "tcp://h:x"] {
+            let e = bad.parse::<Init>().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad}");
+        }
+    }
+
+    #[test]
+    fn rejects_bad_ranks_before_any_network() {
+        let tcp = Init::Tcp { host: "localhost".into(), port: 1 };
+        let e = Rendezvous::resolve(&tcp, Some(2), Some(2)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("rank 2 is not below the world size 2"), "{e}");
+        let e = Rendezvous::resolve(&tcp, Some(0), Some(0)).unwrap_err();
+        assert!(e.message().contains("world size must be at least 1"), "{e}");
+        let zero = Init::Tcp { host: "localhost".into(), port: 0 };
+        assert_eq!(
+            Rendezvous::resolve(&zero, Some(1), Some(0)).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        let ok = Rendezvous::resolve(&tcp, Some(3), Some(2)).unwrap();
+        assert!(!ok.hosts_store() && ok.is_loopback());
+    }
+
+    #[test]
+    fn loopback_names() {
+        for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1"] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in ["10.0.0.1", "node0", "0.0.0.0"] {
+            assert!(!is_loopback(h), "{h}");
+        }
+    }
+}

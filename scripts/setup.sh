@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh machine. Installs what the build needs and links it
+# where `.cargo/config.toml` looks, so plain `cargo build/test/run` work afterwards.
+#
+#   1. gloo headers (Debian: libgloo-dev) - ProcessGroupGloo.hpp includes them;
+#   2. a Python venv with torch==2.11.0 (+ CUDA headers for the NCCL shim), kept in a
+#      cache OUTSIDE the clone so every clone and CI run on this machine reuse it;
+#   3. the link `.libtorch` -> that venv's torch directory (libtorch 2.11.0).
+#
+# Environment: DDP_LAB_CACHE (default ~/.cache/ddp-lab) moves the cache.
+# Safe to run any number of times; a second run takes about a second.
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${DDP_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddp-lab}
+VENV=$CACHE/venv
+
+say() { echo "setup: $*" >&2; }
+fail() {
+    # $1: the step that failed, $2: what to do about it.
+    echo "setup: FAILED at step '$1'" >&2
+    echo "setup:   $2" >&2
+    exit 1
+}
+
+# --- 1. gloo headers -------------------------------------------------------------
+if [ ! -f /usr/include/gloo/algorithm.h ]; then
+    say "installing the gloo headers (libgloo-dev) with apt-get"
+    if ! command -v apt-get >/dev/null; then
+        fail "gloo headers" "no apt-get here: install the gloo headers (Debian/Ubuntu package libgloo-dev) so that /usr/include/gloo/algorithm.h exists, then run this again."
+    fi
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null || fail "gloo headers" "not root and no sudo: run 'apt-get install libgloo-dev' as root, then run this again."
+        SUDO=sudo
+    fi
+    if ! $SUDO apt-get install -y -q libgloo-dev >/tmp/ddp-lab-apt.log 2>&1; then
+        # A fresh machine may have empty package lists: refresh once and retry.
+        $SUDO apt-get update -q >>/tmp/ddp-lab-apt.log 2>&1 || true
+        $SUDO apt-get install -y -q libgloo-dev >>/tmp/ddp-lab-apt.log 2>&1 ||
+            fail "gloo headers" "apt-get install libgloo-dev failed (log: /tmp/ddp-lab-apt.log). Without network access to a Debian mirror, install the package by hand."
+    fi
+fi
+
+# --- 2. the PyTorch venv (cached) --------------------------------------------------
+# What the venv must hold; the marker file records it, so adding a package later
+# installs just that instead of rebuilding 4.6 GB.
+REQUIREMENTS="torch==$TORCH_VERSION cuda-toolkit[crt,cccl] numpy"
+venv_ok() {
+    [ "$(cat "$VENV/.complete" 2>/dev/null)" = "$REQUIREMENTS" ] &&
+        [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("torch").split("+")[0])' 2>/dev/null)" = "$TORCH_VERSION" ]
+}
+
+mkdir -p "$CACHE" || fail "cache directory" "cannot create $CACHE: set DDP_LAB_CACHE to a writable directory."
+# One setup at a time per cache: concurrent clones must not build the venv twice.
+exec 9>"$CACHE/.setup.lock"
+flock 9
+
+if ! venv_ok; then
+    if ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+        PY=""
+        for candidate in python3.12 python3.11 python3.10 python3; do
+            if command -v "$candidate" >/dev/null &&
+                "$candidate" -c 'import sys, venv; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 13) else 1)' 2>/dev/null; then
+                PY=$(command -v "$candidate")
+                break
+            fi
+        done
+        [ -n "$PY" ] || fail "python" "PyTorch $TORCH_VERSION needs Python 3.10-3.13 with the venv module; none was found on PATH (Debian: apt-get install python3 python3-venv)."
+        rm -rf "$VENV"
+        "$PY" -m venv "$VENV" || fail "python venv" "'$PY -m venv' failed (Debian: apt-get install python3-venv)."
+    fi
+    say "installing $REQUIREMENTS into $VENV (about 4.6 GB the first time; reused afterwards)"
+    # shellcheck disable=SC2086 # the list is meant to split
+    if ! "$VENV/bin/pip" install -q --disable-pip-version-check $REQUIREMENTS; then
+        fail "pip install torch" "pip could not install $REQUIREMENTS: check network access to PyPI (or set PIP_INDEX_URL), then run this again."
+    fi
+    "$VENV/bin/python" -c 'import torch' || fail "torch import" "torch was installed into $VENV but does not import; delete $VENV and run this again."
+    echo "$REQUIREMENTS" >"$VENV/.complete"
+    venv_ok || fail "torch import" "torch was installed into $VENV but does not import as $TORCH_VERSION; delete $VENV and run this again."
+fi
+
+# find_spec locates torch without importing it (an import takes seconds).
+TORCH_DIR=$("$VENV/bin/python" -c 'import os, importlib.util as u; print(os.path.dirname(u.find_spec("torch").origin))')
+[ -f "$TORCH_DIR/lib/libtorch_cpu.so" ] || fail "libtorch" "$TORCH_DIR/lib/libtorch_cpu.so is missing: delete $VENV and run this again."
+
+# --- 3. the link cargo reads ---------------------------------------------------------
+# `.cargo/config.toml` points LIBTORCH and the run-time library path at `.libtorch`.
+if [ "$(readlink "$ROOT/.libtorch" 2>/dev/null)" != "$TORCH_DIR" ]; then
+    ln -sfn "$TORCH_DIR" "$ROOT/.libtorch.tmp" && mv -T "$ROOT/.libtorch.tmp" "$ROOT/.libtorch"
+fi
+# The interpreter that benchmarks and fixture generators use for the PyTorch side.
+if [ "$(readlink "$ROOT/.venv" 2>/dev/null)" != "$VENV" ]; then
+    ln -sfn "$VENV" "$ROOT/.venv.tmp" && mv -T "$ROOT/.venv.tmp" "$ROOT/.venv"
+fi
+
+command -v cargo >/dev/null || fail "rust" "cargo is not on PATH: install Rust with rustup (https://rustup.rs), then run this again."
+say "ready: libtorch $TORCH_VERSION at $TORCH_DIR"
