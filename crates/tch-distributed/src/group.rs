@@ -34,8 +34,27 @@ impl Backend {
     pub fn is_available(self) -> bool {
         match self {
             Backend::Gloo => true,
-            Backend::Nccl => nccl_compiled_in() && tch::Cuda::is_available(),
+            Backend::Nccl => self.check_available().is_ok(),
         }
+    }
+
+    /// An error saying why this backend cannot be used here, if it cannot.
+    pub fn check_available(self) -> Result<()> {
+        if self == Backend::Nccl {
+            if !nccl_compiled_in() {
+                return Err(DistError::new(
+                    ErrorKind::Unsupported,
+                    "this build has no NCCL (libtorch without CUDA, or CUDA headers missing at build time): use Backend::Gloo",
+                ));
+            }
+            if !tch::Cuda::is_available() {
+                return Err(DistError::new(
+                    ErrorKind::Unsupported,
+                    "NCCL needs CUDA GPUs and none is visible: use Backend::Gloo for CPU ranks",
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn raw(self) -> i32 {
@@ -141,24 +160,11 @@ impl ProcessGroup {
         opts: &GroupOptions,
     ) -> Result<Self> {
         validate_rank(rank, world_size)?;
-        if backend == Backend::Nccl {
-            if !nccl_compiled_in() {
-                return Err(DistError::new(
-                    ErrorKind::Unsupported,
-                    "this build has no NCCL (libtorch without CUDA, or CUDA headers missing at build time): use Backend::Gloo",
-                ));
-            }
-            if !tch::Cuda::is_available() {
-                return Err(DistError::new(
-                    ErrorKind::Unsupported,
-                    "NCCL needs CUDA GPUs and none is visible: use Backend::Gloo for CPU ranks",
-                ));
-            }
-        }
+        backend.check_available()?;
         // Groups created in the same order on every rank get the same prefix, so
         // several groups can share one store without their keys colliding.
         let id = GROUP_COUNTER.fetch_add(1, Ordering::SeqCst);
-        let prefix = cstring(&format!("tchd/group{id}/"))?;
+        let prefix = cstring(&format!("tchd/group{id}"))?;
         let host = opts.gloo_hostname.as_deref().map(cstring).transpose()?;
         let iface = opts.gloo_interface.as_deref().map(cstring).transpose()?;
         let mut out = ptr::null_mut();

@@ -108,6 +108,8 @@ pub fn is_loopback(host: &str) -> bool {
 
 /// Opens the store and creates a group from a resolved rendezvous.
 pub fn connect(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<ProcessGroup> {
+    // Fail before the network: a store that others wait on would otherwise be opened.
+    backend.check_available()?;
     let store = Store::tcp(&TcpStoreOptions {
         host: rdzv.host.clone(),
         port: rdzv.port,

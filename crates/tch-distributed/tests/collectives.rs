@@ -1,0 +1,254 @@
+//! Collectives across real processes on loopback (CPU, Gloo): 2, 3 and 4 ranks; every
+//! collective and reduce op; f32, f64, i64; 1 element to 64 MB; env:// and explicit
+//! init; default-group lifecycle; async work handles.
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use dist::{Backend, ErrorKind, Init, ReduceOp};
+use tch::{Device, Kind, Tensor};
+use tch_distributed as dist;
+
+const DEADLINE: Duration = Duration::from_secs(240);
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Entry point of every rank process (started by the tests below, never by hand).
+#[test]
+#[ignore = "rank process entry point: the multi-process tests start it themselves"]
+fn rank_entry() {
+    let scenario =
+        std::env::var("TCHD_SCENARIO").expect("run by the multi-process tests, which set TCHD_SCENARIO");
+    match scenario.as_str() {
+        "collectives" => collectives_scenario(),
+        "sizes" => sizes_scenario(),
+        "explicit_init" => explicit_init_scenario(),
+        "lifecycle" => lifecycle_scenario(),
+        "async" => async_scenario(),
+        other => panic!("unknown scenario {other}"),
+    }
+    mark_completed();
+}
+
+fn init_env() {
+    dist::init_process_group(Backend::Gloo, Init::Env, None, None, TIMEOUT)
+        .expect("init_process_group(env://)");
+}
+
+/// The value rank `r` contributes at element `i`: small integers, so every op is exact
+/// in every dtype (products stay far below 2^24).
+fn contribution(r: i64, i: i64) -> i64 {
+    1 + (r + i) % 3
+}
+
+fn input(kind: Kind, rank: i64, n: i64) -> Tensor {
+    let values: Vec<i64> = (0..n).map(|i| contribution(rank, i)).collect();
+    Tensor::from_slice(&values).to_kind(kind)
+}
+
+fn expected(op: ReduceOp, world: i64, n: i64) -> Vec<i64> {
+    (0..n)
+        .map(|i| {
+            let vals = (0..world).map(|r| contribution(r, i));
+            match op {
+                ReduceOp::Sum => vals.sum(),
+                ReduceOp::Product => vals.product(),
+                ReduceOp::Min => vals.min().unwrap(),
+                ReduceOp::Max => vals.max().unwrap(),
+                ReduceOp::Avg => unreachable!(),
+            }
+        })
+        .collect()
+}
+
+fn as_i64(t: &Tensor) -> Vec<i64> {
+    Vec::<i64>::try_from(t.to_kind(Kind::Int64)).unwrap()
+}
+
+fn collectives_scenario() {
+    init_env();
+    let rank = dist::get_rank().unwrap() as i64;
+    let world = dist::get_world_size().unwrap() as i64;
+    assert_eq!(rank as usize, test_rank());
+    assert_eq!(world as usize, env_usize("WORLD_SIZE"));
+    assert_eq!(dist::get_backend().unwrap(), Backend::Gloo);
+    let n = 37;
+    for kind in [Kind::Float, Kind::Double, Kind::Int64] {
+        for op in [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max] {
+            let mut t = input(kind, rank, n);
+            dist::all_reduce(&mut t, op).unwrap();
+            assert_eq!(t.kind(), kind);
+            assert_eq!(as_i64(&t), expected(op, world, n), "all_reduce {op:?} {kind:?}");
+
+            // reduce: only the destination is guaranteed the result (as in PyTorch).
+            let dst = (world - 1) as usize;
+            let mut t = input(kind, rank, n);
+            dist::reduce(&mut t, dst, op).unwrap();
+            if rank as usize == dst {
+                assert_eq!(as_i64(&t), expected(op, world, n), "reduce {op:?} {kind:?} to {dst}");
+            }
+        }
+        // broadcast from a non-zero source when there is one.
+        let src = (1 % world) as usize;
+        let mut t = input(kind, rank, n);
+        dist::broadcast(&mut t, src).unwrap();
+        assert_eq!(as_i64(&t), as_i64(&input(kind, src as i64, n)), "broadcast {kind:?} from {src}");
+
+        let mut outs: Vec<Tensor> = (0..world).map(|_| Tensor::zeros([n], (kind, Device::Cpu))).collect();
+        dist::all_gather(&mut outs, &input(kind, rank, n)).unwrap();
+        for (r, out) in outs.iter().enumerate() {
+            assert_eq!(as_i64(out), as_i64(&input(kind, r as i64, n)), "all_gather {kind:?} slot {r}");
+        }
+    }
+    // Gloo has no AVG (neither has PyTorch's): a clear error, not a crash.
+    let mut t = input(Kind::Float, rank, 4);
+    let e = dist::all_reduce(&mut t, ReduceOp::Avg).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert!(e.message().contains("Sum, then divide by the world size"), "{e}");
+    // Argument errors are caught before any collective is started.
+    let e = dist::broadcast(&mut t, world as usize).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains(&format!("source rank {world} does not exist")), "{e}");
+    let mut wrong = vec![t.zeros_like()];
+    if world > 1 {
+        assert_eq!(dist::all_gather(&mut wrong, &t).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    }
+    let mut strided = Tensor::zeros([4, 4], (Kind::Float, Device::Cpu)).transpose(0, 1);
+    let e = dist::all_reduce(&mut strided, ReduceOp::Sum).unwrap_err();
+    assert!(e.message().contains("not contiguous"), "{e}");
+    // The group still works after rejected calls.
+    dist::barrier().unwrap();
+    dist::destroy_process_group().unwrap();
+}
+
+/// 1 element up to 64 MB (16 Mi f32) per rank.
+fn sizes_scenario() {
+    init_env();
+    let rank = dist::get_rank().unwrap() as i64;
+    let world = dist::get_world_size().unwrap() as i64;
+    for n in [1i64, 3, 1000, 1 << 18, 1 << 20, 1 << 22, 1 << 24] {
+        // Element i of rank r: r * 1000 + i % 1000, exact in f32.
+        let base = Tensor::arange(n, (Kind::Float, Device::Cpu)).fmod(1000.0);
+        let mut t = &base + (rank * 1000) as f64;
+        dist::all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        let offset: i64 = (0..world).map(|r| r * 1000).sum();
+        let want = base * world as f64 + offset as f64;
+        let diff = (&t - &want).abs().max().double_value(&[]);
+        assert_eq!(diff, 0.0, "all_reduce of {n} f32 elements");
+        let mut b = if rank == 0 {
+            Tensor::ones([n], (Kind::Float, Device::Cpu))
+        } else {
+            Tensor::zeros([n], (Kind::Float, Device::Cpu))
+        };
+        dist::broadcast(&mut b, 0).unwrap();
+        assert_eq!(b.sum(Kind::Double).double_value(&[]), n as f64, "broadcast of {n} elements");
+    }
+    dist::destroy_process_group().unwrap();
+}
+
+/// tcp://host:port with explicit world size and rank: no MASTER_* / RANK / WORLD_SIZE set.
+fn explicit_init_scenario() {
+    for var in ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"] {
+        assert!(std::env::var(var).is_err(), "{var} must not be set in this scenario");
+    }
+    let init: Init = std::env::var("TCHD_INIT_URL").unwrap().parse().unwrap();
+    let world = env_usize("TCHD_WORLD");
+    let rank = test_rank();
+    dist::init_process_group(Backend::Gloo, init, Some(world), Some(rank), TIMEOUT).unwrap();
+    assert_eq!(dist::get_rank().unwrap(), rank);
+    let mut t = Tensor::from_slice(&[rank as f64]);
+    dist::all_reduce(&mut t, ReduceOp::Max).unwrap();
+    assert_eq!(t.double_value(&[0]), (world - 1) as f64);
+    dist::destroy_process_group().unwrap();
+}
+
+fn lifecycle_scenario() {
+    assert!(!dist::is_initialized());
+    let e = dist::get_rank().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotInitialized);
+    assert!(e.message().contains("init_process_group"), "{e}");
+    assert_eq!(dist::barrier().unwrap_err().kind(), ErrorKind::NotInitialized);
+    init_env();
+    assert!(dist::is_initialized());
+    let e = dist::init_process_group(Backend::Gloo, Init::Env, None, None, TIMEOUT).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyInitialized);
+    dist::barrier().unwrap();
+    dist::destroy_process_group().unwrap();
+    assert!(!dist::is_initialized());
+    assert_eq!(dist::destroy_process_group().unwrap_err().kind(), ErrorKind::NotInitialized);
+}
+
+/// Several async collectives in flight at once, waited in reverse order.
+fn async_scenario() {
+    init_env();
+    let rank = dist::get_rank().unwrap() as i64;
+    let world = dist::get_world_size().unwrap() as i64;
+    let mut tensors: Vec<Tensor> =
+        (0..4).map(|k| Tensor::from_slice(&[rank * 10 + k]).to_kind(Kind::Float)).collect();
+    let works: Vec<dist::Work> =
+        tensors.iter_mut().map(|t| dist::all_reduce_async(t, ReduceOp::Sum).unwrap()).collect();
+    for w in works.into_iter().rev() {
+        w.wait().unwrap();
+    }
+    for (k, t) in tensors.iter().enumerate() {
+        let want: i64 = (0..world).map(|r| r * 10 + k as i64).sum();
+        assert_eq!(t.double_value(&[0]), want as f64);
+    }
+    let b = dist::barrier_async().unwrap();
+    b.wait().unwrap();
+    let started = Instant::now();
+    let mut big = Tensor::ones([1 << 20], (Kind::Float, Device::Cpu));
+    let w = dist::all_reduce_async(&mut big, ReduceOp::Sum).unwrap();
+    w.wait().unwrap();
+    assert!(started.elapsed() < TIMEOUT);
+    assert_eq!(big.double_value(&[0]), world as f64);
+    dist::destroy_process_group().unwrap();
+}
+
+#[test]
+fn every_collective_and_op_on_2_ranks() {
+    let port = free_port();
+    assert_all_ok(&run_ranks("collectives", env_ranks(0..2, 2, port), &[], DEADLINE));
+}
+
+#[test]
+fn every_collective_and_op_on_3_ranks() {
+    let port = free_port();
+    assert_all_ok(&run_ranks("collectives", env_ranks(0..3, 3, port), &[], DEADLINE));
+}
+
+#[test]
+fn every_collective_and_op_on_4_ranks() {
+    let port = free_port();
+    assert_all_ok(&run_ranks("collectives", env_ranks(0..4, 4, port), &[], DEADLINE));
+}
+
+#[test]
+fn sizes_from_one_element_to_64_mb() {
+    let port = free_port();
+    assert_all_ok(&run_ranks("sizes", env_ranks(0..2, 2, port), &[], DEADLINE));
+}
+
+#[test]
+fn explicit_tcp_init_without_environment() {
+    let url = format!("tcp://127.0.0.1:{}", free_port());
+    let ranks = (0..3).map(|rank| RankSpec { rank, env: vec![] }).collect();
+    assert_all_ok(&run_ranks(
+        "explicit_init",
+        ranks,
+        &[("TCHD_INIT_URL", &url), ("TCHD_WORLD", "3")],
+        DEADLINE,
+    ));
+}
+
+#[test]
+fn default_group_lifecycle() {
+    let port = free_port();
+    assert_all_ok(&run_ranks("lifecycle", env_ranks(0..2, 2, port), &[], DEADLINE));
+}
+
+#[test]
+fn async_work_handles() {
+    let port = free_port();
+    assert_all_ok(&run_ranks("async", env_ranks(0..3, 3, port), &[], DEADLINE));
+}

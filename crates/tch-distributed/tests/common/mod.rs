@@ -1,0 +1,161 @@
+//! Multi-process test harness: a test re-executes its own test binary once per rank,
+//! running the `#[ignore]`d entry point `rank_entry` with the scenario in the
+//! environment, and collects every rank's exit status and output.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Name of the `#[ignore]`d test every rank process runs.
+pub const ENTRY: &str = "rank_entry";
+
+/// Printed by a rank whose scenario returned; without it a rank that ran no test at all
+/// (a filter that matched nothing exits 0) would pass.
+pub const COMPLETED: &str = "tchd-rank-scenario-completed";
+
+/// Call at the end of `rank_entry`.
+pub fn mark_completed() {
+    println!("{COMPLETED}");
+}
+
+/// A port nobody listens on right now (the OS picks it; tests run in parallel).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[derive(Debug)]
+pub struct RankOutcome {
+    pub rank: usize,
+    /// Exited 0 *and* printed [`COMPLETED`].
+    pub success: bool,
+    pub code: Option<i32>,
+    pub output: String,
+    pub elapsed: Duration,
+}
+
+/// One rank process to start: its environment on top of the scenario's.
+pub struct RankSpec {
+    pub rank: usize,
+    pub env: Vec<(String, String)>,
+}
+
+/// The usual env:// rank set: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+pub fn env_ranks(ranks: impl IntoIterator<Item = usize>, world_size: usize, port: u16) -> Vec<RankSpec> {
+    ranks
+        .into_iter()
+        .map(|rank| RankSpec {
+            rank,
+            env: vec![
+                ("RANK".into(), rank.to_string()),
+                ("WORLD_SIZE".into(), world_size.to_string()),
+                ("MASTER_ADDR".into(), "127.0.0.1".into()),
+                ("MASTER_PORT".into(), port.to_string()),
+            ],
+        })
+        .collect()
+}
+
+/// Starts every rank running `scenario`, waits for all of them (killing the lot after
+/// `deadline`, so a hang is a failure and never a stuck test), and returns outcomes
+/// in rank order.
+pub fn run_ranks(
+    scenario: &str,
+    ranks: Vec<RankSpec>,
+    shared_env: &[(&str, &str)],
+    deadline: Duration,
+) -> Vec<RankOutcome> {
+    let exe = std::env::current_exe().unwrap();
+    let start = Instant::now();
+    let mut children: Vec<(usize, Child)> = ranks
+        .into_iter()
+        .map(|spec| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([ENTRY, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+                .env_remove("RANK")
+                .env_remove("WORLD_SIZE")
+                .env_remove("MASTER_ADDR")
+                .env_remove("MASTER_PORT")
+                .env_remove("TORCHELASTIC_USE_AGENT_STORE")
+                .env("TCHD_SCENARIO", scenario)
+                .env("TCHD_TEST_RANK", spec.rank.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in shared_env {
+                cmd.env(k, v);
+            }
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
+            (spec.rank, cmd.spawn().expect("start a rank process"))
+        })
+        .collect();
+    // Drain pipes on threads so a chatty rank never blocks on a full pipe.
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|(_, c)| {
+            let mut out = c.stdout.take().unwrap();
+            let mut err = c.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = out.read_to_string(&mut s);
+                let mut e = String::new();
+                let _ = err.read_to_string(&mut e);
+                s + &e
+            })
+        })
+        .collect();
+    let mut finished: Vec<Option<(std::process::ExitStatus, Duration)>> = vec![None; children.len()];
+    while finished.iter().any(|f| f.is_none()) {
+        for (i, (_, child)) in children.iter_mut().enumerate() {
+            if finished[i].is_none() {
+                if let Some(status) = child.try_wait().unwrap() {
+                    finished[i] = Some((status, start.elapsed()));
+                }
+            }
+        }
+        if start.elapsed() > deadline {
+            for (i, (_, child)) in children.iter_mut().enumerate() {
+                if finished[i].is_none() {
+                    let _ = child.kill();
+                    let status = child.wait().unwrap();
+                    finished[i] = Some((status, start.elapsed()));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    children
+        .into_iter()
+        .zip(readers)
+        .zip(finished)
+        .map(|(((rank, _), reader), f)| {
+            let (status, elapsed) = f.unwrap();
+            let output = reader.join().unwrap();
+            let success = status.success() && output.contains(COMPLETED);
+            RankOutcome { rank, success, code: status.code(), output, elapsed }
+        })
+        .collect()
+}
+
+/// Panics with every rank's output unless all succeeded.
+pub fn assert_all_ok(outcomes: &[RankOutcome]) {
+    if outcomes.iter().all(|o| o.success) {
+        return;
+    }
+    let mut report = String::new();
+    for o in outcomes {
+        report += &format!("--- rank {} (exit {:?}, {:?})\n{}\n", o.rank, o.code, o.elapsed, o.output);
+    }
+    panic!("not every rank succeeded:\n{report}");
+}
+
+/// Reads the scenario's rank inside a rank process.
+pub fn test_rank() -> usize {
+    std::env::var("TCHD_TEST_RANK").unwrap().parse().unwrap()
+}
+
+pub fn env_usize(name: &str) -> usize {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set")).parse().unwrap()
+}
