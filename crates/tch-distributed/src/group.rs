@@ -195,6 +195,12 @@ impl ProcessGroup {
         })
     }
 
+    /// The shim's handle, for other shim entry points (DDP, SyncBatchNorm).
+    #[allow(dead_code)]
+    pub(crate) fn raw(&self) -> *mut ffi::tchd_group {
+        self.raw.as_ptr()
+    }
+
     /// This process's rank in the group (0..world_size).
     pub fn rank(&self) -> usize {
         self.rank
