@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
-    println!("cargo:rerun-if-changed=shim/tchd.cpp");
-    println!("cargo:rerun-if-changed=shim/tchd.h");
+    for f in ["tchd.cpp", "ddp.cpp", "tchd.h", "tchd_internal.h"] {
+        println!("cargo:rerun-if-changed=shim/{f}");
+    }
     println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
 
     let reported = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect(
@@ -25,6 +26,7 @@ fn main() {
         .pic(true)
         .warnings(false)
         .file("shim/tchd.cpp")
+        .file("shim/ddp.cpp")
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

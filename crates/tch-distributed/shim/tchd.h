@@ -83,6 +83,32 @@ int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err);
 int tchd_work_is_completed(tchd_work* work);
 void tchd_work_free(tchd_work* work);
 
+// --- DistributedDataParallel pieces (ddp.cpp) ------------------------------------------
+typedef struct tchd_reducer tchd_reducer;
+
+// 1 when autograd is recording (not inside no_grad).
+int tchd_grad_enabled(void);
+
+// Broadcasts `tensors` from `root` in flattened chunks of at most buffer_bytes
+// (c10d::broadcast_coalesced): how DDP makes every replica start from rank 0's state.
+int tchd_broadcast_coalesced(tchd_group* group, void* const* tensors, size_t n, int64_t buffer_bytes,
+                             int root, char** err);
+
+// c10d::Reducer over `params` (which must require grad), with buckets computed as
+// PyTorch's DDP does. names: one C string per parameter (for error messages).
+int tchd_reducer_new(tchd_group* group, void* const* params, const char* const* names, size_t n,
+                     int64_t bucket_cap_bytes, int64_t first_bucket_cap_bytes, int find_unused_parameters,
+                     int gradient_as_bucket_view, tchd_reducer** out, char** err);
+void tchd_reducer_free(tchd_reducer* reducer);
+// Before a forward pass that will be followed by a synchronised backward.
+int tchd_reducer_prepare_for_forward(tchd_reducer* reducer, char** err);
+// After that forward pass: arms the gradient hooks. outputs are searched for unused
+// parameters when find_unused_parameters is set (pass n = 0 otherwise).
+int tchd_reducer_prepare_for_backward(tchd_reducer* reducer, void* const* outputs, size_t n, char** err);
+// Number of buckets and, per bucket, the number of parameters (for tests and logs).
+int tchd_reducer_bucket_sizes(tchd_reducer* reducer, int64_t* counts, size_t capacity, size_t* n_buckets,
+                              char** err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,11 @@ pub struct tchd_work {
     _private: [u8; 0],
 }
 
+#[repr(C)]
+pub struct tchd_reducer {
+    _private: [u8; 0],
+}
+
 pub const TCHD_OK: c_int = 0;
 pub const TCHD_ERR_NETWORK: c_int = 2;
 pub const TCHD_ERR_STORE: c_int = 3;
@@ -116,4 +121,42 @@ extern "C" {
     pub fn tchd_work_wait(work: *mut tchd_work, timeout_ms: i64, err: *mut *mut c_char) -> c_int;
     pub fn tchd_work_is_completed(work: *mut tchd_work) -> c_int;
     pub fn tchd_work_free(work: *mut tchd_work);
+
+    pub fn tchd_grad_enabled() -> c_int;
+    pub fn tchd_broadcast_coalesced(
+        group: *mut tchd_group,
+        tensors: *const *mut c_void,
+        n: usize,
+        buffer_bytes: i64,
+        root: c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn tchd_reducer_new(
+        group: *mut tchd_group,
+        params: *const *mut c_void,
+        names: *const *const c_char,
+        n: usize,
+        bucket_cap_bytes: i64,
+        first_bucket_cap_bytes: i64,
+        find_unused_parameters: c_int,
+        gradient_as_bucket_view: c_int,
+        out: *mut *mut tchd_reducer,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_reducer_free(reducer: *mut tchd_reducer);
+    pub fn tchd_reducer_prepare_for_forward(reducer: *mut tchd_reducer, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_reducer_prepare_for_backward(
+        reducer: *mut tchd_reducer,
+        outputs: *const *mut c_void,
+        n: usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_reducer_bucket_sizes(
+        reducer: *mut tchd_reducer,
+        counts: *mut i64,
+        capacity: usize,
+        n_buckets: *mut usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
 }

@@ -22,6 +22,7 @@
 //! Backend rules are PyTorch's: Gloo for CPU tensors (CUDA tensors work too), NCCL for
 //! CUDA tensors only; a mismatch is an error, never a crash. Every C++ exception is
 //! caught in the shim and arrives as a [`DistError`] carrying c10d's message.
+mod ddp;
 mod error;
 mod ffi;
 mod group;
@@ -30,6 +31,7 @@ mod store;
 
 use std::time::Duration;
 
+pub use ddp::{broadcast_coalesced, DdpOptions, DistributedDataParallel};
 pub use error::{DistError, ErrorKind, Result};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
 pub use init::{

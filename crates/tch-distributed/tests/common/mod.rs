@@ -140,7 +140,13 @@ pub fn run_ranks(
 }
 
 /// Panics with every rank's output unless all succeeded.
+/// Set `TCHD_SHOW_OUTPUT=1` to see every rank's output even when all succeed.
 pub fn assert_all_ok(outcomes: &[RankOutcome]) {
+    if std::env::var_os("TCHD_SHOW_OUTPUT").is_some() {
+        for o in outcomes {
+            eprintln!("--- rank {} (exit {:?}, {:?})\n{}", o.rank, o.code, o.elapsed, o.output);
+        }
+    }
     if outcomes.iter().all(|o| o.success) {
         return;
     }

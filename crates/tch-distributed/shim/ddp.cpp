@@ -1,0 +1,102 @@
+// DistributedDataParallel's engine: libtorch's own c10d::Reducer (bucketed gradient
+// all-reduce overlapping the backward pass) and broadcast_coalesced. The Rust side
+// (src/ddp.rs) drives it in the order PyTorch's DDP module does.
+#include "tchd_internal.h"
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/distributed/c10d/comm.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+
+using namespace tchd_detail;
+
+struct tchd_reducer {
+  std::unique_ptr<c10d::Reducer> reducer;
+};
+
+extern "C" {
+
+int tchd_grad_enabled(void) { return at::GradMode::is_enabled() ? 1 : 0; }
+
+int tchd_broadcast_coalesced(tchd_group* group, void* const* tensors, size_t n, int64_t buffer_bytes,
+                             int root, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ts;
+    ts.reserve(n);
+    for (size_t i = 0; i < n; ++i) ts.push_back(tensor_ref(tensors[i]));
+    // The copy into flat buffers and back must not be recorded by autograd.
+    at::NoGradGuard no_grad;
+    c10d::broadcast_coalesced(group->pg, ts, static_cast<size_t>(buffer_bytes), root);
+  });
+}
+
+int tchd_reducer_new(tchd_group* group, void* const* params, const char* const* names, size_t n,
+                     int64_t bucket_cap_bytes, int64_t first_bucket_cap_bytes, int find_unused_parameters,
+                     int gradient_as_bucket_view, tchd_reducer** out, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ps;
+    std::unordered_map<size_t, std::string> param_names;
+    for (size_t i = 0; i < n; ++i) {
+      ps.push_back(tensor_ref(params[i]));
+      TORCH_CHECK_VALUE(ps.back().requires_grad(), "parameter ", names[i], " does not require grad");
+      param_names[i] = names[i];
+    }
+    std::vector<bool> expect_sparse(n, false);
+    // As PyTorch's DDP: a small first bucket so communication starts early in the
+    // backward pass, then buckets up to the cap; the list is reversed because
+    // gradients become ready roughly in reverse order of the parameters.
+    auto [bucket_indices, per_bucket_limits] = c10d::compute_bucket_assignment_by_size(
+        ps, {static_cast<size_t>(first_bucket_cap_bytes), static_cast<size_t>(bucket_cap_bytes)},
+        expect_sparse);
+    std::reverse(bucket_indices.begin(), bucket_indices.end());
+    std::vector<int64_t> limits(per_bucket_limits.rbegin(), per_bucket_limits.rend());
+    auto r = std::make_unique<c10d::Reducer>(
+        ps, std::move(bucket_indices), group->pg, expect_sparse, bucket_cap_bytes,
+        find_unused_parameters != 0, gradient_as_bucket_view != 0, std::move(param_names),
+        first_bucket_cap_bytes, /*skip_all_reduce_unused_params=*/false,
+        /*use_python_reducer=*/false, std::move(limits));
+    *out = new tchd_reducer{std::move(r)};
+  });
+}
+
+void tchd_reducer_free(tchd_reducer* reducer) {
+  // ~Reducer may throw (noexcept(false)); nothing can be reported from a destructor
+  // path, so swallow rather than abort the process.
+  try {
+    delete reducer;
+  } catch (...) {
+  }
+}
+
+int tchd_reducer_prepare_for_forward(tchd_reducer* reducer, char** err) {
+  return guarded(err, [&] {
+    // After the first iteration the Reducer re-buckets by the order gradients really
+    // became ready (a collective: every rank does it in the same iteration).
+    reducer->reducer->rebuild_buckets();
+    reducer->reducer->prepare_for_forward();
+  });
+}
+
+int tchd_reducer_prepare_for_backward(tchd_reducer* reducer, void* const* outputs, size_t n, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < n; ++i) outs.push_back(tensor_ref(outputs[i]));
+    reducer->reducer->prepare_for_backward(outs);
+  });
+}
+
+int tchd_reducer_bucket_sizes(tchd_reducer* reducer, int64_t* counts, size_t capacity, size_t* n_buckets,
+                              char** err) {
+  return guarded(err, [&] {
+    auto buckets = reducer->reducer->get_grad_buckets(/*return_zero_tensors=*/true);
+    *n_buckets = buckets.size();
+    for (size_t i = 0; i < buckets.size() && i < capacity; ++i) {
+      counts[i] = static_cast<int64_t>(buckets[i].getParameters().size());
+    }
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,91 @@
+// Internals shared by the shim's translation units (tchd.cpp, ddp.cpp, ...):
+// the handle structs behind the opaque C types, and the exception guard.
+#pragma once
+#include "tchd.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+struct tchd_store {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::TCPStore> tcp;  // same object, typed; null for other stores
+};
+
+struct tchd_group {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::chrono::milliseconds timeout;
+};
+
+struct tchd_work {
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+namespace tchd_detail {
+
+inline char* dup_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) {
+    std::memcpy(out, s.data(), s.size());
+    out[s.size()] = '\0';
+  }
+  return out;
+}
+
+inline int fail(char** err, int status, const char* message) {
+  if (err != nullptr) *err = dup_string(message == nullptr ? "unknown error" : message);
+  return status;
+}
+
+// Runs `body`, turning every C++ exception into a status and a message.
+// Most derived exception types first: DistNetworkError and DistStoreError are DistErrors.
+template <typename F>
+int guarded(char** err, F&& body) {
+  try {
+    body();
+    return TCHD_OK;
+  } catch (const c10::DistNetworkError& e) {
+    return fail(err, TCHD_ERR_NETWORK, e.what_without_backtrace());
+  } catch (const c10::DistStoreError& e) {
+    return fail(err, TCHD_ERR_STORE, e.what_without_backtrace());
+  } catch (const c10::DistBackendError& e) {
+    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
+  } catch (const c10::DistError& e) {
+    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    return fail(err, TCHD_ERR_VALUE, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return fail(err, TCHD_ERR_OTHER, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(err, TCHD_ERR_OTHER, e.what());
+  } catch (...) {
+    return fail(err, TCHD_ERR_OTHER, "unknown C++ exception");
+  }
+}
+
+inline at::Tensor& tensor_ref(void* p) { return *static_cast<at::Tensor*>(p); }
+
+inline c10d::ReduceOp to_reduce_op(int op) {
+  switch (op) {
+    case TCHD_SUM: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case TCHD_AVG: return c10d::ReduceOp(c10d::ReduceOp::AVG);
+    case TCHD_PRODUCT: return c10d::ReduceOp(c10d::ReduceOp::PRODUCT);
+    case TCHD_MIN: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+    case TCHD_MAX: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    default: TORCH_CHECK_VALUE(false, "unknown reduce op ", op);
+  }
+}
+
+inline tchd_work* wrap(c10::intrusive_ptr<c10d::Work> work) {
+  auto* out = new tchd_work();
+  out->work = std::move(work);
+  return out;
+}
+
+}  // namespace tchd_detail
