@@ -1,0 +1,220 @@
+//! The lab's WideResNet (WRN-16-10 style) for 28×28 single-channel images.
+//!
+//! cbr = 3×3 conv (same padding, no bias) → BatchNorm → ReLU.
+//! Block(in, out, scale) = cbr(in, out) → Dropout(0.01) → cbr(out, out), plus a
+//! residual: a 1×1 conv (with bias) when the block changes width, identity otherwise.
+//! Layout: cbr 1→w0; Block w0→w1 (scale); Block w1→w1; MaxPool 2; Block w1→w2 (scale);
+//! Block w2→w2; MaxPool 2; Block w2→w3 (scale); Block w3→w3; AvgPool 7; Linear w3→10.
+//! The lab's widths [16, 160, 320, 640] give 17,117,466 parameters; CPU runs use
+//! narrower ones (e.g. [8, 16, 32, 64]: 173,778), same architecture.
+use std::fmt;
+use std::str::FromStr;
+
+use tch::nn::{self, ModuleT};
+use tch::Tensor;
+
+/// Channel widths of the four stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Widths(pub [i64; 4]);
+
+impl Widths {
+    /// The lab's model (17,117,466 parameters).
+    pub const LAB: Widths = Widths([16, 160, 320, 640]);
+    /// A CPU-friendly model with the same shape (173,778 parameters).
+    pub const NARROW: Widths = Widths([8, 16, 32, 64]);
+}
+
+impl fmt::Display for Widths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d] = self.0;
+        write!(f, "{a},{b},{c},{d}")
+    }
+}
+
+impl FromStr for Widths {
+    type Err = String;
+    /// `lab`, `narrow`, or four comma-separated channel counts such as `8,16,32,64`.
+    fn from_str(s: &str) -> Result<Widths, String> {
+        match s {
+            "lab" | "full" => return Ok(Widths::LAB),
+            "narrow" => return Ok(Widths::NARROW),
+            _ => {}
+        }
+        let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+        let values: Vec<i64> =
+            parts.iter().filter_map(|p| p.parse().ok()).filter(|v| *v > 0 && *v <= 4096).collect();
+        if parts.len() != 4 || values.len() != 4 {
+            return Err(format!(
+                "width {s:?} is not `lab`, `narrow`, or four channel counts 1..4096 like 8,16,32,64"
+            ));
+        }
+        Ok(Widths([values[0], values[1], values[2], values[3]]))
+    }
+}
+
+/// How the model normalises: per-rank BatchNorm (the lab's default) or SyncBatchNorm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Norm {
+    #[default]
+    BatchNorm,
+    SyncBatchNorm,
+}
+
+#[derive(Debug)]
+enum NormLayer {
+    Local(nn::BatchNorm),
+}
+
+impl NormLayer {
+    fn new(p: nn::Path, channels: i64, norm: Norm) -> NormLayer {
+        match norm {
+            Norm::BatchNorm => NormLayer::Local(nn::batch_norm2d(p, channels, Default::default())),
+            Norm::SyncBatchNorm => {
+                // Arrives with tch-distributed's SyncBatchNorm.
+                NormLayer::Local(nn::batch_norm2d(p, channels, Default::default()))
+            }
+        }
+    }
+
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        match self {
+            NormLayer::Local(bn) => xs.apply_t(bn, train),
+        }
+    }
+}
+
+/// conv3×3 → norm → ReLU.
+#[derive(Debug)]
+struct Cbr {
+    conv: nn::Conv2D,
+    norm: NormLayer,
+}
+
+impl Cbr {
+    fn new(p: nn::Path, cin: i64, cout: i64, norm: Norm) -> Cbr {
+        let cfg = nn::ConvConfig { padding: 1, bias: false, ..Default::default() };
+        Cbr { conv: nn::conv2d(&p / "conv", cin, cout, 3, cfg), norm: NormLayer::new(&p / "bn", cout, norm) }
+    }
+
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.norm.forward_t(&xs.apply(&self.conv), train).relu()
+    }
+}
+
+#[derive(Debug)]
+struct Block {
+    first: Cbr,
+    second: Cbr,
+    shortcut: Option<nn::Conv2D>,
+}
+
+const DROPOUT: f64 = 0.01;
+
+impl Block {
+    fn new(p: nn::Path, cin: i64, cout: i64, scale: bool, norm: Norm) -> Block {
+        Block {
+            first: Cbr::new(&p / "cbr1", cin, cout, norm),
+            second: Cbr::new(&p / "cbr2", cout, cout, norm),
+            shortcut: scale.then(|| nn::conv2d(&p / "shortcut", cin, cout, 1, Default::default())),
+        }
+    }
+
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        let main = self.second.forward_t(&self.first.forward_t(xs, train).dropout(DROPOUT, train), train);
+        let residual = match &self.shortcut {
+            Some(conv) => xs.apply(conv),
+            None => xs.shallow_clone(),
+        };
+        main + residual
+    }
+}
+
+/// The lab's WideResNet. Input: `[N, 1, 28, 28]` floats in [0, 1]; output: `[N, 10]` logits.
+#[derive(Debug)]
+pub struct WideResNet {
+    stem: Cbr,
+    stage1: [Block; 2],
+    stage2: [Block; 2],
+    stage3: [Block; 2],
+    fc: nn::Linear,
+}
+
+impl WideResNet {
+    pub fn new(p: &nn::Path, widths: Widths, norm: Norm) -> WideResNet {
+        let [w0, w1, w2, w3] = widths.0;
+        WideResNet {
+            stem: Cbr::new(p / "stem", 1, w0, norm),
+            stage1: [
+                Block::new(p / "block1", w0, w1, true, norm),
+                Block::new(p / "block2", w1, w1, false, norm),
+            ],
+            stage2: [
+                Block::new(p / "block3", w1, w2, true, norm),
+                Block::new(p / "block4", w2, w2, false, norm),
+            ],
+            stage3: [
+                Block::new(p / "block5", w2, w3, true, norm),
+                Block::new(p / "block6", w3, w3, false, norm),
+            ],
+            fc: nn::linear(p / "fc", w3, 10, Default::default()),
+        }
+    }
+}
+
+impl ModuleT for WideResNet {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        let mut x = self.stem.forward_t(xs, train);
+        for b in &self.stage1 {
+            x = b.forward_t(&x, train);
+        }
+        x = x.max_pool2d_default(2);
+        for b in &self.stage2 {
+            x = b.forward_t(&x, train);
+        }
+        x = x.max_pool2d_default(2);
+        for b in &self.stage3 {
+            x = b.forward_t(&x, train);
+        }
+        x.avg_pool2d_default(7).flatten(1, -1).apply(&self.fc)
+    }
+}
+
+/// Number of trainable values in a VarStore.
+pub fn parameter_count(vs: &nn::VarStore) -> i64 {
+    vs.trainable_variables().iter().map(|t| t.numel() as i64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::{Device, Kind};
+
+    fn count(widths: Widths) -> i64 {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = WideResNet::new(&vs.root(), widths, Norm::BatchNorm);
+        parameter_count(&vs)
+    }
+
+    #[test]
+    fn lab_width_has_the_labs_parameter_count() {
+        assert_eq!(count(Widths::LAB), 17_117_466);
+    }
+
+    #[test]
+    fn narrow_width_parameter_count() {
+        assert_eq!(count(Widths::NARROW), 173_778);
+    }
+
+    #[test]
+    fn forward_shape_and_widths_parsing() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let net = WideResNet::new(&vs.root(), Widths([4, 8, 16, 32]), Norm::BatchNorm);
+        let out = net.forward_t(&Tensor::rand([3, 1, 28, 28], (Kind::Float, Device::Cpu)), true);
+        assert_eq!(out.size(), vec![3, 10]);
+        assert_eq!("8,16,32,64".parse::<Widths>().unwrap(), Widths::NARROW);
+        assert_eq!("lab".parse::<Widths>().unwrap(), Widths::LAB);
+        for bad in ["8,16,32", "a,b,c,d", "0,1,2,3", ""] {
+            assert!(bad.parse::<Widths>().is_err(), "{bad}");
+        }
+    }
+}
