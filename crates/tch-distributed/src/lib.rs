@@ -1,22 +1,46 @@
 //! `torch.distributed` for tch: libtorch's own c10d (TCPStore, ProcessGroupGloo,
-//! ProcessGroupNCCL) reached through a small C++ shim.
+//! ProcessGroupNCCL, the DDP Reducer) reached through a small C++ shim.
 //!
-//! Lab code writes `use tch_distributed as dist;` and then reads like the Python:
+//! Lab code writes `use tch_distributed as dist;` and then reads like the Python.
+//! A complete data-parallel training loop (start it once per rank, e.g. with
+//! `torchrun --no-python --nproc-per-node 2 ./train`, which sets the env:// variables):
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use tch::Tensor;
+//! use tch::nn::{self, ModuleT, OptimizerConfig};
+//! use tch::{Device, Kind, Tensor};
 //! use tch_distributed as dist;
 //!
-//! # fn main() -> dist::Result<()> {
-//! // MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE come from the environment (env://).
-//! dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, Duration::from_secs(60))?;
-//! let mut t = Tensor::from_slice(&[dist::get_rank()? as f32]);
-//! dist::all_reduce(&mut t, dist::ReduceOp::Sum)?;
-//! dist::barrier()?;
-//! dist::destroy_process_group()?;
-//! # Ok(())
-//! # }
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE come from the environment.
+//!     dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, Duration::from_secs(60))?;
+//!     let (rank, world_size) = (dist::get_rank()?, dist::get_world_size()?);
+//!
+//!     let vs = nn::VarStore::new(Device::Cpu);
+//!     let net = nn::seq_t().add(nn::linear(vs.root() / "fc1", 784, 128, Default::default()))
+//!         .add_fn(|x| x.relu()).add(nn::linear(vs.root() / "fc2", 128, 10, Default::default()));
+//!     // Replicas start from rank 0's weights; backward() averages gradients across ranks.
+//!     let model = dist::DistributedDataParallel::new(net, &vs, dist::DdpOptions::default())?;
+//!     let mut opt = nn::Sgd::default().build(&vs, 0.01)?;
+//!
+//!     let (images, labels) = (Tensor::rand([6000, 784], (Kind::Float, Device::Cpu)),
+//!                             Tensor::randint(10, [6000], (Kind::Int64, Device::Cpu)));
+//!     let mut sampler = dist::DistributedSampler::new(6000, world_size, rank, true, 0, false)?;
+//!     for epoch in 0..3 {
+//!         sampler.set_epoch(epoch); // a new shuffle each epoch, the same on every rank
+//!         let indices: Vec<i64> = sampler.indices().iter().map(|&i| i as i64).collect();
+//!         for batch in indices.chunks(32) {
+//!             let batch = Tensor::from_slice(batch);
+//!             let (x, y) = (images.index_select(0, &batch), labels.index_select(0, &batch));
+//!             let loss = model.forward_t(&x, true).cross_entropy_for_logits(&y);
+//!             opt.backward_step(&loss);
+//!         }
+//!         let mut loss_sum = Tensor::from_slice(&[0f32]); // e.g. a metric to average
+//!         dist::all_reduce(&mut loss_sum, dist::ReduceOp::Sum)?;
+//!     }
+//!     dist::destroy_process_group()?;
+//!     Ok(())
+//! }
 //! ```
 //!
 //! Backend rules are PyTorch's: Gloo for CPU tensors (CUDA tensors work too), NCCL for
@@ -27,6 +51,7 @@ mod error;
 mod ffi;
 mod group;
 mod init;
+mod sampler;
 mod store;
 
 use std::time::Duration;
@@ -39,6 +64,7 @@ pub use init::{
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
     init_process_group, is_initialized, is_loopback, reduce, reduce_async, Init, Rendezvous,
 };
+pub use sampler::DistributedSampler;
 pub use store::{Store, TcpStoreOptions};
 
 /// PyTorch's default process-group timeout (30 minutes).
