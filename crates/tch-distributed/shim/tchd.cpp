@@ -1,15 +1,13 @@
 // C ABI over libtorch's c10d: TCPStore, ProcessGroup with Gloo (and NCCL when built
 // with CUDA headers) backends, and the collectives the lab uses. See tchd.h.
-#include "tchd.h"
+#include "tchd_internal.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef TCHD_WITH_NCCL
@@ -21,58 +19,14 @@ struct tchd_store {
   c10::intrusive_ptr<c10d::TCPStore> tcp;  // same object, typed; null for other stores
 };
 
-struct tchd_group {
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
-  std::chrono::milliseconds timeout;
-};
-
 struct tchd_work {
   c10::intrusive_ptr<c10d::Work> work;
 };
 
 namespace {
 
-char* dup_string(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out != nullptr) {
-    std::memcpy(out, s.data(), s.size());
-    out[s.size()] = '\0';
-  }
-  return out;
-}
-
-int fail(char** err, int status, const char* message) {
-  if (err != nullptr) *err = dup_string(message == nullptr ? "unknown error" : message);
-  return status;
-}
-
-// Runs `body`, turning every C++ exception into a status and a message.
-// Most derived exception types first: DistNetworkError and DistStoreError are DistErrors.
-template <typename F>
-int guarded(char** err, F&& body) {
-  try {
-    body();
-    return TCHD_OK;
-  } catch (const c10::DistNetworkError& e) {
-    return fail(err, TCHD_ERR_NETWORK, e.what_without_backtrace());
-  } catch (const c10::DistStoreError& e) {
-    return fail(err, TCHD_ERR_STORE, e.what_without_backtrace());
-  } catch (const c10::DistBackendError& e) {
-    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
-  } catch (const c10::DistError& e) {
-    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
-  } catch (const c10::ValueError& e) {
-    return fail(err, TCHD_ERR_VALUE, e.what_without_backtrace());
-  } catch (const c10::Error& e) {
-    return fail(err, TCHD_ERR_OTHER, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return fail(err, TCHD_ERR_OTHER, e.what());
-  } catch (...) {
-    return fail(err, TCHD_ERR_OTHER, "unknown C++ exception");
-  }
-}
-
-at::Tensor& tensor_ref(void* p) { return *static_cast<at::Tensor*>(p); }
+using tchd::guarded;
+using tchd::tensor_ref;
 
 c10d::ReduceOp to_reduce_op(int op) {
   switch (op) {

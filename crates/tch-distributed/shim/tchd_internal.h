@@ -1,0 +1,67 @@
+// Shared between the shim's translation units (tchd.cpp, sync_batch_norm.cpp); not part
+// of the C ABI. Holds the opaque handle layouts and the exception-to-status guard.
+#pragma once
+#include "tchd.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include <ATen/Tensor.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+struct tchd_group {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::chrono::milliseconds timeout;
+};
+
+namespace tchd {
+
+inline char* dup_string(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) {
+    std::memcpy(out, s.data(), s.size());
+    out[s.size()] = '\0';
+  }
+  return out;
+}
+
+inline int fail(char** err, int status, const char* message) {
+  if (err != nullptr) *err = dup_string(message == nullptr ? "unknown error" : message);
+  return status;
+}
+
+// Runs `body`, turning every C++ exception into a status and a message.
+// Most derived exception types first: DistNetworkError and DistStoreError are DistErrors.
+template <typename F>
+int guarded(char** err, F&& body) {
+  try {
+    body();
+    return TCHD_OK;
+  } catch (const c10::DistNetworkError& e) {
+    return fail(err, TCHD_ERR_NETWORK, e.what_without_backtrace());
+  } catch (const c10::DistStoreError& e) {
+    return fail(err, TCHD_ERR_STORE, e.what_without_backtrace());
+  } catch (const c10::DistBackendError& e) {
+    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
+  } catch (const c10::DistError& e) {
+    return fail(err, TCHD_ERR_BACKEND, e.what_without_backtrace());
+  } catch (const c10::ValueError& e) {
+    return fail(err, TCHD_ERR_VALUE, e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    return fail(err, TCHD_ERR_OTHER, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(err, TCHD_ERR_OTHER, e.what());
+  } catch (...) {
+    return fail(err, TCHD_ERR_OTHER, "unknown C++ exception");
+  }
+}
+
+// The `void*` tensors of the C ABI point at `at::Tensor`s (tch's C_tensor).
+inline at::Tensor& tensor_ref(void* p) { return *static_cast<at::Tensor*>(p); }
+inline const at::Tensor& tensor_ref(const void* p) { return *static_cast<const at::Tensor*>(p); }
+
+}  // namespace tchd
