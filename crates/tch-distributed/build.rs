@@ -1,4 +1,5 @@
-//! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp).
+//! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
+//! (shim/sync_batch_norm.cpp).
 //!
 //! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`).
 //! ProcessGroupNCCL is compiled in whenever libtorch ships its CUDA libraries and the
@@ -9,6 +10,8 @@ use std::path::{Path, PathBuf};
 fn main() {
     println!("cargo:rerun-if-changed=shim/tchd.cpp");
     println!("cargo:rerun-if-changed=shim/tchd.h");
+    println!("cargo:rerun-if-changed=shim/tchd_internal.h");
+    println!("cargo:rerun-if-changed=shim/sync_batch_norm.cpp");
     println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
 
     let reported = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect(
@@ -25,6 +28,7 @@ fn main() {
         .pic(true)
         .warnings(false)
         .file("shim/tchd.cpp")
+        .file("shim/sync_batch_norm.cpp")
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

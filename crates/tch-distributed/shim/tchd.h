@@ -83,6 +83,17 @@ int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err);
 int tchd_work_is_completed(tchd_work* work);
 void tchd_work_free(tchd_work* work);
 
+// --- SyncBatchNorm -------------------------------------------------------------------
+// Batch norm over (N, C, H, W) whose training statistics cover the whole group's batch
+// (see sync_batch_norm.cpp for the math). weight, bias (NULL when not affine),
+// running_mean and running_var (updated in place when training) have C elements.
+// Eval mode (training == 0), a NULL group or a group of one rank run plain batch norm
+// without communicating. On success *out is a new `at::Tensor*` (free it with tch's
+// at_free, i.e. wrap it with tch::Tensor::from_ptr); its backward all-reduces too.
+int tchd_sync_batch_norm(tchd_group* group, const void* input, const void* weight,
+                         const void* bias, void* running_mean, void* running_var, int training,
+                         double momentum, double eps, int cudnn_enabled, void** out, char** err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,11 +22,15 @@
 //! Backend rules are PyTorch's: Gloo for CPU tensors (CUDA tensors work too), NCCL for
 //! CUDA tensors only; a mismatch is an error, never a crash. Every C++ exception is
 //! caught in the shim and arrives as a [`DistError`] carrying c10d's message.
+//!
+//! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
+//! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
 mod error;
 mod ffi;
 mod group;
 mod init;
 mod store;
+mod sync_batch_norm;
 
 use std::time::Duration;
 
@@ -38,6 +42,7 @@ pub use init::{
     init_process_group, is_initialized, is_loopback, reduce, reduce_async, Init, Rendezvous,
 };
 pub use store::{Store, TcpStoreOptions};
+pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};
 
 /// PyTorch's default process-group timeout (30 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
