@@ -105,6 +105,7 @@ fn parse_kind(s: &str) -> Kind {
 /// for STEPS training steps, with and without affine parameters, and checks the output,
 /// the input gradient, the running statistics, the weight/bias gradients summed over
 /// ranks, and eval mode afterwards, against tch's batch_norm2d over the whole batch.
+/// Then a global batch of one value per channel must fail on every rank alike.
 fn train_scenario() {
     init_env();
     let rank = dist::get_rank().unwrap();
@@ -129,7 +130,9 @@ fn train_scenario() {
         let mut vs_ref = nn::VarStore::new(device);
         let bn_ref = nn::batch_norm2d(vs_ref.root() / "bn", C, config(affine));
         let mut vs = nn::VarStore::new(device);
-        let bn = SyncBatchNorm::new(vs.root() / "bn", C, config(affine), None);
+        // Both ways to name the group: the default one at call time, and explicitly.
+        let group = if affine { None } else { Some(dist::default_group().unwrap()) };
+        let bn = SyncBatchNorm::new(vs.root() / "bn", C, config(affine), group);
         // After creation: tch makes the running statistics f32 whatever the store's kind.
         vs_ref.set_kind(kind);
         vs.set_kind(kind);
