@@ -1,4 +1,5 @@
-//! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp).
+//! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
+//! (shim/sync_batch_norm.cpp).
 //!
 //! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`).
 //! ProcessGroupNCCL is compiled in whenever libtorch ships its CUDA libraries and the
@@ -7,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
-    for f in ["tchd.cpp", "ddp.cpp", "tchd.h", "tchd_internal.h"] {
+    for f in ["tchd.cpp", "ddp.cpp", "sync_batch_norm.cpp", "tchd.h", "tchd_internal.h"] {
         println!("cargo:rerun-if-changed=shim/{f}");
     }
     println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
@@ -27,6 +28,7 @@ fn main() {
         .warnings(false)
         .file("shim/tchd.cpp")
         .file("shim/ddp.cpp")
+        .file("shim/sync_batch_norm.cpp")
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

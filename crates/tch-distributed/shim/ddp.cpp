@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
-using namespace tchd_detail;
+using namespace tchd;
 
 struct tchd_reducer {
   std::unique_ptr<c10d::Reducer> reducer;

@@ -109,6 +109,17 @@ int tchd_reducer_prepare_for_backward(tchd_reducer* reducer, void* const* output
 int tchd_reducer_bucket_sizes(tchd_reducer* reducer, int64_t* counts, size_t capacity, size_t* n_buckets,
                               char** err);
 
+// --- SyncBatchNorm -------------------------------------------------------------------
+// Batch norm over (N, C, H, W) whose training statistics cover the whole group's batch
+// (see sync_batch_norm.cpp for the math). weight, bias (NULL when not affine),
+// running_mean and running_var (updated in place when training) have C elements.
+// Eval mode (training == 0), a NULL group or a group of one rank run plain batch norm
+// without communicating. On success *out is a new `at::Tensor*` (free it with tch's
+// at_free, i.e. wrap it with tch::Tensor::from_ptr); its backward all-reduces too.
+int tchd_sync_batch_norm(tchd_group* group, const void* input, const void* weight,
+                         const void* bias, void* running_mean, void* running_var, int training,
+                         double momentum, double eps, int cudnn_enabled, void** out, char** err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
-// Internals shared by the shim's translation units (tchd.cpp, ddp.cpp, ...):
+// Internals shared by the shim's translation units (tchd.cpp, ddp.cpp,
+// sync_batch_norm.cpp); not part of the C ABI:
 // the handle structs behind the opaque C types, and the exception guard.
 #pragma once
 #include "tchd.h"
@@ -6,8 +7,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
+#include <ATen/Tensor.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -27,7 +30,7 @@ struct tchd_work {
   c10::intrusive_ptr<c10d::Work> work;
 };
 
-namespace tchd_detail {
+namespace tchd {
 
 inline char* dup_string(const std::string& s) {
   char* out = static_cast<char*>(std::malloc(s.size() + 1));
@@ -69,7 +72,9 @@ int guarded(char** err, F&& body) {
   }
 }
 
+// The `void*` tensors of the C ABI point at `at::Tensor`s (tch's C_tensor).
 inline at::Tensor& tensor_ref(void* p) { return *static_cast<at::Tensor*>(p); }
+inline const at::Tensor& tensor_ref(const void* p) { return *static_cast<const at::Tensor*>(p); }
 
 inline c10d::ReduceOp to_reduce_op(int op) {
   switch (op) {
@@ -88,4 +93,4 @@ inline tchd_work* wrap(c10::intrusive_ptr<c10d::Work> work) {
   return out;
 }
 
-}  // namespace tchd_detail
+}  // namespace tchd

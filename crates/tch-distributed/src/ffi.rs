@@ -159,4 +159,19 @@ extern "C" {
         n_buckets: *mut usize,
         err: *mut *mut c_char,
     ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn tchd_sync_batch_norm(
+        group: *mut tchd_group,
+        input: *const c_void,
+        weight: *const c_void,
+        bias: *const c_void,
+        running_mean: *mut c_void,
+        running_var: *mut c_void,
+        training: c_int,
+        momentum: f64,
+        eps: f64,
+        cudnn_enabled: c_int,
+        out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
 }

@@ -196,7 +196,6 @@ impl ProcessGroup {
     }
 
     /// The shim's handle, for other shim entry points (DDP, SyncBatchNorm).
-    #[allow(dead_code)]
     pub(crate) fn raw(&self) -> *mut ffi::tchd_group {
         self.raw.as_ptr()
     }

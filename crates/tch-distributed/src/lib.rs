@@ -46,6 +46,9 @@
 //! Backend rules are PyTorch's: Gloo for CPU tensors (CUDA tensors work too), NCCL for
 //! CUDA tensors only; a mismatch is an error, never a crash. Every C++ exception is
 //! caught in the shim and arrives as a [`DistError`] carrying c10d's message.
+//!
+//! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
+//! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
 mod ddp;
 mod error;
 mod ffi;
@@ -53,6 +56,7 @@ mod group;
 mod init;
 mod sampler;
 mod store;
+mod sync_batch_norm;
 
 use std::time::Duration;
 
@@ -66,6 +70,7 @@ pub use init::{
 };
 pub use sampler::DistributedSampler;
 pub use store::{Store, TcpStoreOptions};
+pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};
 
 /// PyTorch's default process-group timeout (30 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
