@@ -19,6 +19,10 @@
 //! # }
 //! ```
 //!
+//! Starting the ranks: [`spawn`] is `torch.multiprocessing.spawn` (the binary
+//! re-executes itself once per local rank); under `torchrun --no-python` the ranks are
+//! already started and [`LaunchEnv`] reads what torchrun set.
+//!
 //! Backend rules are PyTorch's: Gloo for CPU tensors (CUDA tensors work too), NCCL for
 //! CUDA tensors only; a mismatch is an error, never a crash. Every C++ exception is
 //! caught in the shim and arrives as a [`DistError`] carrying c10d's message.
@@ -26,6 +30,8 @@ mod error;
 mod ffi;
 mod group;
 mod init;
+mod launch;
+mod spawn;
 mod store;
 
 use std::time::Duration;
@@ -36,6 +42,11 @@ pub use init::{
     all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
     init_process_group, is_initialized, is_loopback, reduce, reduce_async, Init, Rendezvous,
+};
+pub use launch::{local_rank, LaunchEnv};
+pub use spawn::{
+    spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome, DEFAULT_GRACE_PERIOD,
+    SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR,
 };
 pub use store::{Store, TcpStoreOptions};
 
