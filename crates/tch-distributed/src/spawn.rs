@@ -75,7 +75,6 @@ pub fn spawned_rank() -> Option<SpawnedRank> {
 /// SIGINT/SIGTERM/SIGHUP; [`ErrorKind::InvalidArgument`] for `nprocs == 0` (nothing is
 /// started). In a child this function does not return.
 ///
-///
 /// Python hands a function to fresh worker processes. A Rust process cannot do that
 /// safely once libtorch has started its thread pools (a `fork` without `exec` copies
 /// locks held by threads that do not exist in the child), so the parent here
@@ -110,7 +109,9 @@ pub fn spawned_rank() -> Option<SpawnedRank> {
 /// * One failing rank ends the run: the parent stops the others (SIGTERM, then
 ///   SIGKILL after a grace period) and returns [`ErrorKind::RankFailed`] naming the
 ///   rank and how it ended. Ctrl-C (SIGINT), SIGTERM or SIGHUP to the parent does the
-///   same and returns [`ErrorKind::Interrupted`].
+///   same and returns [`ErrorKind::Interrupted`] (return it from `main` for a non-zero
+///   exit). While `spawn` runs it owns those three signals; handlers the program had
+///   come back afterwards, and a signal the program ignores stays ignored.
 /// * No orphans: each child asks the kernel to SIGKILL it when the parent dies, even
 ///   when the parent itself is SIGKILLed and can clean nothing up (Linux).
 ///
