@@ -26,6 +26,12 @@ pub enum ErrorKind {
     NotInitialized,
     /// `init_process_group` was called twice.
     AlreadyInitialized,
+    /// A process started by [`spawn`](crate::spawn) failed (non-zero exit or a signal);
+    /// the others were stopped.
+    RankFailed,
+    /// [`spawn`](crate::spawn)'s parent was asked to stop (SIGINT, SIGTERM, SIGHUP);
+    /// its ranks were stopped.
+    Interrupted,
     /// Anything else libtorch threw.
     Other,
 }

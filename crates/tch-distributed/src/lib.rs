@@ -43,6 +43,10 @@
 //! }
 //! ```
 //!
+//! Starting the ranks: [`spawn`] is `torch.multiprocessing.spawn` (the binary
+//! re-executes itself once per local rank); under `torchrun --no-python` the ranks are
+//! already started and [`LaunchEnv`] reads what torchrun set.
+//!
 //! Backend rules are PyTorch's: Gloo for CPU tensors (CUDA tensors work too), NCCL for
 //! CUDA tensors only; a mismatch is an error, never a crash. Every C++ exception is
 //! caught in the shim and arrives as a [`DistError`] carrying c10d's message.
@@ -54,7 +58,9 @@ mod error;
 mod ffi;
 mod group;
 mod init;
+mod launch;
 mod sampler;
+mod spawn;
 mod store;
 mod sync_batch_norm;
 
@@ -68,7 +74,12 @@ pub use init::{
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
     init_process_group, is_initialized, is_loopback, reduce, reduce_async, Init, Rendezvous,
 };
+pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;
+pub use spawn::{
+    spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome, DEFAULT_GRACE_PERIOD,
+    SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR,
+};
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};
 

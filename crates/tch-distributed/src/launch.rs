@@ -1,0 +1,156 @@
+//! torchrun's environment, so that a program runs unchanged under
+//! `torchrun --no-python ./program ARGS` as well as on its own.
+use crate::error::{DistError, Result};
+
+/// What torchrun set for this process, read by [`LaunchEnv::from_env`].
+///
+/// The contract (torchrun, i.e. torchelastic): each process it starts gets
+///
+/// | variable | meaning |
+/// |---|---|
+/// | `RANK` | global rank, `0..WORLD_SIZE` |
+/// | `LOCAL_RANK` | rank on this node, `0..LOCAL_WORLD_SIZE` (which GPU to use) |
+/// | `WORLD_SIZE` | processes in the whole job |
+/// | `LOCAL_WORLD_SIZE` | processes on this node (`--nproc-per-node`) |
+/// | `GROUP_RANK`, `GROUP_WORLD_SIZE` | this node's rank and the number of nodes |
+/// | `MASTER_ADDR`, `MASTER_PORT` | where the job's TCPStore listens |
+/// | `TORCHELASTIC_USE_AGENT_STORE` | `True`: the agent already hosts that store, so every rank (rank 0 too) connects as a client |
+/// | `TORCHELASTIC_RESTART_COUNT`, `TORCHELASTIC_MAX_RESTARTS`, `TORCHELASTIC_RUN_ID` | elastic bookkeeping |
+///
+/// plus `ROLE_*`, `TORCHELASTIC_ERROR_FILE`, `OMP_NUM_THREADS=1` (unless set) and
+/// `TORCH_NCCL_ASYNC_ERROR_HANDLING`. A non-Python program needs `--no-python`, or
+/// torchrun tries to run it with the Python interpreter.
+///
+/// `init_process_group(backend, Init::Env, None, None, timeout)` already consumes the
+/// rendezvous part; [`LaunchEnv`] is for the program's own decisions (which rank it is,
+/// whether to spawn its own ranks) and validates everything up front, naming the
+/// variable that is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchEnv {
+    /// `RANK`
+    pub rank: usize,
+    /// `LOCAL_RANK`
+    pub local_rank: usize,
+    /// `WORLD_SIZE`
+    pub world_size: usize,
+    /// `LOCAL_WORLD_SIZE`
+    pub local_world_size: usize,
+    /// `MASTER_ADDR`
+    pub master_addr: String,
+    /// `MASTER_PORT`
+    pub master_port: u16,
+    /// `GROUP_RANK`: this node's rank, when set.
+    pub node_rank: Option<usize>,
+    /// `GROUP_WORLD_SIZE`: the number of nodes, when set.
+    pub num_nodes: Option<usize>,
+    /// `TORCHELASTIC_RESTART_COUNT`: how many times the job was restarted, when set.
+    pub restart_count: Option<usize>,
+    /// `TORCHELASTIC_MAX_RESTARTS`, when set.
+    pub max_restarts: Option<usize>,
+    /// `TORCHELASTIC_RUN_ID`, when set.
+    pub run_id: Option<String>,
+    /// `TORCHELASTIC_USE_AGENT_STORE=True`: the agent hosts the store.
+    pub agent_store: bool,
+}
+
+impl LaunchEnv {
+    /// Reads this process's environment: `Ok(None)` when not started by torchrun (no
+    /// `LOCAL_RANK`), `Err` naming the variable when one is missing, malformed or
+    /// inconsistent with the others.
+    pub fn from_env() -> Result<Option<LaunchEnv>> {
+        Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// [`from_env`](Self::from_env) over any source of variables (tests, a saved
+    /// environment): `lookup(name)` returns the value of `name` if it is set.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<LaunchEnv>> {
+        let get = |name: &str| lookup(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let Some(local_rank) = get("LOCAL_RANK") else {
+            return Ok(None);
+        };
+        let local_rank = count("LOCAL_RANK", &local_rank)?;
+        let required = |name: &str| {
+            get(name).ok_or_else(|| {
+                DistError::invalid(format!(
+                    "LOCAL_RANK is set, as torchrun does, but {name} is not: a torchrun launch sets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT"
+                ))
+            })
+        };
+        let optional = |name: &str| get(name).map(|v| count(name, &v)).transpose();
+        let rank = count("RANK", &required("RANK")?)?;
+        let world_size = size("WORLD_SIZE", &required("WORLD_SIZE")?)?;
+        let local_world_size = size("LOCAL_WORLD_SIZE", &required("LOCAL_WORLD_SIZE")?)?;
+        let master_addr = required("MASTER_ADDR")?;
+        let port_text = required("MASTER_PORT")?;
+        let master_port = port_text.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+            DistError::invalid(format!(
+                "MASTER_PORT = {port_text:?} is not a TCP port (a whole number 1..65535)"
+            ))
+        })?;
+        below("RANK", rank, "WORLD_SIZE", world_size)?;
+        below("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world_size)?;
+        if local_world_size > world_size {
+            return Err(DistError::invalid(format!(
+                "LOCAL_WORLD_SIZE = {local_world_size} is larger than WORLD_SIZE = {world_size}"
+            )));
+        }
+        let node_rank = optional("GROUP_RANK")?;
+        let num_nodes = match get("GROUP_WORLD_SIZE") {
+            Some(v) => Some(size("GROUP_WORLD_SIZE", &v)?),
+            None => None,
+        };
+        if let (Some(node), Some(nodes)) = (node_rank, num_nodes) {
+            below("GROUP_RANK", node, "GROUP_WORLD_SIZE", nodes)?;
+        }
+        Ok(Some(LaunchEnv {
+            rank,
+            local_rank,
+            world_size,
+            local_world_size,
+            master_addr,
+            master_port,
+            node_rank,
+            num_nodes,
+            restart_count: optional("TORCHELASTIC_RESTART_COUNT")?,
+            max_restarts: optional("TORCHELASTIC_MAX_RESTARTS")?,
+            run_id: get("TORCHELASTIC_RUN_ID"),
+            agent_store: get("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v == "True"),
+        }))
+    }
+
+    /// Rank 0 of the whole job (the one that prints and saves).
+    pub fn is_rank_zero(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// `LOCAL_RANK` alone: `Ok(None)` when unset, `Err` when it is not a whole number.
+///
+/// Unlike [`LaunchEnv::from_env`] this needs nothing else, for launchers that set only
+/// `LOCAL_RANK` and leave the rendezvous to the program's own options.
+pub fn local_rank() -> Result<Option<usize>> {
+    match std::env::var_os("LOCAL_RANK").map(|v| v.to_string_lossy().trim().to_string()) {
+        Some(v) if !v.is_empty() => count("LOCAL_RANK", &v).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn count(name: &str, text: &str) -> Result<usize> {
+    text.parse::<usize>()
+        .map_err(|_| DistError::invalid(format!("{name} = {text:?} is not a whole number >= 0")))
+}
+
+fn size(name: &str, text: &str) -> Result<usize> {
+    match count(name, text)? {
+        0 => Err(DistError::invalid(format!("{name} = 0: there must be at least one"))),
+        n => Ok(n),
+    }
+}
+
+fn below(name: &str, value: usize, limit_name: &str, limit: usize) -> Result<()> {
+    if value < limit {
+        Ok(())
+    } else {
+        Err(DistError::invalid(format!("{name} = {value} is not below {limit_name} = {limit}")))
+    }
+}

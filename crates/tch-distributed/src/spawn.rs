@@ -1,0 +1,533 @@
+//! `torch.multiprocessing.spawn` for Rust programs: [`spawn`] turns one invocation into
+//! `nprocs` rank processes on this machine by re-executing the binary.
+use std::ffi::OsString;
+use std::fmt::Display;
+use std::io::Write;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::error::{DistError, ErrorKind, Result};
+
+/// Set in a child: its local rank.
+pub const SPAWN_LOCAL_RANK_VAR: &str = "TCHD_SPAWN_LOCAL_RANK";
+/// Set in a child: how many ranks its parent started.
+pub const SPAWN_NPROCS_VAR: &str = "TCHD_SPAWN_NPROCS";
+/// Set in a child: its parent's pid. A process whose parent is someone else (a program
+/// a worker started, which inherited the environment) is not a spawned rank.
+pub const SPAWN_PARENT_PID_VAR: &str = "TCHD_SPAWN_PARENT_PID";
+
+/// How long stopped ranks get between SIGTERM and SIGKILL by default.
+pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
+
+/// How often the parent looks at its children and at the signal flag.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a worker returns: `()` or any `Result` whose error can be displayed (the child
+/// prints it and exits with 1).
+pub trait WorkerOutcome {
+    /// `Err` carries the text the child prints before exiting with 1.
+    fn into_outcome(self) -> std::result::Result<(), String>;
+}
+
+impl WorkerOutcome for () {
+    fn into_outcome(self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+}
+
+impl<T, E: Display> WorkerOutcome for std::result::Result<T, E> {
+    fn into_outcome(self) -> std::result::Result<(), String> {
+        // `{:#}` shows the whole cause chain of error types that have one (anyhow).
+        self.map(|_| ()).map_err(|e| format!("{e:#}"))
+    }
+}
+
+/// A process started by [`spawn`]: which rank it is and of how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnedRank {
+    pub local_rank: usize,
+    pub nprocs: usize,
+}
+
+/// `Some` when this process is a rank started by [`spawn`] (its parent is alive and is
+/// the process that started it), `None` in the parent and in any unrelated process.
+pub fn spawned_rank() -> Option<SpawnedRank> {
+    static ROLE: OnceLock<Option<SpawnedRank>> = OnceLock::new();
+    *ROLE.get_or_init(|| {
+        let read = |name: &str| std::env::var(name).ok()?.trim().parse::<usize>().ok();
+        let parent = read(SPAWN_PARENT_PID_VAR)?;
+        if parent != std::os::unix::process::parent_id() as usize {
+            return None;
+        }
+        Some(SpawnedRank { local_rank: read(SPAWN_LOCAL_RANK_VAR)?, nprocs: read(SPAWN_NPROCS_VAR)? })
+    })
+}
+
+/// Runs `worker(local_rank)` in `nprocs` processes, as `torch.multiprocessing.spawn`
+/// does, and waits for all of them.
+///
+/// In the parent: `Ok(())` once every rank exited with 0; [`ErrorKind::RankFailed`]
+/// when one did not (the others are stopped first); [`ErrorKind::Interrupted`] on
+/// SIGINT/SIGTERM/SIGHUP; [`ErrorKind::InvalidArgument`] for `nprocs == 0` (nothing is
+/// started). In a child this function does not return.
+///
+/// Python hands a function to fresh worker processes. A Rust process cannot do that
+/// safely once libtorch has started its thread pools (a `fork` without `exec` copies
+/// locks held by threads that do not exist in the child), so the parent here
+/// re-executes its own binary, with the same arguments, once per local rank. The
+/// child runs `main` again, reaches the same [`spawn`] call, notices from its
+/// environment that it is rank `i`, runs the worker and exits. Lab code therefore
+/// reads like the Python:
+///
+/// ```no_run
+/// use tch_distributed as dist;
+///
+/// fn worker(local_rank: usize, epochs: usize) -> dist::Result<()> {
+///     // init_process_group, train, ...
+///     Ok(())
+/// }
+///
+/// fn main() -> dist::Result<()> {
+///     let (num_gpus, epochs) = (4, 40); // from the command line
+///     dist::spawn(num_gpus, |local_rank| worker(local_rank, epochs))
+/// }
+/// ```
+///
+/// What that implies for the program:
+///
+/// * Everything `main` does before `spawn` runs again in every child: keep it cheap
+///   and deterministic (parsing arguments is fine; downloading data or picking a
+///   random port is not — pass values to the children with [`SpawnOptions::env`]).
+///   [`spawned_rank`] tells a process which role it plays.
+/// * Nothing after `spawn` runs in a child: the child exits inside `spawn` with 0 when
+///   the worker succeeded, 1 when it returned an error (printed on stderr with its
+///   rank), 101 when it panicked.
+/// * One failing rank ends the run: the parent stops the others (SIGTERM, then
+///   SIGKILL after a grace period) and returns [`ErrorKind::RankFailed`] naming the
+///   rank and how it ended. Ctrl-C (SIGINT), SIGTERM or SIGHUP to the parent does the
+///   same and returns [`ErrorKind::Interrupted`] (return it from `main` for a non-zero
+///   exit). While `spawn` runs it owns those three signals; handlers the program had
+///   come back afterwards, and a signal the program ignores stays ignored.
+/// * No orphans: each child asks the kernel to SIGKILL it when the parent dies, even
+///   when the parent itself is SIGKILLed and can clean nothing up (Linux).
+///
+/// Children inherit stdout and stderr, get `/dev/null` as stdin (several processes
+/// reading one terminal is never what anyone wants), and stay in the parent's process
+/// group, so a Ctrl-C typed in the terminal reaches every rank at once, as in Python.
+pub fn spawn<F, R>(nprocs: usize, worker: F) -> Result<()>
+where
+    F: FnOnce(usize) -> R,
+    R: WorkerOutcome,
+{
+    SpawnOptions::new(nprocs).spawn(worker)
+}
+
+/// [`spawn`] with settings: `SpawnOptions::new(n).grace_period(..).env(..).spawn(worker)`.
+#[derive(Debug, Clone)]
+pub struct SpawnOptions {
+    nprocs: usize,
+    grace_period: Duration,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl SpawnOptions {
+    pub fn new(nprocs: usize) -> Self {
+        Self { nprocs, grace_period: DEFAULT_GRACE_PERIOD, env: Vec::new() }
+    }
+
+    /// How long the other ranks get to exit after SIGTERM when one rank failed or the
+    /// parent was interrupted, before SIGKILL. A second Ctrl-C skips the wait.
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.grace_period = grace;
+        self
+    }
+
+    /// An environment variable for the children only: the way to hand them something
+    /// the parent decided at run time (a free port, a temporary directory), since they
+    /// re-run `main` instead of inheriting its memory.
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts the ranks (in the parent) or runs this process's rank (in a child); see
+    /// [`spawn`].
+    pub fn spawn<F, R>(&self, worker: F) -> Result<()>
+    where
+        F: FnOnce(usize) -> R,
+        R: WorkerOutcome,
+    {
+        if IN_WORKER.load(Ordering::SeqCst) {
+            // The child's own re-run of `main` already reached spawn; a worker calling it
+            // again would otherwise run a different worker in place of this one.
+            return Err(DistError::invalid(
+                "spawn was called from inside a spawned worker: nested spawns are not supported",
+            ));
+        }
+        if let Some(me) = spawned_rank() {
+            if me.nprocs != self.nprocs {
+                // The parent computed a different count: main is not deterministic.
+                eprintln!(
+                    "local rank {}: spawn(nprocs = {}) in this child, but the parent started {} ranks; the code before spawn must compute the same values in every process",
+                    me.local_rank, self.nprocs, me.nprocs
+                );
+                exit_now(2);
+            }
+            run_worker(me.local_rank, worker);
+        }
+        if self.nprocs == 0 {
+            return Err(DistError::invalid("spawn: nprocs must be at least 1"));
+        }
+        run_parent(self)
+    }
+}
+
+/// True while this process runs its worker (children only).
+static IN_WORKER: AtomicBool = AtomicBool::new(false);
+
+fn run_worker<F, R>(local_rank: usize, worker: F) -> !
+where
+    F: FnOnce(usize) -> R,
+    R: WorkerOutcome,
+{
+    IN_WORKER.store(true, Ordering::SeqCst);
+    let code = match catch_unwind(AssertUnwindSafe(|| worker(local_rank).into_outcome())) {
+        Ok(Ok(())) => 0,
+        Ok(Err(message)) => {
+            eprintln!("local rank {local_rank}: {message}");
+            1
+        }
+        Err(_) => {
+            // The panic hook already printed the message and location.
+            eprintln!("local rank {local_rank}: the worker panicked");
+            101
+        }
+    };
+    exit_now(code)
+}
+
+/// Ends a child. The worker's values are dropped by now; what `exit` would add are the
+/// static destructors of libtorch and friends, which can race with their still-running
+/// threads (Gloo, NCCL, OpenMP) and turn a rank that succeeded into a crash at exit.
+/// So flush what is buffered and leave.
+fn exit_now(code: i32) -> ! {
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: fflush(NULL) flushes every C stdio stream; _exit never returns.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(code)
+    }
+}
+
+/// One spawn at a time per process: the signal handling below is process-wide.
+static PARENT_ACTIVE: AtomicBool = AtomicBool::new(false);
+
+struct ActiveGuard;
+
+impl ActiveGuard {
+    fn acquire() -> Result<ActiveGuard> {
+        PARENT_ACTIVE
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .map(|_| ActiveGuard)
+            .map_err(|_| DistError::invalid("spawn is already running in this process (on another thread)"))
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        PARENT_ACTIVE.store(false, Ordering::SeqCst);
+    }
+}
+
+struct Rank {
+    local_rank: usize,
+    child: Child,
+    status: Option<ExitStatus>,
+}
+
+impl Rank {
+    fn running(&self) -> bool {
+        self.status.is_none()
+    }
+
+    /// Reaps the child if it has ended.
+    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait()?;
+        }
+        Ok(self.status)
+    }
+
+    fn describe(&self, status: ExitStatus) -> String {
+        format!("local rank {} (pid {}) {}", self.local_rank, self.child.id(), describe_status(status))
+    }
+}
+
+fn run_parent(opts: &SpawnOptions) -> Result<()> {
+    let _active = ActiveGuard::acquire()?;
+    let signals = SignalGuard::install();
+    let mut ranks: Vec<Rank> = Vec::with_capacity(opts.nprocs);
+    // What ends the run early, unless a signal does.
+    let mut problem: Option<(ErrorKind, String)> = None;
+    for local_rank in 0..opts.nprocs {
+        if signals.caught().is_some() {
+            break;
+        }
+        match start_rank(local_rank, opts) {
+            Ok(child) => ranks.push(Rank { local_rank, child, status: None }),
+            Err(e) => {
+                problem = Some((ErrorKind::Other, format!("could not start local rank {local_rank}: {e}")));
+                break;
+            }
+        }
+    }
+    // Supervise: the first rank that fails ends the run, as does a stop signal.
+    while problem.is_none() && signals.caught().is_none() {
+        let mut all_done = true;
+        for rank in ranks.iter_mut() {
+            match rank.poll() {
+                Ok(Some(status)) if !status.success() => {
+                    problem = Some((ErrorKind::RankFailed, rank.describe(status)));
+                    break;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => all_done = false,
+                Err(e) => {
+                    problem =
+                        Some((ErrorKind::Other, format!("waiting for local rank {}: {e}", rank.local_rank)));
+                    break;
+                }
+            }
+        }
+        if problem.is_some() {
+            break;
+        }
+        if all_done {
+            return Ok(());
+        }
+        std::thread::sleep(POLL);
+    }
+    let still_running = ranks.iter().filter(|r| r.running()).count();
+    stop_all(&mut ranks, opts.grace_period, &signals);
+    let stopped = match still_running {
+        0 => String::new(),
+        1 => "; stopped the 1 rank still running".to_string(),
+        n => format!("; stopped the {n} ranks still running"),
+    };
+    if let Some(signal) = signals.caught() {
+        // Ctrl-C in a terminal also reaches the ranks, which may die of it first: the
+        // signal is the cause, their deaths only a consequence.
+        let seen = problem.map(|(_, what)| format!(" ({what})")).unwrap_or_default();
+        return Err(DistError::new(
+            ErrorKind::Interrupted,
+            format!("spawn: interrupted by {}{seen}{stopped}", signal_name(signal)),
+        ));
+    }
+    let (kind, what) = problem.expect("the supervision ends on success, a problem or a signal");
+    Err(DistError::new(kind, format!("spawn: {what}{stopped}")))
+}
+
+/// Starts one child: this binary again, same arguments, its rank in the environment.
+fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> {
+    let mut args = std::env::args_os();
+    let argv0 = args.next();
+    // /proc/self/exe is this very binary even if the file was replaced or deleted since
+    // (a rebuild during a run), which current_exe()'s path would not guarantee.
+    let exe = if cfg!(target_os = "linux") {
+        std::path::PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe()?
+    };
+    let mut cmd = Command::new(exe);
+    if let Some(argv0) = argv0 {
+        cmd.arg0(argv0);
+    }
+    cmd.args(args)
+        .env(SPAWN_LOCAL_RANK_VAR, local_rank.to_string())
+        .env(SPAWN_NPROCS_VAR, opts.nprocs.to_string())
+        .env(SPAWN_PARENT_PID_VAR, std::process::id().to_string())
+        .stdin(Stdio::null());
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: runs between fork and exec; prctl and getppid are async-signal-safe and
+        // nothing here allocates.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The kernel SIGKILLs this child when the thread that forked it ends, which
+                // also covers a parent killed by SIGKILL. (That thread is the one blocked in
+                // spawn, so it lives as long as the run.)
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before the request above took effect.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn()
+}
+
+/// SIGTERM to every running rank, SIGKILL to those still there after `grace` (or at
+/// once on a further signal to the parent), and reaps them all.
+fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &SignalGuard) {
+    for rank in ranks.iter_mut() {
+        if rank.poll().ok().flatten().is_none() {
+            // SAFETY: kill(2) on our own unreaped child: the pid cannot have been reused.
+            unsafe { libc::kill(rank.child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+    let deadline = Instant::now() + grace;
+    let signals_seen = signals.count();
+    loop {
+        let running = ranks.iter_mut().filter_map(|r| r.poll().ok()).filter(Option::is_none).count();
+        if running == 0 {
+            return;
+        }
+        if Instant::now() >= deadline || signals.count() > signals_seen {
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    for rank in ranks.iter_mut().filter(|r| r.running()) {
+        let _ = rank.child.kill();
+        rank.status = rank.child.wait().ok();
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        format!("exited with code {code}")
+    } else if let Some(signal) = status.signal() {
+        let core = if status.core_dumped() { ", core dumped" } else { "" };
+        format!("was killed by signal {signal} ({}{core})", signal_name(signal))
+    } else {
+        format!("ended with {status}")
+    }
+}
+
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_string()
+}
+
+/// The last stop signal the parent received during spawn (0: none) and how many.
+static CAUGHT_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static CAUGHT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    // Only lock-free atomics here: this runs inside a signal handler.
+    CAUGHT_SIGNAL.store(signal, Ordering::SeqCst);
+    CAUGHT_COUNT.fetch_add(1, Ordering::SeqCst);
+}
+
+/// While the parent supervises, SIGINT, SIGTERM and SIGHUP set a flag instead of
+/// killing it, so that it can stop its ranks and report. The previous dispositions come
+/// back when spawn returns. A signal the program ignored stays ignored (e.g. SIGINT
+/// under `nohup` or in a background job).
+struct SignalGuard {
+    previous: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+impl SignalGuard {
+    fn install() -> SignalGuard {
+        CAUGHT_SIGNAL.store(0, Ordering::SeqCst);
+        CAUGHT_COUNT.store(0, Ordering::SeqCst);
+        let mut previous = Vec::new();
+        for signal in STOP_SIGNALS {
+            // SAFETY: plain sigaction calls with zero-initialized, then filled, structs.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut old) != 0
+                    || old.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
+                let mut new: libc::sigaction = std::mem::zeroed();
+                new.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                new.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut new.sa_mask);
+                if libc::sigaction(signal, &new, &mut old) == 0 {
+                    previous.push((signal, old));
+                }
+            }
+        }
+        SignalGuard { previous }
+    }
+
+    fn caught(&self) -> Option<i32> {
+        match CAUGHT_SIGNAL.load(Ordering::SeqCst) {
+            0 => None,
+            s => Some(s),
+        }
+    }
+
+    fn count(&self) -> usize {
+        CAUGHT_COUNT.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (signal, old) in &self.previous {
+            // SAFETY: restores the disposition saved by install.
+            unsafe { libc::sigaction(*signal, old, std::ptr::null_mut()) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_exit_statuses() {
+        assert_eq!(describe_status(ExitStatus::from_raw(3 << 8)), "exited with code 3");
+        assert_eq!(describe_status(ExitStatus::from_raw(9)), "was killed by signal 9 (SIGKILL)");
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(11 | 0x80)),
+            "was killed by signal 11 (SIGSEGV, core dumped)"
+        );
+        assert_eq!(signal_name(64), "signal 64");
+    }
+
+    #[test]
+    fn worker_outcomes() {
+        assert_eq!(().into_outcome(), Ok(()));
+        assert_eq!(Ok::<u8, String>(1).into_outcome(), Ok(()));
+        assert_eq!(Err::<(), _>(DistError::invalid("bad")).into_outcome(), Err("bad".to_string()));
+    }
+
+    #[test]
+    fn zero_processes_is_rejected_before_anything_starts() {
+        let e = spawn(0, |_| ()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("nprocs"), "{e}");
+    }
+}
