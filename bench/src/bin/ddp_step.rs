@@ -1,0 +1,297 @@
+//! DDP training-step time, Rust (tch-distributed's DistributedDataParallel over
+//! libtorch's c10d::Reducer) against PyTorch's DistributedDataParallel, on CPU ranks
+//! (Gloo) on this machine, in one run.
+//!
+//!     cargo run -p ddp-bench --release --bin ddp_step
+//!
+//! For each world size (default 1 and 2) and each repeat, the runner starts that many
+//! Rust ranks (this binary, `--rank-process`) and then as many PyTorch ranks
+//! (`bench/python/ddp_step.py`), alternating which side goes first. Every rank builds the
+//! lab's WideResNet at `--widths`, wraps it in DDP, and times `--steps` SGD steps
+//! (forward, cross-entropy, backward with the gradient all-reduce, step) on a fixed
+//! batch after `--warmup` untimed ones; a run's time per step is its slowest rank's,
+//! and a side's figure is the median over repeats. It prints per-rank images/sec,
+//! the ratio Rust ÷ PyTorch, and the DDP efficiency (per-rank images/sec at world
+//! size N ÷ at world size 1) of both. Nothing here asserts on timings.
+use std::error::Error;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use labkit::{Norm, WideResNet, Widths};
+use tch::nn::{self, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+use tch_distributed as dist;
+
+type Res<T> = Result<T, Box<dyn Error>>;
+
+/// Targets from the issue: Rust not slower than PyTorch; efficiency at N=2 ≥ 0.90.
+const RATIO_TARGET: f64 = 1.0;
+const EFFICIENCY_TARGET: f64 = 0.90;
+
+#[derive(Parser, Debug)]
+#[command(about = "DDP training-step time, Rust vs PyTorch: WideResNet, Gloo, CPU ranks on this machine")]
+struct Args {
+    /// WideResNet widths: `narrow`, `lab`, or four channel counts.
+    #[arg(long, default_value = "narrow")]
+    widths: Widths,
+    /// Batch size per rank.
+    #[arg(long, default_value_t = 32)]
+    batch_size: i64,
+    /// World sizes to measure, comma-separated; the first is the efficiency baseline.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    world_sizes: Vec<usize>,
+    /// Untimed steps before the timed ones.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Timed steps per run.
+    #[arg(long, default_value_t = 30)]
+    steps: usize,
+    /// Runs per world size and side; the figure is their median.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Intra-op threads per rank, the same on both sides.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Python interpreter with torch [default: <workspace>/.venv/bin/python].
+    #[arg(long)]
+    python: Option<PathBuf>,
+    /// Seconds before a missing rank or a stuck collective is an error.
+    #[arg(long, default_value_t = 120)]
+    timeout: u64,
+    /// Internal: run as one Rust rank.
+    #[arg(long, hide = true)]
+    rank_process: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = if args.rank_process { rank_main(&args) } else { runner(&args) };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ddp_step: {e}");
+            ExitCode::from(if args.rank_process { 1 } else { 2 })
+        }
+    }
+}
+
+fn rank_main(args: &Args) -> Res<()> {
+    tch::set_num_threads(args.threads as i32);
+    let timeout = Duration::from_secs(args.timeout);
+    dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, timeout)?;
+    let rank = dist::get_rank()? as i64;
+    tch::manual_seed(rank);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let net = WideResNet::new(&vs.root(), args.widths, Norm::BatchNorm);
+    let model = dist::DistributedDataParallel::new(net, &vs, dist::DdpOptions::default())?;
+    let mut opt = nn::Sgd::default().build(&vs, 0.01)?;
+    tch::manual_seed(100 + rank);
+    let x = Tensor::rand([args.batch_size, 1, 28, 28], (Kind::Float, Device::Cpu));
+    let y = Tensor::randint(10, [args.batch_size], (Kind::Int64, Device::Cpu));
+    let mut step = || -> Res<()> {
+        let loss = model.try_forward_t(&x, true)?.cross_entropy_for_logits(&y);
+        opt.backward_step(&loss);
+        Ok(())
+    };
+    for _ in 0..args.warmup {
+        step()?;
+    }
+    dist::barrier()?;
+    let start = Instant::now();
+    for _ in 0..args.steps {
+        step()?;
+    }
+    dist::barrier()?;
+    println!("result {}", start.elapsed().as_secs_f64() / args.steps as f64);
+    drop(model);
+    dist::destroy_process_group()?;
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Side {
+    Rust,
+    PyTorch,
+}
+
+fn runner(args: &Args) -> Res<()> {
+    if args.world_sizes.is_empty() || args.world_sizes.contains(&0) || args.repeats == 0 || args.steps == 0 {
+        return Err("--world-sizes must be positive, --repeats and --steps at least 1".into());
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = args.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
+    let script = root.join("bench/python/ddp_step.py");
+    let ok = Command::new(&python).args(["-c", "import torch"]).stderr(Stdio::null()).status();
+    if !matches!(ok, Ok(s) if s.success()) {
+        return Err(format!(
+            "{} cannot import torch: run scripts/setup.sh (or pass --python)",
+            python.display()
+        )
+        .into());
+    }
+    let exe = std::env::current_exe()?;
+    eprintln!(
+        "DDP step benchmark: WideResNet {} ({} parameters), batch {} per rank, {} thread(s) per rank, {} steps x {} repeats",
+        args.widths,
+        parameter_count(args.widths),
+        args.batch_size,
+        args.threads,
+        args.steps,
+        args.repeats
+    );
+    let mut rows = Vec::new();
+    for &ws in &args.world_sizes {
+        let mut times = [Vec::new(), Vec::new()];
+        for rep in 0..args.repeats {
+            let order = if rep % 2 == 0 { [Side::Rust, Side::PyTorch] } else { [Side::PyTorch, Side::Rust] };
+            for side in order {
+                let common = [
+                    "--widths".to_string(),
+                    args.widths.to_string(),
+                    "--batch-size".into(),
+                    args.batch_size.to_string(),
+                    "--warmup".into(),
+                    args.warmup.to_string(),
+                    "--steps".into(),
+                    args.steps.to_string(),
+                    "--threads".into(),
+                    args.threads.to_string(),
+                    "--timeout".into(),
+                    args.timeout.to_string(),
+                ];
+                let t = run_side(side, ws, &exe, &python, &script, &common, args.threads)?;
+                eprintln!(
+                    "  world size {ws}, repeat {}: {} {:.1} ms/step",
+                    rep + 1,
+                    if side == Side::Rust { "Rust   " } else { "PyTorch" },
+                    t * 1e3
+                );
+                times[side as usize].push(t);
+            }
+        }
+        rows.push((ws, median(&mut times[0]), median(&mut times[1])));
+    }
+    let per_rank = |t: f64| args.batch_size as f64 / t;
+    let (_, base_rust, base_py) = rows[0];
+    println!(
+        "\n| world size | Rust img/s per rank | PyTorch img/s per rank | Rust ÷ PyTorch (target ≥ {RATIO_TARGET:.2}) | Rust efficiency | PyTorch efficiency (target ≥ {EFFICIENCY_TARGET:.2}) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (ws, rust, py) in &rows {
+        let ratio = per_rank(*rust) / per_rank(*py);
+        let eff_r = per_rank(*rust) / per_rank(base_rust);
+        let eff_p = per_rank(*py) / per_rank(base_py);
+        println!(
+            "| {ws} | {:.1} | {:.1} | {ratio:.3} {} | {eff_r:.3} {} | {eff_p:.3} |",
+            per_rank(*rust),
+            per_rank(*py),
+            if ratio >= RATIO_TARGET { "met" } else { "NOT met" },
+            if *ws == rows[0].0 {
+                "(baseline)"
+            } else if eff_r >= EFFICIENCY_TARGET && eff_r >= eff_p {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Starts `ws` ranks of one side, waits, returns the slowest rank's seconds per step.
+/// A failing rank stops the others.
+fn run_side(
+    side: Side,
+    ws: usize,
+    exe: &PathBuf,
+    python: &PathBuf,
+    script: &PathBuf,
+    common: &[String],
+    threads: usize,
+) -> Res<f64> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut children: Vec<Child> = Vec::new();
+    for rank in 0..ws {
+        let mut cmd = match side {
+            Side::Rust => {
+                let mut c = Command::new(exe);
+                c.arg("--rank-process");
+                c
+            }
+            Side::PyTorch => {
+                let mut c = Command::new(python);
+                c.arg(script);
+                c
+            }
+        };
+        cmd.args(common)
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", ws.to_string())
+            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_PORT", port.to_string())
+            .env("OMP_NUM_THREADS", threads.to_string())
+            // The same Gloo device on both sides: loopback.
+            .env("GLOO_SOCKET_IFNAME", "lo")
+            .stdout(Stdio::piped());
+        children.push(cmd.spawn()?);
+    }
+    // Read each rank's stdout on a thread, so that polling below never blocks.
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let mut pipe = c.stdout.take().expect("piped stdout");
+            std::thread::spawn(move || {
+                let mut out = String::new();
+                let _ = pipe.read_to_string(&mut out);
+                out
+            })
+        })
+        .collect();
+    let mut statuses = vec![None; ws];
+    while statuses.iter().any(Option::is_none) {
+        for (rank, child) in children.iter_mut().enumerate() {
+            if statuses[rank].is_none() {
+                statuses[rank] = child.try_wait()?;
+            }
+        }
+        if statuses.iter().flatten().any(|s| !s.success()) {
+            // One rank failed: the others would only wait for it until the timeout.
+            for (rank, child) in children.iter_mut().enumerate() {
+                if statuses[rank].is_none() {
+                    let _ = child.kill();
+                    statuses[rank] = Some(child.wait()?);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut worst: f64 = 0.0;
+    for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {
+        let out = reader.join().unwrap_or_default();
+        let status = status.expect("every rank was waited for");
+        match out.lines().find_map(|l| l.strip_prefix("result ")).and_then(|v| v.trim().parse::<f64>().ok()) {
+            Some(t) if status.success() => worst = worst.max(t),
+            _ => {
+                return Err(
+                    format!("{side:?} rank {rank} of {ws} failed ({status}); its output: {out:?}").into()
+                )
+            }
+        }
+    }
+    Ok(worst)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn parameter_count(widths: Widths) -> i64 {
+    let vs = nn::VarStore::new(Device::Cpu);
+    let _ = WideResNet::new(&vs.root(), widths, Norm::BatchNorm);
+    labkit::parameter_count(&vs)
+}
