@@ -103,6 +103,12 @@ fn classify(status: c_int, message: &str) -> ErrorKind {
         ErrorKind::AddressInUse
     } else if lower.contains("timed out") || lower.contains("timeout") {
         ErrorKind::Timeout
+    } else if ["connection reset", "connection closed", "broken pipe", "read error", "write error"]
+        .iter()
+        .any(|s| lower.contains(s))
+    {
+        // Gloo reports a peer that went away as a plain I/O exception.
+        ErrorKind::Network
     } else {
         match status {
             ffi::TCHD_ERR_NETWORK => ErrorKind::Network,
@@ -123,7 +129,9 @@ mod tests {
         let inuse = "The server socket has failed to listen on any local network address. port: 1, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use";
         assert_eq!(classify(ffi::TCHD_ERR_NETWORK, inuse), ErrorKind::AddressInUse);
         assert_eq!(classify(ffi::TCHD_ERR_STORE, "wait timeout after 5000ms, keys: /x"), ErrorKind::Timeout);
-        assert_eq!(classify(ffi::TCHD_ERR_BACKEND, "Connection reset by peer"), ErrorKind::Backend);
+        assert_eq!(classify(ffi::TCHD_ERR_BACKEND, "NCCL error: unhandled cuda error"), ErrorKind::Backend);
         assert_eq!(classify(1, "something else"), ErrorKind::Other);
+        let gone = "[gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:22736: Connection reset by peer";
+        assert_eq!(classify(1, gone), ErrorKind::Network);
     }
 }

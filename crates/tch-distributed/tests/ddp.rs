@@ -35,6 +35,7 @@ fn rank_entry() {
         "unused" => unused_scenario(),
         "mismatch" => mismatch_scenario(),
         "dead_rank" => dead_rank_scenario(timeout),
+        "killed_in_backward" => killed_in_backward_scenario(timeout),
         other => panic!("unknown scenario {other}"),
     }
     mark_completed();
@@ -307,6 +308,57 @@ fn dead_rank_scenario(timeout: Duration) {
     assert!(elapsed < timeout * 3 + Duration::from_secs(10), "took {elapsed:?}");
 }
 
+/// Rank 1 is SIGKILLed by a thread of its own while it is inside `backward()` (the
+/// thread is started right before the call, and the backward pass of this model lasts
+/// far longer than its delay); rank 0 must get an error, not hang.
+fn killed_in_backward_scenario(timeout: Duration) {
+    let rank = dist::get_rank().unwrap();
+    tch::manual_seed(5);
+    let vs = nn::VarStore::new(Device::Cpu);
+    // Wide enough that one backward pass takes well over the killer's 20 ms here.
+    let net = nn::seq_t()
+        .add(nn::conv2d(vs.root() / "c1", 1, 64, 3, nn::ConvConfig { padding: 1, ..Default::default() }))
+        .add_fn(|x| x.relu())
+        .add(nn::conv2d(vs.root() / "c2", 64, 64, 3, nn::ConvConfig { padding: 1, ..Default::default() }))
+        .add_fn(|x| x.relu().flatten(1, -1))
+        .add(nn::linear(vs.root() / "fc", 64 * 28 * 28, 10, Default::default()));
+    let ddp = DistributedDataParallel::new(net, &vs, DdpOptions::default()).unwrap();
+    let x = Tensor::rand([32, 1, 28, 28], (Kind::Float, Device::Cpu));
+    let y = Tensor::randint(10, [32], (Kind::Int64, Device::Cpu));
+    // One full step first: both ranks healthy, buckets rebuilt; its backward's length
+    // is printed, to show the 20 ms kill lands inside the next one.
+    let first = ddp.forward_t(&x, true).cross_entropy_for_logits(&y);
+    let t0 = Instant::now();
+    first.backward();
+    println!("rank {rank}: a healthy backward took {} ms", t0.elapsed().as_millis());
+    let loss = ddp.forward_t(&x, true).cross_entropy_for_logits(&y);
+    let started = Instant::now();
+    if rank == 1 {
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+        let _ = loss.f_backward();
+        // Still alive after the whole backward: the kill comes at the latest now.
+        std::thread::sleep(Duration::from_secs(60));
+        unreachable!("rank 1 should have been killed");
+    }
+    let r = loss.f_backward();
+    let mut t = Tensor::from_slice(&[1.0f32]);
+    let after = dist::all_reduce(&mut t, ReduceOp::Sum);
+    let elapsed = started.elapsed();
+    println!(
+        "KILLED-IN-BACKWARD backward={r:?} all_reduce_after={after:?} elapsed_ms={}",
+        elapsed.as_millis()
+    );
+    assert!(r.is_err() || after.is_err(), "the killed rank went unnoticed");
+    if let Err(e) = &after {
+        assert!(matches!(e.kind(), ErrorKind::Network | ErrorKind::Timeout), "{e}");
+        assert!(e.message().contains("rank 0 of 2"), "{e}");
+    }
+    assert!(elapsed < timeout * 3 + Duration::from_secs(10), "took {elapsed:?}");
+}
+
 fn run(scenario: &str, world: usize, extra: &[(&str, &str)]) -> Vec<RankOutcome> {
     run_ranks(scenario, env_ranks(0..world, world, free_port()), extra, DEADLINE)
 }
@@ -344,6 +396,16 @@ fn unused_parameter_with_find_unused_trains() {
 #[test]
 fn different_models_are_refused_on_every_rank() {
     assert_all_ok(&run("mismatch", 2, &[]));
+}
+
+#[test]
+fn a_rank_killed_during_backward_fails_the_others_within_the_timeout() {
+    let outcomes = run("killed_in_backward", 2, &[("TCHD_TIMEOUT_MS", "10000")]);
+    for o in &outcomes {
+        eprintln!("--- rank {} ({:?})\n{}", o.rank, o.code, o.output);
+    }
+    assert!(outcomes[0].success, "rank 0 must notice and finish:\n{}", outcomes[0].output);
+    assert_eq!(outcomes[1].code, None, "rank 1 must have died by a signal:\n{}", outcomes[1].output);
 }
 
 #[test]
