@@ -175,8 +175,15 @@ impl ModuleT for WideResNet {
         for b in &self.stage3 {
             x = b.forward_t(&x, train);
         }
-        x.avg_pool2d_default(7).flatten(1, -1).apply(&self.fc)
+        average_pool_7(&x).flatten(1, -1).apply(&self.fc)
     }
+}
+
+/// The lab's `AvgPool2d(7)`. Not tch's `avg_pool2d_default`: that one passes a divisor
+/// override of 1 and so returns the 7×7 *sum*, 49 times the mean, which makes the
+/// initial logits huge and plain SGD at the lab's learning rate diverge to NaN.
+fn average_pool_7(x: &Tensor) -> Tensor {
+    x.avg_pool2d([7, 7], [7, 7], [0, 0], false, true, None::<i64>)
 }
 
 /// Number of trainable values in a VarStore.
@@ -203,6 +210,14 @@ mod tests {
     #[test]
     fn narrow_width_parameter_count() {
         assert_eq!(count(Widths::NARROW), 173_778);
+    }
+
+    #[test]
+    fn average_pool_is_a_mean_not_a_sum() {
+        let x = Tensor::rand([2, 3, 7, 7], (Kind::Float, Device::Cpu));
+        let pooled = average_pool_7(&x).flatten(1, -1);
+        let mean = x.mean_dim([2i64, 3].as_slice(), false, Kind::Float);
+        assert!(pooled.allclose(&mean, 1e-6, 1e-6, false));
     }
 
     #[test]
