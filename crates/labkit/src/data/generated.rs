@@ -167,9 +167,12 @@ impl Rng {
         self.next_u64() % n
     }
 
-    /// Roughly normal with mean 0 and standard deviation 1 (sum of four uniforms).
+    /// Roughly normal with mean 0 and standard deviation 1: the sum of four 16-bit
+    /// uniforms, all cut from one draw (this runs once per lit pixel).
     fn normalish(&mut self) -> f32 {
-        (self.unit() + self.unit() + self.unit() + self.unit() - 2.0) * 1.732
+        let r = self.next_u64();
+        let sum = (r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48);
+        (sum as f32 / 65536.0 - 2.0) * 1.732
     }
 }
 
@@ -256,17 +259,24 @@ impl Canvas {
     /// and the shade is blended in by coverage.
     fn fill(&mut self, poly: &[(f32, f32)], shade: &Shade) {
         let pts: Vec<(f32, f32)> = poly.iter().map(|&p| self.to_px(p)).collect();
-        let (mut y_min, mut y_max) = (f32::MAX, f32::MIN);
-        for &(_, y) in &pts {
+        let (mut x_min, mut x_max, mut y_min, mut y_max) = (f32::MAX, f32::MIN, f32::MAX, f32::MIN);
+        for &(x, y) in &pts {
+            x_min = x_min.min(x);
+            x_max = x_max.max(x);
             y_min = y_min.min(y);
             y_max = y_max.max(y);
         }
+        // The pixel box the polygon can touch; nothing outside it is visited.
         let row_lo = (y_min.max(0.0) as usize).min(SIDE);
         let row_hi = ((y_max.max(0.0) as usize) + 1).min(SIDE);
-        if row_lo >= row_hi {
+        let col_lo = (x_min.max(0.0) as usize).min(SIDE);
+        let col_hi = ((x_max.max(0.0) as usize) + 1).min(SIDE);
+        if row_lo >= row_hi || col_lo >= col_hi {
             return;
         }
-        self.cov[row_lo * SIDE..row_hi * SIDE].iter_mut().for_each(|c| *c = 0.0);
+        for row in row_lo..row_hi {
+            self.cov[row * SIDE + col_lo..row * SIDE + col_hi].fill(0.0);
+        }
         let mut xs: Vec<f32> = Vec::with_capacity(16);
         for row in row_lo..row_hi {
             for sub in 0..SUB {
@@ -297,7 +307,7 @@ impl Canvas {
             }
         }
         for row in row_lo..row_hi {
-            for col in 0..SIDE {
+            for col in col_lo..col_hi {
                 let i = row * SIDE + col;
                 let c = self.cov[i].min(1.0);
                 if c > 0.0 {
