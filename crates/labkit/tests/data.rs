@@ -47,8 +47,17 @@ const SMALL: GenerateOptions = GenerateOptions { train: 300, test: 100, seed: 7 
 fn served_set() -> &'static (HashMap<String, Vec<u8>>, Manifest, PathBuf) {
     static SET: OnceLock<(HashMap<String, Vec<u8>>, Manifest, PathBuf)> = OnceLock::new();
     SET.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("labkit-data-served");
-        let manifest = data::generate(&dir, &SMALL).unwrap();
+        // Made (once, under the lock) by ensure_dataset, so test runs in parallel
+        // processes share it without regenerating it under each other's feet.
+        let ready = data::ensure_dataset(&DatasetOptions {
+            dir: Path::new(env!("CARGO_TARGET_TMPDIR")).join("labkit-data-served"),
+            kind: DatasetKind::Generated,
+            generated: SMALL,
+            ..Default::default()
+        })
+        .unwrap();
+        let dir = ready.dir;
+        let manifest = Manifest::read(&dir.join(MANIFEST_FILE)).unwrap();
         let files = FILES.iter().map(|f| (f.to_string(), std::fs::read(dir.join(f)).unwrap())).collect();
         (files, manifest, dir)
     })
