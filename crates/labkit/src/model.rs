@@ -52,6 +52,29 @@ impl FromStr for Widths {
     }
 }
 
+// PyTorch's default initialisation, which the lab's model gets and tch's defaults
+// differ from: conv and linear weights and biases uniform in ±1/sqrt(fan_in) (tch:
+// Kaiming with the ReLU gain, sqrt(6) times wider, and zero biases), BatchNorm
+// weight 1 (tch: uniform in [0, 1]). With tch's defaults the narrow model learns
+// the same data markedly slower at the lab's learning rate.
+
+fn torch_uniform(fan_in: i64) -> nn::Init {
+    let bound = 1.0 / (fan_in as f64).sqrt();
+    nn::Init::Uniform { lo: -bound, up: bound }
+}
+
+fn torch_conv(fan_in: i64) -> nn::ConvConfig {
+    nn::ConvConfig { ws_init: torch_uniform(fan_in), bs_init: torch_uniform(fan_in), ..Default::default() }
+}
+
+fn torch_linear(fan_in: i64) -> nn::LinearConfig {
+    nn::LinearConfig { ws_init: torch_uniform(fan_in), bs_init: Some(torch_uniform(fan_in)), bias: true }
+}
+
+fn torch_batch_norm() -> nn::BatchNormConfig {
+    nn::BatchNormConfig { ws_init: nn::Init::Const(1.0), ..Default::default() }
+}
+
 /// How the model normalises: per-rank BatchNorm (the lab's default) or SyncBatchNorm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Norm {
@@ -68,10 +91,10 @@ enum NormLayer {
 impl NormLayer {
     fn new(p: nn::Path, channels: i64, norm: Norm) -> NormLayer {
         match norm {
-            Norm::BatchNorm => NormLayer::Local(nn::batch_norm2d(p, channels, Default::default())),
+            Norm::BatchNorm => NormLayer::Local(nn::batch_norm2d(p, channels, torch_batch_norm())),
             Norm::SyncBatchNorm => {
                 // Arrives with tch-distributed's SyncBatchNorm.
-                NormLayer::Local(nn::batch_norm2d(p, channels, Default::default()))
+                NormLayer::Local(nn::batch_norm2d(p, channels, torch_batch_norm()))
             }
         }
     }
@@ -92,7 +115,7 @@ struct Cbr {
 
 impl Cbr {
     fn new(p: nn::Path, cin: i64, cout: i64, norm: Norm) -> Cbr {
-        let cfg = nn::ConvConfig { padding: 1, bias: false, ..Default::default() };
+        let cfg = nn::ConvConfig { padding: 1, bias: false, ..torch_conv(cin * 9) };
         Cbr { conv: nn::conv2d(&p / "conv", cin, cout, 3, cfg), norm: NormLayer::new(&p / "bn", cout, norm) }
     }
 
@@ -115,7 +138,7 @@ impl Block {
         Block {
             first: Cbr::new(&p / "cbr1", cin, cout, norm),
             second: Cbr::new(&p / "cbr2", cout, cout, norm),
-            shortcut: scale.then(|| nn::conv2d(&p / "shortcut", cin, cout, 1, Default::default())),
+            shortcut: scale.then(|| nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin))),
         }
     }
 
@@ -156,7 +179,7 @@ impl WideResNet {
                 Block::new(p / "block5", w2, w3, true, norm),
                 Block::new(p / "block6", w3, w3, false, norm),
             ],
-            fc: nn::linear(p / "fc", w3, 10, Default::default()),
+            fc: nn::linear(p / "fc", w3, 10, torch_linear(w3)),
         }
     }
 }
@@ -175,8 +198,15 @@ impl ModuleT for WideResNet {
         for b in &self.stage3 {
             x = b.forward_t(&x, train);
         }
-        x.avg_pool2d_default(7).flatten(1, -1).apply(&self.fc)
+        average_pool_7(&x).flatten(1, -1).apply(&self.fc)
     }
+}
+
+/// The lab's `AvgPool2d(7)`. Not tch's `avg_pool2d_default`: that one passes a divisor
+/// override of 1 and so returns the 7×7 *sum*, 49 times the mean, which makes the
+/// initial logits huge and plain SGD at the lab's learning rate diverge to NaN.
+fn average_pool_7(x: &Tensor) -> Tensor {
+    x.avg_pool2d([7, 7], [7, 7], [0, 0], false, true, None::<i64>)
 }
 
 /// Number of trainable values in a VarStore.
@@ -203,6 +233,27 @@ mod tests {
     #[test]
     fn narrow_width_parameter_count() {
         assert_eq!(count(Widths::NARROW), 173_778);
+    }
+
+    #[test]
+    fn average_pool_is_a_mean_not_a_sum() {
+        let x = Tensor::rand([2, 3, 7, 7], (Kind::Float, Device::Cpu));
+        let pooled = average_pool_7(&x).flatten(1, -1);
+        let mean = x.mean_dim([2i64, 3].as_slice(), false, Kind::Float);
+        assert!(pooled.allclose(&mean, 1e-6, 1e-6, false));
+    }
+
+    #[test]
+    fn initialisation_follows_pytorch_defaults() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
+        let vars = vs.variables();
+        let max_abs = |name: &str| vars[name].abs().max().double_value(&[]);
+        assert!(max_abs("block3.cbr1.conv.weight") <= 1.0 / (16.0 * 9.0f64).sqrt());
+        assert!(max_abs("block3.shortcut.weight") <= 1.0 / 16f64.sqrt());
+        assert!(max_abs("block3.shortcut.bias") > 0.0);
+        assert!(max_abs("fc.weight") <= 1.0 / 64f64.sqrt());
+        assert_eq!(vars["block3.cbr1.bn.weight"].min().double_value(&[]), 1.0);
     }
 
     #[test]
