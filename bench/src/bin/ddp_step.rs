@@ -12,7 +12,9 @@
 //! batch after `--warmup` untimed ones; a run's time per step is its slowest rank's,
 //! and a side's figure is the median over repeats. It prints per-rank images/sec,
 //! the ratio Rust ÷ PyTorch, and the DDP efficiency (per-rank images/sec at world
-//! size N ÷ at world size 1) of both. Nothing here asserts on timings.
+//! size N ÷ at world size 1) of both. A control run (Rust ranks in a group, each
+//! training its model alone, no DDP) gives the machine's own ceiling: what running N
+//! processes at once costs here, DDP or not. Nothing here asserts on timings.
 use std::error::Error;
 use std::io::Read;
 use std::net::TcpListener;
@@ -65,6 +67,10 @@ struct Args {
     /// Internal: run as one Rust rank.
     #[arg(long, hide = true)]
     rank_process: bool,
+    /// Internal: the control run; the rank joins the group but trains its model alone
+    /// (no DDP), which measures what running N processes costs on this machine.
+    #[arg(long, hide = true)]
+    no_ddp: bool,
 }
 
 fn main() -> ExitCode {
@@ -87,14 +93,21 @@ fn rank_main(args: &Args) -> Res<()> {
     tch::manual_seed(rank);
     let vs = nn::VarStore::new(Device::Cpu);
     let net = WideResNet::new(&vs.root(), args.widths, Norm::BatchNorm);
-    let model = dist::DistributedDataParallel::new(net, &vs, dist::DdpOptions::default())?;
+    let model = if args.no_ddp {
+        Err(net)
+    } else {
+        Ok(dist::DistributedDataParallel::new(net, &vs, dist::DdpOptions::default())?)
+    };
     let mut opt = nn::Sgd::default().build(&vs, 0.01)?;
     tch::manual_seed(100 + rank);
     let x = Tensor::rand([args.batch_size, 1, 28, 28], (Kind::Float, Device::Cpu));
     let y = Tensor::randint(10, [args.batch_size], (Kind::Int64, Device::Cpu));
     let mut step = || -> Res<()> {
-        let loss = model.try_forward_t(&x, true)?.cross_entropy_for_logits(&y);
-        opt.backward_step(&loss);
+        let logits = match &model {
+            Ok(ddp) => ddp.try_forward_t(&x, true)?,
+            Err(plain) => tch::nn::ModuleT::forward_t(plain, &x, true),
+        };
+        opt.backward_step(&logits.cross_entropy_for_logits(&y));
         Ok(())
     };
     for _ in 0..args.warmup {
@@ -116,6 +129,8 @@ fn rank_main(args: &Args) -> Res<()> {
 enum Side {
     Rust,
     PyTorch,
+    /// Rust ranks training without DDP: the machine's own cost of N processes.
+    Control,
 }
 
 fn runner(args: &Args) -> Res<()> {
@@ -145,9 +160,13 @@ fn runner(args: &Args) -> Res<()> {
     );
     let mut rows = Vec::new();
     for &ws in &args.world_sizes {
-        let mut times = [Vec::new(), Vec::new()];
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
         for rep in 0..args.repeats {
-            let order = if rep % 2 == 0 { [Side::Rust, Side::PyTorch] } else { [Side::PyTorch, Side::Rust] };
+            let order = if rep % 2 == 0 {
+                [Side::Rust, Side::PyTorch, Side::Control]
+            } else {
+                [Side::Control, Side::PyTorch, Side::Rust]
+            };
             for side in order {
                 let common = [
                     "--widths".to_string(),
@@ -167,26 +186,31 @@ fn runner(args: &Args) -> Res<()> {
                 eprintln!(
                     "  world size {ws}, repeat {}: {} {:.1} ms/step",
                     rep + 1,
-                    if side == Side::Rust { "Rust   " } else { "PyTorch" },
+                    match side {
+                        Side::Rust => "Rust   ",
+                        Side::PyTorch => "PyTorch",
+                        Side::Control => "no DDP ",
+                    },
                     t * 1e3
                 );
                 times[side as usize].push(t);
             }
         }
-        rows.push((ws, median(&mut times[0]), median(&mut times[1])));
+        rows.push((ws, median(&mut times[0]), median(&mut times[1]), median(&mut times[2])));
     }
     let per_rank = |t: f64| args.batch_size as f64 / t;
-    let (_, base_rust, base_py) = rows[0];
+    let (_, base_rust, base_py, base_ctl) = rows[0];
     println!(
-        "\n| world size | Rust img/s per rank | PyTorch img/s per rank | Rust ÷ PyTorch (target ≥ {RATIO_TARGET:.2}) | Rust efficiency | PyTorch efficiency (target ≥ {EFFICIENCY_TARGET:.2}) |"
+        "\n| world size | Rust img/s per rank | PyTorch img/s per rank | Rust ÷ PyTorch (target ≥ {RATIO_TARGET:.2}) | Rust efficiency (target ≥ {EFFICIENCY_TARGET:.2}) | PyTorch efficiency | machine ceiling (no DDP) |"
     );
-    println!("|---|---|---|---|---|---|");
-    for (ws, rust, py) in &rows {
+    println!("|---|---|---|---|---|---|---|");
+    for (ws, rust, py, ctl) in &rows {
+        let ceiling = per_rank(*ctl) / per_rank(base_ctl);
         let ratio = per_rank(*rust) / per_rank(*py);
         let eff_r = per_rank(*rust) / per_rank(base_rust);
         let eff_p = per_rank(*py) / per_rank(base_py);
         println!(
-            "| {ws} | {:.1} | {:.1} | {ratio:.3} {} | {eff_r:.3} {} | {eff_p:.3} |",
+            "| {ws} | {:.1} | {:.1} | {ratio:.3} {} | {eff_r:.3} {} | {eff_p:.3} | {ceiling:.3} |",
             per_rank(*rust),
             per_rank(*py),
             if ratio >= RATIO_TARGET { "met" } else { "NOT met" },
@@ -217,9 +241,12 @@ fn run_side(
     let mut children: Vec<Child> = Vec::new();
     for rank in 0..ws {
         let mut cmd = match side {
-            Side::Rust => {
+            Side::Rust | Side::Control => {
                 let mut c = Command::new(exe);
                 c.arg("--rank-process");
+                if side == Side::Control {
+                    c.arg("--no-ddp");
+                }
                 c
             }
             Side::PyTorch => {
