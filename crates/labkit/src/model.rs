@@ -86,6 +86,9 @@ pub enum Norm {
 #[derive(Debug)]
 enum NormLayer {
     Local(nn::BatchNorm),
+    /// Statistics over every rank's batch (the default process group at forward time;
+    /// plain batch norm when there is none or it has one rank).
+    Sync(tch_distributed::SyncBatchNorm),
 }
 
 impl NormLayer {
@@ -93,8 +96,7 @@ impl NormLayer {
         match norm {
             Norm::BatchNorm => NormLayer::Local(nn::batch_norm2d(p, channels, torch_batch_norm())),
             Norm::SyncBatchNorm => {
-                // Arrives with tch-distributed's SyncBatchNorm.
-                NormLayer::Local(nn::batch_norm2d(p, channels, torch_batch_norm()))
+                NormLayer::Sync(tch_distributed::sync_batch_norm2d(p, channels, torch_batch_norm()))
             }
         }
     }
@@ -102,6 +104,7 @@ impl NormLayer {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         match self {
             NormLayer::Local(bn) => xs.apply_t(bn, train),
+            NormLayer::Sync(bn) => xs.apply_t(bn, train),
         }
     }
 }
@@ -217,7 +220,15 @@ pub fn parameter_count(vs: &nn::VarStore) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Mutex, MutexGuard};
     use tch::{Device, Kind};
+
+    /// tch's random generator is process-wide and these tests run on parallel threads:
+    /// every test that draws from it holds this lock, so seeds mean what they say.
+    fn rng_lock() -> MutexGuard<'static, ()> {
+        static LOCK: Mutex<()> = Mutex::new(());
+        LOCK.lock().unwrap_or_else(|p| p.into_inner())
+    }
 
     fn count(widths: Widths) -> i64 {
         let vs = nn::VarStore::new(Device::Cpu);
@@ -227,16 +238,19 @@ mod tests {
 
     #[test]
     fn lab_width_has_the_labs_parameter_count() {
+        let _rng = rng_lock();
         assert_eq!(count(Widths::LAB), 17_117_466);
     }
 
     #[test]
     fn narrow_width_parameter_count() {
+        let _rng = rng_lock();
         assert_eq!(count(Widths::NARROW), 173_778);
     }
 
     #[test]
     fn average_pool_is_a_mean_not_a_sum() {
+        let _rng = rng_lock();
         let x = Tensor::rand([2, 3, 7, 7], (Kind::Float, Device::Cpu));
         let pooled = average_pool_7(&x).flatten(1, -1);
         let mean = x.mean_dim([2i64, 3].as_slice(), false, Kind::Float);
@@ -245,6 +259,7 @@ mod tests {
 
     #[test]
     fn initialisation_follows_pytorch_defaults() {
+        let _rng = rng_lock();
         let vs = nn::VarStore::new(Device::Cpu);
         let _ = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
         let vars = vs.variables();
@@ -256,8 +271,42 @@ mod tests {
         assert_eq!(vars["block3.cbr1.bn.weight"].min().double_value(&[]), 1.0);
     }
 
+    /// Without a process group SyncBatchNorm is batch norm: same variables (names,
+    /// values from the same seed) and the same training-mode output.
+    #[test]
+    fn sync_batch_norm_model_equals_batch_norm_model_on_one_process() {
+        let _rng = rng_lock();
+        let build = |norm| {
+            tch::manual_seed(11);
+            let vs = nn::VarStore::new(Device::Cpu);
+            let net = WideResNet::new(&vs.root(), Widths([4, 8, 8, 8]), norm);
+            (vs, net)
+        };
+        let (vs_a, a) = build(Norm::BatchNorm);
+        let (vs_b, b) = build(Norm::SyncBatchNorm);
+        let mut va: Vec<_> = vs_a.variables().into_iter().collect();
+        let mut vb: Vec<_> = vs_b.variables().into_iter().collect();
+        va.sort_by(|x, y| x.0.cmp(&y.0));
+        vb.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(va.len(), vb.len());
+        for ((na, ta), (nb, tb)) in va.iter().zip(&vb) {
+            assert_eq!(na, nb);
+            assert!(ta.equal(tb), "{na} differs");
+        }
+        tch::manual_seed(3);
+        let x = Tensor::rand([2, 1, 28, 28], (Kind::Float, Device::Cpu));
+        // Dropout draws from the global generator: reseed before each forward.
+        tch::manual_seed(4);
+        let ya = a.forward_t(&x, true);
+        tch::manual_seed(4);
+        let yb = b.forward_t(&x, true);
+        let diff = (ya - yb).abs().max().double_value(&[]);
+        assert!(diff < 1e-6, "outputs differ by {diff}");
+    }
+
     #[test]
     fn forward_shape_and_widths_parsing() {
+        let _rng = rng_lock();
         let vs = nn::VarStore::new(Device::Cpu);
         let net = WideResNet::new(&vs.root(), Widths([4, 8, 16, 32]), Norm::BatchNorm);
         let out = net.forward_t(&Tensor::rand([3, 1, 28, 28], (Kind::Float, Device::Cpu)), true);
