@@ -8,5 +8,11 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy -q --workspace --all-targets -- -D warnings
+echo "== lab guide: every page SUMMARY.md links exists" >&2
+missing=0
+for page in $(grep -o '](\([^)]*\.md\))' lab-guide/src/SUMMARY.md | sed 's/^](//; s/)$//'); do
+    [ -f "lab-guide/src/$page" ] || { echo "lab-guide/src/SUMMARY.md links $page, which does not exist" >&2; missing=1; }
+done
+[ "$missing" = 0 ]
 echo "== cargo test" >&2
 cargo test --workspace "$@"
