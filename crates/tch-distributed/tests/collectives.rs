@@ -17,22 +17,17 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    let scenario =
-        std::env::var("TCHD_SCENARIO").expect("run by the multi-process tests, which set TCHD_SCENARIO");
-    match scenario.as_str() {
-        "collectives" => collectives_scenario(),
-        "sizes" => sizes_scenario(),
-        "explicit_init" => explicit_init_scenario(),
-        "lifecycle" => lifecycle_scenario(),
-        "async" => async_scenario(),
-        other => panic!("unknown scenario {other}"),
-    }
-    mark_completed();
+    run_scenario(&[
+        ("collectives", collectives_scenario),
+        ("sizes", sizes_scenario),
+        ("explicit_init", explicit_init_scenario),
+        ("lifecycle", lifecycle_scenario),
+        ("async", async_scenario),
+    ]);
 }
 
 fn init_env() {
-    dist::init_process_group(Backend::Gloo, Init::Env, None, None, TIMEOUT)
-        .expect("init_process_group(env://)");
+    common::init_env(TIMEOUT);
 }
 
 /// The value rank `r` contributes at element `i`: small integers, so every op is exact

@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use dist::{Backend, DdpOptions, DistributedDataParallel, ErrorKind, Init, ReduceOp};
+use dist::{DdpOptions, DistributedDataParallel, ErrorKind, ReduceOp};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
@@ -23,22 +23,21 @@ const DEADLINE: Duration = Duration::from_secs(240);
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    let scenario =
-        std::env::var("TCHD_SCENARIO").expect("run by the multi-process tests, which set TCHD_SCENARIO");
-    let timeout =
-        Duration::from_millis(std::env::var("TCHD_TIMEOUT_MS").map_or(60_000, |v| v.parse().unwrap()));
-    dist::init_process_group(Backend::Gloo, Init::Env, None, None, timeout).unwrap();
-    match scenario.as_str() {
-        "equivalence" => equivalence_scenario(),
-        "no_sync" => no_sync_scenario(),
-        "buffers" => buffers_scenario(),
-        "unused" => unused_scenario(),
-        "mismatch" => mismatch_scenario(),
-        "dead_rank" => dead_rank_scenario(timeout),
-        "killed_in_backward" => killed_in_backward_scenario(timeout),
-        other => panic!("unknown scenario {other}"),
-    }
-    mark_completed();
+    common::init_env(rank_timeout());
+    run_scenario(&[
+        ("equivalence", equivalence_scenario),
+        ("no_sync", no_sync_scenario),
+        ("buffers", buffers_scenario),
+        ("unused", unused_scenario),
+        ("mismatch", mismatch_scenario),
+        ("dead_rank", dead_rank_scenario),
+        ("killed_in_backward", killed_in_backward_scenario),
+    ]);
+}
+
+/// The group timeout a scenario runs with (`TCHD_TIMEOUT_MS`, default 60 s).
+fn rank_timeout() -> Duration {
+    Duration::from_millis(std::env::var("TCHD_TIMEOUT_MS").map_or(60_000, |v| v.parse().unwrap()))
 }
 
 /// A small conv net with a (eval-mode, see the module doc) BatchNorm.
@@ -289,7 +288,8 @@ fn mismatch_scenario() {
 
 /// Rank 1 dies after its forward pass; rank 0's backward cannot all-reduce and must
 /// fail (not hang) within the group timeout.
-fn dead_rank_scenario(timeout: Duration) {
+fn dead_rank_scenario() {
+    let timeout = rank_timeout();
     let rank = dist::get_rank().unwrap();
     let (vs, net) = build(1);
     let ddp = DistributedDataParallel::new(net, &vs, DdpOptions::default()).unwrap();
@@ -311,7 +311,8 @@ fn dead_rank_scenario(timeout: Duration) {
 /// Rank 1 is SIGKILLed by a thread of its own while it is inside `backward()` (the
 /// thread is started right before the call, and the backward pass of this model lasts
 /// far longer than its delay); rank 0 must get an error, not hang.
-fn killed_in_backward_scenario(timeout: Duration) {
+fn killed_in_backward_scenario() {
+    let timeout = rank_timeout();
     let rank = dist::get_rank().unwrap();
     tch::manual_seed(5);
     let vs = nn::VarStore::new(Device::Cpu);

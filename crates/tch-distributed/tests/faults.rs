@@ -17,13 +17,7 @@ const DEADLINE: Duration = Duration::from_secs(120);
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    let scenario =
-        std::env::var("TCHD_SCENARIO").expect("run by the multi-process tests, which set TCHD_SCENARIO");
-    match scenario.as_str() {
-        "join" => join_scenario(),
-        other => panic!("unknown scenario {other}"),
-    }
-    mark_completed();
+    run_scenario(&[("join", join_scenario)]);
 }
 
 /// Joins over env:// with `TCHD_TIMEOUT_MS`, all-reduces once. On error, prints its

@@ -412,6 +412,12 @@ fn fixture_regenerates_from_pytorch_or_skips_without_venv() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("..");
     let python = root.join(".venv").join("bin").join("python");
     if !python.exists() {
+        // scripts/test.sh installs torch first: there, a missing venv is a failure.
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
+            "{} is missing although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh",
+            python.display()
+        );
         eprintln!("SKIPPED: {} not found, so the fixture was not regenerated from torch", python.display());
         return;
     }

@@ -528,6 +528,10 @@ fn torchrun_entry() {
 #[test]
 fn runs_unchanged_under_torchrun() {
     let Some(torchrun) = torchrun() else {
+        assert!(
+            !common::torch_required(),
+            "no torchrun although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh"
+        );
         eprintln!("SKIPPED runs_unchanged_under_torchrun: no torchrun (run scripts/setup.sh for .venv)");
         return;
     };

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use dist::{Backend, ErrorKind, Init, ReduceOp, SyncBatchNorm};
+use dist::{ErrorKind, ReduceOp, SyncBatchNorm};
 use tch::nn::{self, BatchNormConfig, ModuleT};
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
@@ -24,20 +24,15 @@ const STEPS: i64 = 2;
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    let scenario =
-        std::env::var("TCHD_SCENARIO").expect("run by the multi-process tests, which set TCHD_SCENARIO");
-    match scenario.as_str() {
-        "train" => train_scenario(),
-        "single" => single_scenario(),
-        "eval_alone" => eval_alone_scenario(),
-        other => panic!("unknown scenario {other}"),
-    }
-    mark_completed();
+    run_scenario(&[
+        ("train", train_scenario),
+        ("single", single_scenario),
+        ("eval_alone", eval_alone_scenario),
+    ]);
 }
 
 fn init_env() {
-    dist::init_process_group(Backend::Gloo, Init::Env, None, None, TIMEOUT)
-        .expect("init_process_group(env://)");
+    common::init_env(TIMEOUT);
 }
 
 fn config(affine: bool) -> BatchNormConfig {

@@ -20,6 +20,35 @@ pub fn mark_completed() {
     println!("{COMPLETED}");
 }
 
+/// The body of every test file's `rank_entry`: runs the scenario named by the harness
+/// (`TCHD_SCENARIO`), then prints [`COMPLETED`].
+pub fn run_scenario(scenarios: &[(&str, fn())]) {
+    let name =
+        std::env::var("TCHD_SCENARIO").expect("run by the multi-process tests, which set TCHD_SCENARIO");
+    let (_, scenario) =
+        scenarios.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("unknown scenario {name}"));
+    scenario();
+    mark_completed();
+}
+
+/// Joins the default group over env:// (Gloo), as most scenarios start.
+pub fn init_env(timeout: std::time::Duration) {
+    tch_distributed::init_process_group(
+        tch_distributed::Backend::Gloo,
+        tch_distributed::Init::Env,
+        None,
+        None,
+        timeout,
+    )
+    .expect("init_process_group(env://)");
+}
+
+/// Whether skipping for lack of the workspace's PyTorch is forbidden: scripts/test.sh
+/// sets up the venv first and sets this, so a missing torch there is a failure.
+pub fn torch_required() -> bool {
+    std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_some()
+}
+
 /// A port nobody listens on right now (the OS picks it; tests run in parallel).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
