@@ -2,8 +2,12 @@
 //! (download, checksums, a generated stand-in), batch iteration, the lab's report
 //! lines, and the trace the checker reads.
 pub mod data;
+mod lab;
+pub mod loader;
 pub mod model;
+mod options;
 pub mod report;
+pub mod trace;
 
 pub use data::{
     download, ensure_dataset, generate, DataError, DatasetAction, DatasetKind, DatasetOptions, DatasetReady,
@@ -11,3 +15,10 @@ pub use data::{
 };
 pub use model::{parameter_count, Norm, WideResNet, Widths};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
+pub use lab::{
+    announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,
+    Model, Result, INIT_SEED_ENV,
+};
+pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
+pub use options::{DeviceChoice, RunOptions};
+pub use report::{print_summary, Summary};

@@ -167,6 +167,7 @@ pub struct WideResNet {
 
 impl WideResNet {
     pub fn new(p: &nn::Path, widths: Widths, norm: Norm) -> WideResNet {
+        crate::lab::apply_init_seed();
         let [w0, w1, w2, w3] = widths.0;
         WideResNet {
             stem: Cbr::new(p / "stem", 1, w0, norm),

@@ -1,4 +1,8 @@
-//! The lab's report: the epoch line rank 0 prints, images/sec, and early stopping.
+//! The lab's report: the epoch line rank 0 prints, images/sec, early stopping, and
+//! the quick evaluation's summary.
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::json;
 
 /// One epoch's figures, as rank 0 reports them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -15,6 +19,35 @@ pub struct EpochReport {
 }
 
 impl EpochReport {
+    /// The figures of `epoch` as this rank holds them. Every rank builds its report
+    /// (the checker compares them); rank 0 [`print`](Self::print)s it.
+    pub fn new(
+        epoch: usize,
+        cumulative_time: f64,
+        epoch_time: f64,
+        images_per_sec: f64,
+        validation_loss: f64,
+        validation_accuracy: f64,
+    ) -> EpochReport {
+        let report =
+            EpochReport { epoch, cumulative_time, epoch_time, images_per_sec, validation_loss, validation_accuracy };
+        crate::trace::record(
+            "epoch_report",
+            json!({ "epoch": epoch, "cumulative_time": cumulative_time, "epoch_time": epoch_time,
+                    "images_per_sec": images_per_sec, "validation_loss": validation_loss,
+                    "validation_accuracy": validation_accuracy }),
+        );
+        history().push(report);
+        report
+    }
+
+    /// Prints [`line`](Self::line) on standard output.
+    pub fn print(&self) {
+        let line = self.line();
+        println!("{line}");
+        crate::trace::record("printed", json!({ "epoch": self.epoch, "line": line, "images_per_sec": self.images_per_sec }));
+    }
+
     /// The lab's epoch line, character for character:
     /// `Epoch =  1: Cumulative Time = 12.345, Epoch Time = 12.345, Images/sec = 652.1, Validation Loss = 0.412, Validation Accuracy = 0.851`.
     /// Images/sec is printed in full, as Python's `{}` prints a float.
@@ -29,6 +62,76 @@ impl EpochReport {
             self.validation_accuracy
         )
     }
+}
+
+fn history() -> MutexGuard<'static, Vec<EpochReport>> {
+    static HISTORY: Mutex<Vec<EpochReport>> = Mutex::new(Vec::new());
+    HISTORY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the quick evaluation concludes from the epoch reports of this process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub epochs: usize,
+    pub world_size: usize,
+    pub best_accuracy: f64,
+    /// The first epoch (1-based, as printed) whose accuracy reached the target.
+    pub reached_at: Option<usize>,
+    /// Mean images/sec over the epochs after the first (the first pays for warm-up),
+    /// or of the only epoch.
+    pub images_per_sec: f64,
+    pub total_time: f64,
+}
+
+impl Summary {
+    /// From this process's epoch reports so far.
+    pub fn from_reports(target_accuracy: f64, world_size: usize) -> Summary {
+        let reports = history();
+        let best_accuracy = reports.iter().map(|r| r.validation_accuracy).fold(0.0, f64::max);
+        let reached_at = reports.iter().find(|r| r.validation_accuracy >= target_accuracy).map(|r| r.epoch);
+        let steady: Vec<f64> = reports.iter().skip(1).map(|r| r.images_per_sec).collect();
+        let steady = if steady.is_empty() { reports.iter().map(|r| r.images_per_sec).collect() } else { steady };
+        let images_per_sec = if steady.is_empty() { 0.0 } else { steady.iter().sum::<f64>() / steady.len() as f64 };
+        Summary {
+            epochs: reports.len(),
+            world_size,
+            best_accuracy,
+            reached_at,
+            images_per_sec,
+            total_time: reports.last().map(|r| r.cumulative_time).unwrap_or(0.0),
+        }
+    }
+
+    /// e.g. `Quick evaluation: 2 ranks, 3 epochs in 21.4 s, 612.5 images/sec; best validation accuracy 0.912, target 0.850 reached at epoch 2`.
+    pub fn line(&self, target_accuracy: f64) -> String {
+        let reached = match self.reached_at {
+            Some(epoch) => format!("target {target_accuracy:.3} reached at epoch {epoch}"),
+            None => format!("target {target_accuracy:.3} NOT reached"),
+        };
+        format!(
+            "Quick evaluation: {} rank{}, {} epoch{} in {:.1} s, {:.1} images/sec; best validation accuracy {:.3}, {reached}",
+            self.world_size,
+            if self.world_size == 1 { "" } else { "s" },
+            self.epochs,
+            if self.epochs == 1 { "" } else { "s" },
+            self.total_time,
+            self.images_per_sec,
+            self.best_accuracy
+        )
+    }
+}
+
+/// The quick evaluation's last line, on rank 0: how far the run got, how fast, and
+/// whether it reached the target accuracy.
+pub fn print_summary(target_accuracy: f64, world_size: usize) {
+    let summary = Summary::from_reports(target_accuracy, world_size);
+    let line = summary.line(target_accuracy);
+    println!("{line}");
+    crate::trace::record(
+        "summary",
+        json!({ "line": line, "epochs": summary.epochs, "best_accuracy": summary.best_accuracy,
+                "reached_at": summary.reached_at, "images_per_sec": summary.images_per_sec }),
+    );
 }
 
 /// Python's `str(float)` for the values the lab prints: the shortest representation
@@ -46,10 +149,9 @@ pub fn python_float(x: f64) -> String {
 /// divided by the epoch's time (as the lab computes it, counting the last partial
 /// batch as full).
 pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64 {
-    if epoch_time <= 0.0 {
-        return 0.0;
-    }
-    (batches * batch_size) as f64 / epoch_time
+    let value = if epoch_time <= 0.0 { 0.0 } else { (batches * batch_size) as f64 / epoch_time };
+    crate::trace::record("images_per_sec", json!({ "value": value, "batches": batches, "batch_size": batch_size }));
+    value
 }
 
 /// The lab's early stop: training ends once the last `patience` validation

@@ -44,6 +44,34 @@ impl FromStr for Init {
     }
 }
 
+impl Init {
+    /// The lab's rendezvous: `env://` when the environment names one (`MASTER_ADDR` and
+    /// `MASTER_PORT` set, as torchrun and Slurm scripts do), otherwise
+    /// `tcp://host:port` with the program's own default, such as the lab's
+    /// `localhost:9956`. Nothing is validated here; [`init_process_group`] does that
+    /// before touching the network.
+    pub fn env_or(host: &str, port: u16) -> Init {
+        let set = |name| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+        if set("MASTER_ADDR") && set("MASTER_PORT") {
+            Init::Env
+        } else {
+            Init::Tcp { host: host.to_string(), port }
+        }
+    }
+
+    /// Where rank 0's store is, for messages: `host:port`, read from the environment
+    /// for `env://` (`?` for a missing part).
+    pub fn address(&self) -> String {
+        match self {
+            Init::Tcp { host, port } => format!("{host}:{port}"),
+            Init::Env => {
+                let get = |name| std::env::var(name).unwrap_or_else(|_| "?".to_string());
+                format!("{}:{} (env://)", get("MASTER_ADDR"), get("MASTER_PORT"))
+            }
+        }
+    }
+}
+
 /// The rendezvous and identity a process resolved before touching the network.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendezvous {

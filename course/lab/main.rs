@@ -1,0 +1,273 @@
+{{header}}
+//@ step 4
+//@ old
+// Some options are parsed before the steps that use them (step 4 reads the last ones).
+#![allow(dead_code)]
+//@ end
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use labkit::{DataLoader, RunOptions};
+use tch::nn::{self, OptimizerConfig};
+//@ step 0
+//@ step 2
+use tch_distributed as dist;
+//@ old
+#[allow(unused_imports)] // `dist` is used from step 2 on
+use tch_distributed as dist;
+//@ end
+//@ todo
+// TODO Step 0: import the course's distributed module (the crate tch_distributed),
+// under the short name the lab uses for torch.distributed.
+//@ end
+
+/// Trains the lab's WideResNet on Fashion-MNIST and prints one line per epoch.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Images per batch, on each rank.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Most epochs to train.
+    #[arg(long, default_value_t = 40)]
+    epochs: usize,
+    /// Learning rate of SGD (no momentum).
+    #[arg(long, default_value_t = 0.01)]
+    base_lr: f64,
+    /// Validation accuracy at which training may stop early.
+    #[arg(long, default_value_t = 0.85)]
+    target_accuracy: f64,
+    /// Stop once this many epochs in a row reach the target accuracy.
+    #[arg(long, default_value_t = 2)]
+    patience: usize,
+    //@ step 1
+    /// Number of nodes (machines) in the job.
+    #[arg(long, default_value_t = 1)]
+    num_nodes: usize,
+    /// Ranks per node: one per GPU (or CPU processes on a machine without GPUs).
+    #[arg(long, default_value_t = 1)]
+    num_gpus: usize,
+    /// Index of this node, from 0 to num_nodes - 1.
+    #[arg(long, default_value_t = 0)]
+    node_id: usize,
+    //@ todo
+    // TODO Step 1: add the lab's three options --num-nodes, --num-gpus and --node-id,
+    // with the lab's defaults (1, 1 and 0) and a help line each.
+    //@ end
+    //@ step 7
+    /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
+    #[arg(long)]
+    sync_batch_norm: bool,
+    //@ end
+    //@ step 2
+    /// Every rank of the job, on every node (computed in main, not an option).
+    #[arg(skip = 1usize)]
+    world_size: usize,
+    /// Where the ranks meet: rank 0's store (computed in main, not an option).
+    #[arg(skip = dist::Init::env_or("localhost", 9956))]
+    rendezvous: dist::Init,
+    //@ todo
+    // TODO Step 2: the program needs two values that are not options: the world size and
+    // the rendezvous address. Keep them here (a field marked #[arg(skip = ...)] is not an option).
+    //@ end
+    #[command(flatten)]
+    run: RunOptions,
+}
+
+fn main() -> ExitCode {
+    //@ step 2
+    let mut args = Args::parse();
+    //@ old
+    let args = Args::parse();
+    //@ end
+    args.run.apply();
+    //@ step 2
+    // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
+    // unless the environment (MASTER_ADDR, MASTER_PORT) says otherwise.
+    args.world_size = args.num_nodes * args.num_gpus;
+    args.rendezvous = dist::Init::env_or("localhost", 9956);
+    labkit::announce_world(args.world_size, &args.rendezvous);
+    //@ todo
+    // TODO Step 2: compute the world size (how many ranks in the whole job) and the
+    // rendezvous address (the lab's localhost:9956, unless MASTER_ADDR and MASTER_PORT
+    // are set), and announce them with labkit::announce_world.
+    //@ end
+    //@ step 10
+    // This invocation starts num_gpus copies of itself, one per local rank, and waits
+    // for them; when one fails, the others are stopped.
+    let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));
+    //@ todo
+    // TODO Step 10: start this node's num_gpus ranks from this one invocation, each
+    // running worker with its local rank, instead of relying on a launcher.
+    //@ old
+    //@ step 3
+    // A launcher (the checker, or torchrun) starts one process per rank and tells each
+    // its rank on this node in LOCAL_RANK.
+    let result = match dist::local_rank() {
+        Ok(local_rank) => worker(local_rank.unwrap_or(0), args),
+        Err(e) => Err(e.into()),
+    };
+    //@ todo
+    // TODO Step 3: a launcher starts this program once per rank and sets LOCAL_RANK
+    // (unset means 0). Call worker with this process's local rank.
+    //@ old
+    let result = training(args);
+    //@ end
+    //@ end
+    labkit::finish(result)
+}
+
+//@ step 3
+/// Everything one rank does, from joining the job to its last epoch.
+fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
+    labkit::worker_started(local_rank);
+//@ todo
+// TODO Step 3: training moves into `worker(local_rank, args)`, which runs once per rank
+// and starts by saying so with labkit::worker_started(local_rank).
+//@ old
+/// The whole training run.
+fn training(args: Args) -> labkit::Result<()> {
+//@ end
+    //@ step 4
+    // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
+    // num_gpus, and so on.
+    let global_rank = args.node_id * args.num_gpus + local_rank;
+    let backend = dist::Backend::for_device(args.run.device.for_local_rank(local_rank));
+    dist::init_process_group(
+        backend,
+        args.rendezvous.clone(),
+        Some(args.world_size),
+        Some(global_rank),
+        args.run.timeout(),
+    )?;
+    //@ todo
+    // TODO Step 4: compute this process's global rank (from the node id, the ranks per
+    // node and the local rank) and join the default process group: Gloo for CPU ranks,
+    // NCCL for GPU ranks, with the world size, the rendezvous and --timeout.
+    //@ end
+
+    //@ step 7
+    // Each rank computes on its own device: the GPU its local rank names, or the CPU.
+    let device = args.run.device.for_local_rank(local_rank);
+    //@ todo
+    // TODO Step 7: every rank uses the first GPU here; give each rank its own device.
+    //@ old
+    let device = args.run.device.first();
+    //@ end
+
+    let data = args.run.dataset_options();
+    //@ step 5
+    // One download per node: local rank 0 fetches (or generates) the files while the
+    // other ranks wait at the barrier; then every rank reads them.
+    if local_rank == 0 {
+        labkit::prepare_dataset(&data)?;
+    }
+    dist::barrier()?;
+    //@ todo
+    // TODO Step 5: only one process per node should prepare the data set, and no rank
+    // may read it before it is complete.
+    //@ old
+    labkit::prepare_dataset(&data)?;
+    //@ end
+    let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
+
+    //@ step 6
+    // Each rank trains and validates on its own share of the data.
+    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;
+    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, global_rank)?;
+    //@ todo
+    // TODO Step 6: every rank goes through the whole data set; give each rank its own
+    // share of the training set and of the validation set (PyTorch's DistributedSampler).
+    //@ old
+    let train_sampler = labkit::RandomSampler::new(train_set.len());
+    let test_sampler = labkit::SequentialSampler::new(test_set.len());
+    //@ end
+    let mut train_loader = DataLoader::new(&train_set, args.batch_size, train_sampler, device);
+    let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
+
+    let vs = nn::VarStore::new(device);
+    //@ step 7
+    let norm = if args.sync_batch_norm { labkit::Norm::SyncBatchNorm } else { labkit::Norm::BatchNorm };
+    let model = labkit::WideResNet::new(&vs.root(), args.run.width, norm);
+    // DDP starts every rank from rank 0's weights and averages the gradients over all
+    // ranks during backward, so every rank takes the same step.
+    let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
+    //@ todo
+    // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
+    // option that builds the model with labkit::Norm::SyncBatchNorm.
+    //@ old
+    let model = labkit::WideResNet::new(&vs.root(), args.run.width, labkit::Norm::BatchNorm);
+    //@ end
+    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        //@ step 6
+        // A new order every epoch, the same split among ranks.
+        train_loader.sampler.set_epoch(epoch as u64);
+        //@ todo
+        // TODO Step 6 (6.5): the distributed sampler repeats its order every epoch unless
+        // it is told which epoch this is.
+        //@ end
+        let t0 = Instant::now();
+        labkit::train(&model, &mut optimizer, &mut train_loader)?;
+        //@ step 8
+        // The epoch ends when the slowest rank is done.
+        dist::barrier()?;
+        //@ todo
+        // TODO Step 8: stop the clock only when every rank has finished the epoch.
+        //@ end
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        let images_per_sec = labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+        //@ step 8
+        // Rank 0 reports the job's throughput: the sum of every rank's.
+        let mut images_per_sec_total = tch::Tensor::from(images_per_sec).to_device(device);
+        dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;
+        let images_per_sec = images_per_sec_total.double_value(&[]);
+        //@ todo
+        // TODO Step 8: rank 0 must print the whole job's images/sec, the sum of every
+        // rank's figure, collected on rank 0.
+        //@ end
+
+        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
+        //@ step 9
+        // Each rank validated its own share: average over ranks (Gloo has no AVG, so sum
+        // and divide by the world size). Every rank then holds the same metrics.
+        let mut metrics = tch::Tensor::from_slice(&[v_accuracy, v_loss]).to_device(device);
+        dist::all_reduce(&mut metrics, dist::ReduceOp::Sum)?;
+        let metrics = metrics / args.world_size as f64;
+        let (v_accuracy, v_loss) = (metrics.double_value(&[0]), metrics.double_value(&[1]));
+        //@ todo
+        // TODO Step 9: each rank validated only its share; every rank must end up with the
+        // accuracy and loss averaged over all ranks.
+        //@ end
+
+        let report = labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
+        //@ step 4
+        if global_rank == 0 {
+            report.print();
+        }
+        //@ todo
+        // TODO Step 4: only rank 0 prints the epoch line.
+        //@ old
+        report.print();
+        //@ end
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
+    //@ step 11
+    // The quick evaluation's verdict, once; then leave the job cleanly.
+    if global_rank == 0 {
+        labkit::print_summary(args.target_accuracy, args.world_size);
+    }
+    dist::destroy_process_group()?;
+    //@ todo
+    // TODO Step 11: the quick evaluation: rank 0 prints the run's summary
+    // (labkit::print_summary), and every rank leaves the process group.
+    //@ end
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! The lab's ready-made pieces of the training program: `train` and `test` (which the
+//! lab never changes), loading the data, the messages a run prints, and the exit code.
+use std::error::Error;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use tch::nn::{self, ModuleT};
+use tch::{Kind, Tensor};
+use tch_distributed as dist;
+
+use crate::data::{ensure_dataset, DataError, DatasetKind, DatasetOptions, DatasetReady, FashionMnist, Split};
+use crate::loader::{DataLoader, Sampler};
+use crate::model::WideResNet;
+use crate::trace;
+
+/// Any error a step program can meet.
+pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
+/// The step programs' result type.
+pub type Result<T, E = BoxError> = std::result::Result<T, E>;
+
+/// A model the training loop can run: the plain WideResNet, or the WideResNet wrapped
+/// in DDP (whose forward can fail when another rank is gone).
+pub trait Model {
+    fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor>;
+}
+
+impl Model for WideResNet {
+    fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
+        Ok(self.forward_t(images, train))
+    }
+}
+
+impl<M: ModuleT> Model for dist::DistributedDataParallel<M> {
+    fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
+        Ok(self.try_forward_t(images, train)?)
+    }
+}
+
+/// Rank 0 of the job: the global rank once the process group exists, the local rank
+/// before that (a single-process program is rank 0).
+fn is_rank_zero() -> bool {
+    match dist::get_rank() {
+        Ok(rank) => rank == 0,
+        Err(_) => trace::local_rank().unwrap_or(0) == 0,
+    }
+}
+
+/// One epoch of training, as the lab's `train` function: every batch the loader's
+/// sampler gives, forward, cross-entropy, backward, an SGD step. With DDP the
+/// backward pass also averages the gradients over all ranks.
+///
+/// Shows a progress bar on rank 0 when standard error is a terminal.
+pub fn train<M: Model, S: Sampler>(
+    model: &M,
+    optimizer: &mut nn::Optimizer,
+    loader: &mut DataLoader<'_, S>,
+) -> Result<()> {
+    let indices = loader.sampler.epoch_indices();
+    let epoch = next_epoch_number();
+    trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
+    let bar = progress_bar(loader.len() as u64, epoch);
+    for chunk in indices.chunks(loader.batch_size) {
+        let (images, labels) = loader.split.batch(chunk, loader.device);
+        let logits = model.forward(&images, true)?;
+        let loss = logits.cross_entropy_for_logits(&labels);
+        optimizer.zero_grad();
+        loss.f_backward()?;
+        optimizer.step();
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    trace::record_weights(epoch, &optimizer.trainable_variables());
+    Ok(())
+}
+
+/// The lab's `test`: accuracy (correct / total) and loss (the mean of the batch
+/// losses) over every batch the loader's sampler gives, in evaluation mode.
+/// Returns `(accuracy, loss)` of this rank's share of the validation set.
+pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> Result<(f64, f64)> {
+    let indices = loader.sampler.epoch_indices();
+    let (mut correct, mut total, mut loss_sum, mut batches) = (0i64, 0usize, 0.0f64, 0usize);
+    let _no_grad = tch::no_grad_guard();
+    for chunk in indices.chunks(loader.batch_size) {
+        let (images, labels) = loader.split.batch(chunk, loader.device);
+        let logits = model.forward(&images, false)?;
+        loss_sum += logits.cross_entropy_for_logits(&labels).double_value(&[]);
+        correct += logits.argmax(-1, false).eq_tensor(&labels).sum(Kind::Int64).int64_value(&[]);
+        total += chunk.len();
+        batches += 1;
+    }
+    let accuracy = if total == 0 { 0.0 } else { correct as f64 / total as f64 };
+    let loss = if batches == 0 { 0.0 } else { loss_sum / batches as f64 };
+    trace::record(
+        "validation",
+        json!({ "accuracy": accuracy, "loss": loss, "correct": correct, "total": total,
+                "batches": batches, "indices": indices }),
+    );
+    Ok((accuracy, loss))
+}
+
+/// Counts the epochs `train` has run in this process (0-based), for the trace and
+/// the progress bar.
+fn next_epoch_number() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static EPOCHS: AtomicUsize = AtomicUsize::new(0);
+    EPOCHS.fetch_add(1, Ordering::SeqCst)
+}
+
+fn progress_bar(batches: u64, epoch: usize) -> ProgressBar {
+    if !(is_rank_zero() && std::io::stderr().is_terminal()) {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(batches);
+    let style = ProgressStyle::with_template(
+        "epoch {prefix:>2} [{bar:30}] {pos}/{len} batches, {per_sec}, {eta} left",
+    )
+    .map(|s| s.progress_chars("=> "))
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_prefix(format!("{epoch}"));
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+/// Prints the world this program is about to form, e.g.
+/// `World size = 4; rank 0's rendezvous at localhost:9956`.
+///
+/// Printed once per node: not by the copies of `main` that `spawn` starts, nor by
+/// launched processes other than local rank 0.
+pub fn announce_world(world_size: usize, rendezvous: &dist::Init) {
+    let address = rendezvous.address();
+    if dist::spawned_rank().is_none() && dist::local_rank().ok().flatten().unwrap_or(0) == 0 {
+        println!("World size = {world_size}; rendezvous at {address}");
+    }
+    trace::record("world", json!({ "world_size": world_size, "rendezvous": address }));
+}
+
+/// Says that a worker started: `Worker started: local rank 1`.
+pub fn worker_started(local_rank: usize) {
+    println!("Worker started: local rank {local_rank} (pid {})", std::process::id());
+    trace::record("worker", json!({ "worker_local_rank": local_rank }));
+}
+
+/// The lab's "download" half: makes the data set ready on disk (verify, download or
+/// generate; see [`ensure_dataset`]) and prints what it did. Call it once per node,
+/// from local rank 0, before the barrier.
+pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
+    trace::record("prepare_dataset", json!({ "dir": options.dir, "kind": options.kind.to_string() }));
+    let ready = ensure_dataset(options)?;
+    println!("{}", ready.summary());
+    trace::record(
+        "dataset_ready",
+        json!({ "dir": ready.dir, "kind_used": ready.kind_used.to_string(),
+                "action": format!("{:?}", ready.action), "downloaded": ready.downloaded }),
+    );
+    Ok(ready)
+}
+
+/// The lab's "read" half: loads the data set [`prepare_dataset`] made ready, without
+/// downloading anything, and keeps the first `train_subset` / `test_subset` samples.
+///
+/// Fails with a message saying the files are missing when nobody prepared them yet:
+/// that is what happens to a rank that does not wait at the barrier.
+pub fn load_dataset(
+    options: &DatasetOptions,
+    train_subset: Option<usize>,
+    test_subset: Option<usize>,
+) -> Result<(Split, Split), DataError> {
+    let dir = match options.kind {
+        DatasetKind::Real => options.dir.clone(),
+        DatasetKind::Generated => options.dir.join(options.generated.dir_name()),
+        DatasetKind::Auto => {
+            let real_present = crate::data::FILES.iter().all(|f| options.dir.join(f).is_file());
+            if real_present {
+                options.dir.clone()
+            } else {
+                options.dir.join(options.generated.dir_name())
+            }
+        }
+    };
+    let data = FashionMnist::load(&dir)?;
+    let train = match train_subset {
+        Some(n) => data.train.subset(n),
+        None => data.train,
+    };
+    let test = match test_subset {
+        Some(n) => data.test.subset(n),
+        None => data.test,
+    };
+    trace::record("dataset_loaded", json!({ "dir": dir, "train": train.len(), "test": test.len() }));
+    Ok((train, test))
+}
+
+/// Ends `main`: prints the error, if any, and turns it into the exit code: 2 for bad
+/// input (options, data files, arguments the process group refused), 1 otherwise.
+pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let e: BoxError = e.into();
+            eprintln!("error: {e}");
+            ExitCode::from(exit_code(e.as_ref()))
+        }
+    }
+}
+
+/// 2 for bad input, 1 for everything else.
+pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
+    if let Some(data) = e.downcast_ref::<DataError>() {
+        return data.exit_code() as u8;
+    }
+    if let Some(d) = e.downcast_ref::<dist::DistError>() {
+        if d.kind() == dist::ErrorKind::InvalidArgument {
+            return 2;
+        }
+    }
+    1
+}
+
+/// Environment variable the checker sets to give every rank a different initial
+/// model (seed + local rank), proving that DDP makes them equal.
+pub const INIT_SEED_ENV: &str = "DDP_LAB_INIT_SEED";
+
+/// Applies [`INIT_SEED_ENV`] before a model is built.
+pub(crate) fn apply_init_seed() {
+    if let Some(seed) = std::env::var(INIT_SEED_ENV).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+        tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
+    }
+}

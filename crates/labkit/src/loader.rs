@@ -1,0 +1,140 @@
+//! Batch iteration: samplers decide the order of indices, the loader gathers batches.
+//!
+//! The whole data set is in memory, so a "loader" is only a sampler plus a batch size
+//! and a device; no worker threads are needed.
+use tch::Device;
+use tch_distributed as dist;
+
+use crate::data::Split;
+
+/// Decides which samples an epoch visits, and in which order (PyTorch's `Sampler`).
+pub trait Sampler {
+    /// Indices per epoch.
+    fn len(&self) -> usize;
+    /// True when an epoch visits nothing.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The indices of the next epoch.
+    fn epoch_indices(&mut self) -> Vec<usize>;
+}
+
+/// Every index in order (PyTorch's `SequentialSampler`).
+#[derive(Debug, Clone)]
+pub struct SequentialSampler {
+    len: usize,
+}
+
+impl SequentialSampler {
+    pub fn new(dataset_len: usize) -> Self {
+        SequentialSampler { len: dataset_len }
+    }
+}
+
+impl Sampler for SequentialSampler {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn epoch_indices(&mut self) -> Vec<usize> {
+        (0..self.len).collect()
+    }
+}
+
+/// Every index once, in a new order each epoch (PyTorch's `RandomSampler`, which is
+/// what `shuffle=True` gives). Every process draws the same orders: it knows nothing
+/// of other ranks, which is why a distributed program needs a different sampler.
+#[derive(Debug, Clone)]
+pub struct RandomSampler {
+    len: usize,
+    seed: u64,
+    epochs_drawn: u64,
+}
+
+impl RandomSampler {
+    pub fn new(dataset_len: usize) -> Self {
+        RandomSampler { len: dataset_len, seed: 0, epochs_drawn: 0 }
+    }
+}
+
+impl Sampler for RandomSampler {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn epoch_indices(&mut self) -> Vec<usize> {
+        // One replica of PyTorch's shuffle with seed + epoch: a fresh order per epoch,
+        // reproducible from run to run.
+        let order = dist::DistributedSampler::new(self.len, 1, 0, true, self.seed + self.epochs_drawn, false)
+            .map(|s| s.indices())
+            .unwrap_or_else(|_| (0..self.len).collect());
+        self.epochs_drawn += 1;
+        order
+    }
+}
+
+impl Sampler for dist::DistributedSampler {
+    fn len(&self) -> usize {
+        dist::DistributedSampler::len(self)
+    }
+    fn epoch_indices(&mut self) -> Vec<usize> {
+        // The order of the epoch set with `set_epoch`; calling this does not advance it.
+        self.indices()
+    }
+}
+
+/// Batches of one split, in the order its sampler gives (PyTorch's `DataLoader`).
+/// The sampler is a public field so that the training loop can call
+/// `train_loader.sampler.set_epoch(epoch)`.
+pub struct DataLoader<'a, S> {
+    pub split: &'a Split,
+    pub sampler: S,
+    pub batch_size: usize,
+    pub device: Device,
+}
+
+impl<'a, S: Sampler> DataLoader<'a, S> {
+    /// # Panics
+    /// When `batch_size` is 0.
+    pub fn new(split: &'a Split, batch_size: usize, sampler: S, device: Device) -> Self {
+        assert!(batch_size > 0, "the batch size must be at least 1");
+        DataLoader { split, sampler, batch_size, device }
+    }
+
+    /// Batches per epoch (the last one may be partial), PyTorch's `len(loader)`.
+    pub fn len(&self) -> usize {
+        self.sampler.len().div_ceil(self.batch_size)
+    }
+
+    /// True when an epoch has no batch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_sampler_reshuffles_each_epoch_and_covers_everything() {
+        let mut s = RandomSampler::new(50);
+        let a = s.epoch_indices();
+        let b = s.epoch_indices();
+        assert_ne!(a, b);
+        for order in [&a, &b] {
+            let mut sorted = order.clone();
+            sorted.sort();
+            assert_eq!(sorted, (0..50).collect::<Vec<_>>());
+        }
+        assert_eq!(RandomSampler::new(50).epoch_indices(), a, "the same orders every run");
+    }
+
+    #[test]
+    fn loader_length_counts_the_partial_batch() {
+        let split = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
+        let loader = DataLoader::new(&split, 4, SequentialSampler::new(10), Device::Cpu);
+        assert_eq!(loader.len(), 3);
+        let sampler = dist::DistributedSampler::new(10, 3, 2, true, 0, false).unwrap();
+        let loader = DataLoader::new(&split, 4, sampler, Device::Cpu);
+        assert_eq!(loader.len(), 1);
+    }
+}

@@ -1,0 +1,156 @@
+//! The options every step program has besides the lab's own: what CPU runs need
+//! (a narrow model, a subset, a thread count), where the data comes from, which
+//! device, and how long to wait for other ranks. Step programs flatten them into
+//! their `Args` (`#[command(flatten)] run: labkit::RunOptions`).
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Args;
+use tch::Device;
+
+use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
+use crate::model::Widths;
+
+/// Where a rank computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// One GPU per rank when this node has a GPU for every rank, else the CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(DeviceChoice::Auto),
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" | "gpu" => Ok(DeviceChoice::Cuda),
+            _ => Err(format!("unknown device `{s}`: expected auto, cpu or cuda")),
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceChoice::Auto => "auto",
+            DeviceChoice::Cpu => "cpu",
+            DeviceChoice::Cuda => "cuda",
+        })
+    }
+}
+
+impl DeviceChoice {
+    /// The device of the process with this local rank: `cuda:<local_rank>` or the CPU.
+    ///
+    /// `Auto` picks CUDA only when there is a GPU for every rank of this node (the
+    /// ranks one launcher started), so that a node never mixes GPU and CPU ranks:
+    /// NCCL needs one GPU per rank, and with fewer GPUs all ranks use Gloo on the CPU.
+    pub fn for_local_rank(self, local_rank: usize) -> Device {
+        let gpus = tch::Cuda::device_count().max(0) as usize;
+        match self {
+            DeviceChoice::Cpu => Device::Cpu,
+            DeviceChoice::Cuda => Device::Cuda(local_rank),
+            DeviceChoice::Auto => {
+                let ranks_here = local_world_size().unwrap_or(local_rank + 1).max(local_rank + 1);
+                if gpus >= ranks_here {
+                    Device::Cuda(local_rank)
+                } else {
+                    Device::Cpu
+                }
+            }
+        }
+    }
+
+    /// The single-GPU program's device: the first GPU, or the CPU.
+    pub fn first(self) -> Device {
+        match self {
+            DeviceChoice::Cpu => Device::Cpu,
+            DeviceChoice::Cuda => Device::Cuda(0),
+            DeviceChoice::Auto => Device::cuda_if_available(),
+        }
+    }
+}
+
+/// How many ranks run on this node, as the launcher said (spawn or torchrun).
+fn local_world_size() -> Option<usize> {
+    if let Some(me) = tch_distributed::spawned_rank() {
+        return Some(me.nprocs);
+    }
+    std::env::var("LOCAL_WORLD_SIZE").ok()?.trim().parse().ok()
+}
+
+/// The options of every step program that the lab's Python did not need.
+#[derive(Args, Debug, Clone)]
+pub struct RunOptions {
+    /// Channel widths of the WideResNet: `lab` (16,160,320,640; 17,117,466 parameters),
+    /// `narrow` (8,16,32,64; for CPU runs) or four numbers, e.g. 16,32,64,128.
+    #[arg(long, default_value = "lab", value_name = "WIDTHS")]
+    pub width: Widths,
+
+    /// Train on the first N training images only (quick CPU runs).
+    #[arg(long, value_name = "N")]
+    pub train_subset: Option<usize>,
+
+    /// Validate on the first N test images only.
+    #[arg(long, value_name = "N")]
+    pub test_subset: Option<usize>,
+
+    /// Directory of the data set: the real files go here, a generated stand-in in a
+    /// subdirectory.
+    #[arg(long, default_value = "data", value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// `real` (Fashion-MNIST; downloaded when missing), `generated` (a learnable
+    /// stand-in made on this machine; works offline) or `auto` (real when present or
+    /// downloadable, otherwise generated, and the program says so).
+    #[arg(long, default_value = "auto", value_name = "KIND")]
+    pub dataset: DatasetKind,
+
+    /// Base URL to download Fashion-MNIST from, instead of the public mirrors
+    /// (also: the DDP_LAB_MIRROR environment variable).
+    #[arg(long, value_name = "URL")]
+    pub mirror: Option<String>,
+
+    /// `auto` (a GPU per rank when this node has enough, else the CPU), `cpu` or `cuda`.
+    #[arg(long, default_value = "auto", value_name = "DEVICE")]
+    pub device: DeviceChoice,
+
+    /// Torch threads per rank on the CPU (default: torch's own choice). On a CPU-only
+    /// node, cores divided by ranks avoids oversubscription.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// Seconds to wait for the other ranks (rendezvous and every collective) before
+    /// failing instead of hanging.
+    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+impl RunOptions {
+    /// The rendezvous and collective timeout.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout.max(1))
+    }
+
+    /// What to hand [`crate::prepare_dataset`] and [`crate::load_dataset`].
+    pub fn dataset_options(&self) -> DatasetOptions {
+        DatasetOptions {
+            dir: self.data_dir.clone(),
+            kind: self.dataset,
+            download: DownloadOptions { mirrors: self.mirror.iter().cloned().collect(), ..Default::default() },
+            generated: GenerateOptions::default(),
+        }
+    }
+
+    /// Applies the process-wide settings (torch's thread count).
+    pub fn apply(&self) {
+        if let Some(n) = self.threads {
+            tch::set_num_threads(n.max(1) as i32);
+        }
+    }
+}

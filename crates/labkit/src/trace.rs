@@ -1,0 +1,146 @@
+//! The trace the checker reads: per-process JSON lines under `DDP_LAB_TRACE`.
+//!
+//! Student code never writes it. labkit's own helpers (the data loaders, `train`,
+//! `test`, the report) record what they see, so the checker can judge a student's
+//! program from facts (which indices a rank iterated, what its weights were after
+//! each epoch) instead of from what the program claims.
+//!
+//! Each process appends to `<dir>/trace-<pid>.jsonl`; every line is one event with
+//! `event`, `pid`, `local_rank`, and `rank` / `world_size` once the default process
+//! group exists. A line is written with one `write` on an `O_APPEND` file, so lines
+//! never interleave, even when a process is killed mid-run.
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use tch::{Kind, Tensor};
+use tch_distributed as dist;
+
+/// Environment variable: the directory trace files go to. Unset: no trace.
+pub const TRACE_ENV: &str = "DDP_LAB_TRACE";
+
+/// The trace file of this process, opened on first use; `None` when tracing is off
+/// or the file cannot be created (a warning is printed once; training goes on).
+fn sink() -> Option<&'static Mutex<File>> {
+    static SINK: OnceLock<Option<Mutex<File>>> = OnceLock::new();
+    SINK.get_or_init(|| {
+        let dir = PathBuf::from(std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty())?);
+        let path = dir.join(format!("trace-{}.jsonl", std::process::id()));
+        let opened = std::fs::create_dir_all(&dir)
+            .and_then(|_| OpenOptions::new().create(true).append(true).open(&path));
+        match opened {
+            Ok(f) => Some(Mutex::new(f)),
+            Err(e) => {
+                eprintln!("warning: cannot write the trace file {}: {e}", path.display());
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+/// Whether `DDP_LAB_TRACE` is on for this process.
+pub fn enabled() -> bool {
+    sink().is_some()
+}
+
+/// This process's local rank: given by `spawn`, or by a launcher in `LOCAL_RANK`.
+pub fn local_rank() -> Option<usize> {
+    if let Some(me) = dist::spawned_rank() {
+        return Some(me.local_rank);
+    }
+    dist::local_rank().ok().flatten()
+}
+
+/// Appends one event. `fields` must be a JSON object.
+pub fn record(event: &str, fields: Value) {
+    let Some(sink) = sink() else { return };
+    let mut line = Map::new();
+    line.insert("event".into(), json!(event));
+    line.insert("pid".into(), json!(std::process::id()));
+    line.insert("local_rank".into(), json!(local_rank()));
+    line.insert("rank".into(), json!(dist::get_rank().ok()));
+    line.insert("world_size".into(), json!(dist::get_world_size().ok()));
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    line.insert("time".into(), json!(now));
+    if let Value::Object(extra) = fields {
+        line.extend(extra);
+    }
+    let mut text = Value::Object(line).to_string();
+    text.push('\n');
+    let mut file = sink.lock().unwrap_or_else(|p| p.into_inner());
+    // A failed trace write must not stop training; the checker reports the gap.
+    let _ = file.write_all(text.as_bytes());
+}
+
+/// What the trace records of a model's weights after an epoch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightsFingerprint {
+    /// FNV-1a of every value's bytes, in order: equal exactly when the weights are
+    /// bit-for-bit equal (DDP keeps ranks bit-identical).
+    pub digest: String,
+    /// The weights projected onto eight fixed pseudo-random directions: close (not
+    /// equal) when two runs reach nearly the same weights by different arithmetic,
+    /// as N ranks × batch B and 1 rank × batch N·B do.
+    pub projection: [f64; 8],
+}
+
+/// Fingerprints `tensors` (as f64 on the CPU, in the order given).
+pub fn fingerprint(tensors: &[Tensor]) -> WeightsFingerprint {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut projection = [0.0f64; 8];
+    let mut offset = 0usize;
+    tch::no_grad(|| {
+        for t in tensors {
+            let values = t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Double).flatten(0, -1);
+            let values: Vec<f64> = Vec::<f64>::try_from(&values).unwrap_or_default();
+            for (i, v) in values.iter().enumerate() {
+                for byte in (*v as f32).to_le_bytes() {
+                    hash ^= u64::from(byte);
+                    hash = hash.wrapping_mul(0x0100_0000_01b3);
+                }
+                let position = (offset + i) as f64 + 1.0;
+                for (k, p) in projection.iter_mut().enumerate() {
+                    // Deterministic directions that do not depend on tch's RNG.
+                    *p += v * (position * (k as f64 + 1.0) * 0.618_033_988_749_895).sin();
+                }
+            }
+            offset += values.len();
+        }
+    });
+    WeightsFingerprint { digest: format!("{hash:016x}"), projection }
+}
+
+/// Records the weights of `tensors` after `epoch` (0-based) of training.
+pub fn record_weights(epoch: usize, tensors: &[Tensor]) {
+    if !enabled() {
+        return;
+    }
+    let f = fingerprint(tensors);
+    record("weights", json!({ "epoch": epoch, "digest": f.digest, "projection": f.projection }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_tell_equal_from_nearly_equal() {
+        let a = vec![Tensor::from_slice(&[1.0f32, 2.0, 3.0]), Tensor::from_slice(&[4.0f32])];
+        let same = vec![Tensor::from_slice(&[1.0f32, 2.0, 3.0]), Tensor::from_slice(&[4.0f32])];
+        let near = vec![Tensor::from_slice(&[1.0f32, 2.0, 3.000001]), Tensor::from_slice(&[4.0f32])];
+        let fa = fingerprint(&a);
+        assert_eq!(fa, fingerprint(&same));
+        let fn_ = fingerprint(&near);
+        assert_ne!(fa.digest, fn_.digest);
+        for (x, y) in fa.projection.iter().zip(fn_.projection) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+        // The split between tensors does not change the projection, only the values do.
+        let merged = vec![Tensor::from_slice(&[1.0f32, 2.0, 3.0, 4.0])];
+        assert_eq!(fingerprint(&merged).projection, fa.projection);
+    }
+}
