@@ -1,0 +1,261 @@
+//! Renders the lab's 24 crates from one annotated master program.
+//!
+//! `course/lab/main.rs` holds the finished lab with every step's change wrapped in
+//! `//@ step N` blocks (see [`markers`] for the language). From it come, for each step N,
+//! `steps/step_NN` (the student's starter: steps before N done, step N marked `TODO`)
+//! and `solutions/step_NN` (steps up to N done). Keeping one master means a fix lands
+//! in all 24 crates at once, and `check_all` catches crates edited by hand.
+pub mod files;
+mod format;
+pub mod markers;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use files::{check_all, crate_files, write_all, Drift};
+
+/// The title of each step, as the headers and package descriptions show it.
+pub const STEPS: [&str; 12] = [
+    "import the distributed module",
+    "the --num-nodes, --num-gpus and --node-id options",
+    "world size and rendezvous address",
+    "training moves into worker(local_rank, args)",
+    "global rank and the process group",
+    "download once per node, then a barrier",
+    "DistributedSampler and set_epoch",
+    "one device per rank, and the model wrapped in DDP",
+    "throughput: a barrier and a reduce to rank 0",
+    "validation metrics averaged over all ranks",
+    "the program spawns its own ranks",
+    "the quick evaluation",
+];
+
+/// Where the master program lives, relative to the repository root.
+pub const MASTER: &str = "course/lab/main.rs";
+/// The manifest template: `{{name}}` and `{{description}}` are filled in per crate.
+pub const MANIFEST_TEMPLATE: &str = "course/lab/Cargo.toml.in";
+/// Copied verbatim into every crate.
+pub const BUILD_SCRIPT: &str = "course/lab/build.rs";
+
+/// One rendered program: a student's starter for a step, or the solution of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Version {
+    /// The program after step N-1, with step N's work marked `TODO Step N`.
+    Starter(u8),
+    /// The program after step N.
+    Solution(u8),
+}
+
+impl Version {
+    /// All 24 versions: the starters, then the solutions, each in step order.
+    pub fn all() -> impl Iterator<Item = Version> {
+        let steps = 0..STEPS.len() as u8;
+        steps.clone().map(Version::Starter).chain(steps.map(Version::Solution))
+    }
+
+    pub fn step(self) -> u8 {
+        match self {
+            Version::Starter(n) | Version::Solution(n) => n,
+        }
+    }
+
+    /// Relative to the repository root, e.g. `steps/step_07` or `solutions/step_07`.
+    pub fn crate_dir(self) -> PathBuf {
+        match self {
+            Version::Starter(n) => PathBuf::from(format!("steps/step_{n:02}")),
+            Version::Solution(n) => PathBuf::from(format!("solutions/step_{n:02}")),
+        }
+    }
+
+    /// `step_07` or `solution_07`: distinct, since all 24 crates share one workspace.
+    pub fn package_name(self) -> String {
+        match self {
+            Version::Starter(n) => format!("step_{n:02}"),
+            Version::Solution(n) => format!("solution_{n:02}"),
+        }
+    }
+
+    /// Whether this version has step `step` done (its "new" code).
+    pub fn is_done(self, step: u8) -> bool {
+        match self {
+            Version::Starter(n) => step < n,
+            Version::Solution(n) => step <= n,
+        }
+    }
+
+    /// The step whose TODO markers this version shows, if any.
+    pub fn todo(self) -> Option<u8> {
+        match self {
+            Version::Starter(n) => Some(n),
+            Version::Solution(_) => None,
+        }
+    }
+
+    /// The version itself, or an error if its step is not one of the lab's.
+    pub fn validate(self) -> Result<Version, CourseError> {
+        if usize::from(self.step()) < STEPS.len() {
+            Ok(self)
+        } else {
+            Err(CourseError::NoSuchStep { step: self.step() })
+        }
+    }
+
+    /// The step's title; panics for a step outside 0..=11 (see [`Version::validate`]).
+    pub fn title(self) -> &'static str {
+        STEPS[usize::from(self.step())]
+    }
+
+    /// The one-line description that goes into the crate's Cargo.toml.
+    pub fn description(self) -> String {
+        let kind = match self {
+            Version::Starter(_) => "starter",
+            Version::Solution(_) => "solution",
+        };
+        format!("ddp-lab step {} {kind}: {}", self.step(), self.title())
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.crate_dir().display())
+    }
+}
+
+/// Renders the master for one version: directives resolved, `{{header}}` filled in,
+/// not yet formatted. Fails on a malformed master, or if the result would be unusable
+/// (a starter without its TODO marker, a directive or `{{` left behind).
+pub fn render_main(master: &str, version: Version) -> Result<String, CourseError> {
+    let version = version.validate()?;
+    let tree = markers::parse(master)?;
+    let mut out = String::new();
+    let mut marked = false;
+    for line in markers::select(&tree, version) {
+        if line.text.trim() == "{{header}}" {
+            // Not counted as the TODO marker, though the starter's header names it.
+            out.push_str(&header(version));
+            continue;
+        }
+        check_leftover(MASTER, line.no, line.text, version)?;
+        marked |= markers::has_todo_marker(line.text, version.step());
+        out.push_str(line.text);
+        out.push('\n');
+    }
+    match version {
+        Version::Starter(step) if !marked => {
+            Err(CourseError::MissingTodo { version: version.to_string(), step })
+        }
+        _ => Ok(out),
+    }
+}
+
+/// The `//!` lines that open each rendered main.rs.
+fn header(version: Version) -> String {
+    let (n, title) = (version.step(), version.title());
+    match version {
+        Version::Starter(_) => format!(
+            "//! ddp-lab, step {n}: {title}.\n\
+             //!\n\
+             //! Look for `TODO Step {n}`: those comments mark this step's work.\n\
+             //! `checker verify step {n}` checks it; `checker hint step {n}` helps when you are stuck.\n"
+        ),
+        Version::Solution(n) if usize::from(n) == STEPS.len() - 1 => format!(
+            "//! ddp-lab, solution of step {n}: {title}.\n\
+             //!\n\
+             //! This is the finished lab: every step is done.\n"
+        ),
+        Version::Solution(_) => format!("//! ddp-lab, solution of step {n}: {title}.\n"),
+    }
+}
+
+/// Fills in the manifest template for one version.
+pub fn render_manifest(template: &str, version: Version) -> Result<String, CourseError> {
+    let version = version.validate()?;
+    // The template quotes the description, so it is escaped as a TOML basic string.
+    let description = version.description().replace('\\', "\\\\").replace('"', "\\\"");
+    let mut out = String::new();
+    for (i, line) in template.lines().enumerate() {
+        let line = line.replace("{{name}}", &version.package_name()).replace("{{description}}", &description);
+        check_leftover(MANIFEST_TEMPLATE, i + 1, &line, version)?;
+        out.push_str(&line);
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// Errors unless `line` is free of `//@` and `{{`, which only the master's sources may hold.
+fn check_leftover(
+    source_file: &'static str,
+    line_no: usize,
+    line: &str,
+    version: Version,
+) -> Result<(), CourseError> {
+    match ["//@", "{{"].into_iter().find(|m| line.contains(m)) {
+        Some(marker) => Err(CourseError::Leftover {
+            source_file,
+            line: line_no,
+            marker,
+            version: version.to_string(),
+            text: line.trim().to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Everything that can go wrong rendering the course. Master errors carry the master's
+/// line number; the messages say what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum CourseError {
+    #[error(
+        "{MASTER}:{line}: unknown directive `{text}`; a `//@` line must be `//@ step N`, \
+         `//@ todo`, `//@ old` or `//@ end`"
+    )]
+    UnknownDirective { line: usize, text: String },
+    #[error("{MASTER}:{line}: `//@ step {found}`: the step must be a number from 0 to 11")]
+    BadStep { line: usize, found: String },
+    #[error("{MASTER}:{line}: `//@ {directive}` outside any block; open one with `//@ step N` first")]
+    NoOpenBlock { line: usize, directive: &'static str },
+    #[error(
+        "{MASTER}:{line}: a second `//@ {section}` in the block of step {step}; \
+         each section appears at most once"
+    )]
+    RepeatedSection { line: usize, step: u8, section: &'static str },
+    #[error(
+        "{MASTER}:{line}: `//@ {section}` after `//@ {after}` in the block of step {step}; \
+         sections go in the order new, todo, old"
+    )]
+    SectionOrder { line: usize, step: u8, section: &'static str, after: &'static str },
+    #[error("{MASTER}:{line}: the block `//@ step {step}` opened here is never closed; add `//@ end`")]
+    Unclosed { line: usize, step: u8 },
+    #[error(
+        "{MASTER}:{line}: the todo section of step {step} has no line with `TODO Step {step}`; \
+         add a comment such as `// TODO Step {step}: ...` so students find their work"
+    )]
+    TodoWithoutMarker { line: usize, step: u8 },
+    #[error("there is no step {step}: the lab's steps are 0 to 11")]
+    NoSuchStep { step: u8 },
+    #[error(
+        "{version}: the starter has no `TODO Step {step}` marker; give step {step}'s block in \
+         {MASTER} a `//@ todo` section with one"
+    )]
+    MissingTodo { version: String, step: u8 },
+    #[error(
+        "{source_file}:{line}: `{marker}` would be left in {version} by the line {text:?}; directives must \
+         stand alone on their line, and `{{{{` is reserved for the substitutions \
+         ({{{{header}}}} alone on a line; {{{{name}}}} and {{{{description}}}} in the manifest template)"
+    )]
+    Leftover { source_file: &'static str, line: usize, marker: &'static str, version: String, text: String },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("rustfmt is not on PATH; install it with `rustup component add rustfmt`")]
+    RustfmtMissing,
+    #[error(
+        "rustfmt failed on the main.rs of {version} ({status}); its line numbers refer to \
+         `cargo run -p coursegen -- render --raw ...`:\n{stderr}"
+    )]
+    Rustfmt { version: String, status: String, stderr: String },
+}
+
+/// Reads a file to a string, naming it in the error.
+fn read(path: &Path) -> Result<String, CourseError> {
+    std::fs::read_to_string(path).map_err(|source| CourseError::Io { path: path.to_path_buf(), source })
+}

@@ -1,0 +1,116 @@
+//! `coursegen`: renders steps/step_NN and solutions/step_NN from course/lab.
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use coursegen::{CourseError, Version, MASTER};
+
+const FIX: &str = "run `cargo run -p coursegen -- write`";
+
+#[derive(Parser)]
+#[command(
+    name = "coursegen",
+    about = "Renders the lab's 24 crates (steps/step_NN, solutions/step_NN) from course/lab/main.rs",
+    long_about = "Renders the lab's 24 crates from one annotated master program.\n\n\
+        course/lab/main.rs holds the finished lab; `//@ step N` ... `//@ end` blocks mark each \
+        step's change (optional `//@ todo` and `//@ old` sections give the starter's TODO and the \
+        code before the step). course/lab/Cargo.toml.in and course/lab/build.rs complete each \
+        crate. Edit those, never the generated crates, then run `coursegen write`."
+)]
+struct Cli {
+    /// The repository root [default: the nearest directory up from here that holds course/lab/main.rs]
+    #[arg(long, global = true, value_name = "DIR")]
+    root: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Render all 24 crates and write the files whose content changed
+    Write,
+    /// Exit 1 if a generated file is missing or differs, or a generated crate holds other files
+    Check,
+    /// Print one version's src/main.rs
+    Render(RenderArgs),
+}
+
+#[derive(Args)]
+#[command(group(ArgGroup::new("version").required(true).args(["starter", "solution"])))]
+struct RenderArgs {
+    /// The student's starter for step N (steps/step_NN)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
+    starter: Option<u8>,
+    /// The solution of step N (solutions/step_NN)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
+    solution: Option<u8>,
+    /// Skip rustfmt: the text whose line numbers rustfmt's errors refer to
+    #[arg(long)]
+    raw: bool,
+}
+
+fn main() -> ExitCode {
+    // clap exits 2 on usage errors by itself.
+    let cli = Cli::parse();
+    let root = cli.root.unwrap_or_else(find_root);
+    match run(&root, cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("coursegen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(root: &Path, command: Command) -> Result<ExitCode, CourseError> {
+    match command {
+        Command::Write => {
+            let changed = coursegen::write_all(root)?;
+            for path in &changed {
+                println!("wrote {}", path.display());
+            }
+            match changed.len() {
+                0 => println!("all {} crates up to date", Version::all().count()),
+                n => println!("{n} file(s) changed"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check => {
+            let drift = coursegen::check_all(root)?;
+            if drift.is_empty() {
+                println!("all {} crates match {MASTER}", Version::all().count());
+                return Ok(ExitCode::SUCCESS);
+            }
+            for d in &drift {
+                println!("{d}");
+            }
+            println!("{} file(s) drifted from course/lab: {FIX}", drift.len());
+            Ok(ExitCode::FAILURE)
+        }
+        Command::Render(args) => {
+            let version = match (args.starter, args.solution) {
+                (Some(n), _) => Version::Starter(n),
+                (None, Some(n)) => Version::Solution(n),
+                (None, None) => unreachable!("clap requires one of them"),
+            };
+            if args.raw {
+                let master = std::fs::read_to_string(root.join(MASTER))
+                    .map_err(|source| CourseError::Io { path: root.join(MASTER), source })?;
+                print!("{}", coursegen::render_main(&master, version)?);
+            } else {
+                let files = coursegen::crate_files(root, version)?;
+                let main = files.iter().find(|(rel, _)| rel.ends_with("src/main.rs")).expect("a main.rs");
+                print!("{}", main.1);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The nearest ancestor of the working directory holding the master, else the
+/// repository this binary was built from.
+fn find_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    cwd.ancestors().find(|dir| dir.join(MASTER).is_file()).map_or(built_from, Path::to_path_buf)
+}

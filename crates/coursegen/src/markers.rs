@@ -1,0 +1,433 @@
+//! The marker language of the master program.
+//!
+//! A line whose trimmed text starts with `//@` is a directive and is never emitted:
+//!
+//! ```text
+//! //@ step N   opens a block owned by step N (0..=11); its first section is "new"
+//! //@ todo     starts the block's "todo" section (optional)
+//! //@ old      starts the block's "old" section (optional)
+//! //@ end      closes the block
+//! ```
+//!
+//! Sections go new, todo, old, each at most once; blocks nest inside any section. A
+//! version emits a block's "new" section once step N is done; the starter of step N
+//! emits "todo" then "old"; every other version emits "old".
+use crate::{CourseError, Version, STEPS};
+
+/// A line of the master, numbered from 1 as editors and error messages count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line<'a> {
+    pub no: usize,
+    pub text: &'a str,
+}
+
+#[derive(Debug)]
+pub enum Node<'a> {
+    Text(Line<'a>),
+    Block(Block<'a>),
+}
+
+/// A `//@ step N` ... `//@ end` block; absent sections are empty.
+#[derive(Debug)]
+pub struct Block<'a> {
+    pub step: u8,
+    pub new: Vec<Node<'a>>,
+    pub todo: Vec<Node<'a>>,
+    pub old: Vec<Node<'a>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Section {
+    New,
+    Todo,
+    Old,
+}
+
+impl Section {
+    fn name(self) -> &'static str {
+        match self {
+            Section::New => "step",
+            Section::Todo => "todo",
+            Section::Old => "old",
+        }
+    }
+}
+
+enum Directive {
+    Step(u8),
+    Todo,
+    Old,
+    End,
+}
+
+/// The directive on a line, if it is one.
+fn directive(no: usize, text: &str) -> Result<Option<Directive>, CourseError> {
+    let Some(rest) = text.trim().strip_prefix("//@") else { return Ok(None) };
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let directive = match words.as_slice() {
+        ["step", n] => match n.parse::<u8>() {
+            Ok(step) if usize::from(step) < STEPS.len() => Directive::Step(step),
+            _ => return Err(CourseError::BadStep { line: no, found: n.to_string() }),
+        },
+        ["step"] => return Err(CourseError::BadStep { line: no, found: String::new() }),
+        ["todo"] => Directive::Todo,
+        ["old"] => Directive::Old,
+        ["end"] => Directive::End,
+        _ => return Err(CourseError::UnknownDirective { line: no, text: text.trim().to_string() }),
+    };
+    Ok(Some(directive))
+}
+
+/// A block still being read: what has been parsed so far and where it stands.
+struct Open<'a> {
+    block: Block<'a>,
+    opened: usize,
+    section: Section,
+    todo_line: usize,
+}
+
+impl<'a> Open<'a> {
+    fn nodes(&mut self) -> &mut Vec<Node<'a>> {
+        match self.section {
+            Section::New => &mut self.block.new,
+            Section::Todo => &mut self.block.todo,
+            Section::Old => &mut self.block.old,
+        }
+    }
+
+    /// Moves on to `next`, which must come later than the current section.
+    fn enter(&mut self, next: Section, line: usize) -> Result<(), CourseError> {
+        let step = self.block.step;
+        if self.section == next {
+            return Err(CourseError::RepeatedSection { line, step, section: next.name() });
+        }
+        if self.section == Section::Old {
+            return Err(CourseError::SectionOrder { line, step, section: next.name(), after: "old" });
+        }
+        if next == Section::Todo {
+            self.todo_line = line;
+        }
+        self.section = next;
+        Ok(())
+    }
+}
+
+/// Parses the master into its top-level nodes.
+pub fn parse(master: &str) -> Result<Vec<Node<'_>>, CourseError> {
+    let mut root = Vec::new();
+    let mut stack: Vec<Open> = Vec::new();
+    for (i, text) in master.lines().enumerate() {
+        let no = i + 1;
+        match directive(no, text)? {
+            None => {
+                let nodes = match stack.last_mut() {
+                    Some(open) => open.nodes(),
+                    None => &mut root,
+                };
+                nodes.push(Node::Text(Line { no, text }));
+            }
+            Some(Directive::Step(step)) => stack.push(Open {
+                block: Block { step, new: Vec::new(), todo: Vec::new(), old: Vec::new() },
+                opened: no,
+                section: Section::New,
+                todo_line: 0,
+            }),
+            Some(Directive::Todo) => {
+                let open =
+                    stack.last_mut().ok_or(CourseError::NoOpenBlock { line: no, directive: "todo" })?;
+                open.enter(Section::Todo, no)?;
+            }
+            Some(Directive::Old) => {
+                let open = stack.last_mut().ok_or(CourseError::NoOpenBlock { line: no, directive: "old" })?;
+                open.enter(Section::Old, no)?;
+            }
+            Some(Directive::End) => {
+                let open = stack.pop().ok_or(CourseError::NoOpenBlock { line: no, directive: "end" })?;
+                let step = open.block.step;
+                // A todo section is the starter's pointer to the work: it must say so.
+                if open.todo_line != 0 && !mentions_todo(&open.block.todo, step) {
+                    return Err(CourseError::TodoWithoutMarker { line: open.todo_line, step });
+                }
+                let nodes = match stack.last_mut() {
+                    Some(parent) => parent.nodes(),
+                    None => &mut root,
+                };
+                nodes.push(Node::Block(open.block));
+            }
+        }
+    }
+    match stack.pop() {
+        Some(open) => Err(CourseError::Unclosed { line: open.opened, step: open.block.step }),
+        None => Ok(root),
+    }
+}
+
+/// Whether any line in `nodes`, nested blocks included, carries `TODO Step {step}`.
+fn mentions_todo(nodes: &[Node], step: u8) -> bool {
+    nodes.iter().any(|node| match node {
+        Node::Text(line) => has_todo_marker(line.text, step),
+        Node::Block(b) => [&b.new, &b.todo, &b.old].into_iter().any(|n| mentions_todo(n, step)),
+    })
+}
+
+/// Whether `text` contains `TODO Step {step}` with exactly that number, so that
+/// `TODO Step 10` does not count for step 1.
+pub fn has_todo_marker(text: &str, step: u8) -> bool {
+    const TAG: &str = "TODO Step ";
+    let want = step.to_string();
+    text.match_indices(TAG).any(|(at, _)| {
+        let rest = &text[at + TAG.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        rest[..digits] == want
+    })
+}
+
+/// The lines `version` emits, in order.
+pub fn select<'a>(nodes: &'a [Node<'a>], version: Version) -> Vec<Line<'a>> {
+    let mut out = Vec::new();
+    select_into(nodes, version, &mut out);
+    out
+}
+
+fn select_into<'a>(nodes: &'a [Node<'a>], version: Version, out: &mut Vec<Line<'a>>) {
+    for node in nodes {
+        match node {
+            Node::Text(line) => out.push(*line),
+            Node::Block(block) if version.is_done(block.step) => select_into(&block.new, version, out),
+            Node::Block(block) => {
+                if version.todo() == Some(block.step) {
+                    select_into(&block.todo, version, out);
+                }
+                select_into(&block.old, version, out);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render_main;
+    use Version::{Solution, Starter};
+
+    fn render(master: &str, version: Version) -> String {
+        render_main(master, version).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// What `version` emits, without render_main's checks (starters of steps that
+    /// have no todo section fail those).
+    fn emitted(master: &str, version: Version) -> String {
+        select(&parse(master).unwrap(), version).iter().map(|l| format!("{}\n", l.text)).collect()
+    }
+
+    fn error(master: &str) -> CourseError {
+        match parse(master) {
+            Ok(_) => panic!("expected an error for:\n{master}"),
+            Err(e) => e,
+        }
+    }
+
+    const THREE: &str = "\
+a
+//@ step 3
+new3
+//@ todo
+// TODO Step 3: do it
+//@ old
+old3
+//@ end
+z
+";
+
+    #[test]
+    fn selects_new_todo_or_old_by_version() {
+        assert_eq!(emitted(THREE, Starter(2)), "a\nold3\nz\n");
+        assert_eq!(emitted(THREE, Solution(2)), "a\nold3\nz\n");
+        assert_eq!(emitted(THREE, Starter(3)), "a\n// TODO Step 3: do it\nold3\nz\n");
+        assert_eq!(emitted(THREE, Solution(3)), "a\nnew3\nz\n");
+        assert_eq!(emitted(THREE, Starter(4)), "a\nnew3\nz\n");
+        assert_eq!(emitted(THREE, Solution(11)), "a\nnew3\nz\n");
+    }
+
+    #[test]
+    fn blocks_without_old_or_todo_emit_nothing_before_their_step() {
+        let master = "//@ step 5\nnew5\n//@ end\n";
+        let tree = parse(master).unwrap();
+        let texts = |v| select(&tree, v).iter().map(|l| l.text).collect::<Vec<_>>();
+        assert!(texts(Solution(4)).is_empty());
+        assert!(texts(Starter(5)).is_empty());
+        assert_eq!(texts(Solution(5)), ["new5"]);
+        assert_eq!(texts(Starter(6)), ["new5"]);
+    }
+
+    #[test]
+    fn blocks_nest_in_every_section() {
+        let master = "\
+//@ step 2
+n2
+//@ step 4
+n2n4
+//@ old
+n2o4
+//@ end
+//@ todo
+// TODO Step 2
+//@ step 0
+t2n0
+//@ end
+//@ old
+o2
+//@ step 1
+o2n1
+//@ old
+o2o1
+//@ end
+//@ end
+";
+        let tree = parse(master).unwrap();
+        let lines = |v| select(&tree, v).iter().map(|l| l.text).collect::<Vec<_>>();
+        assert_eq!(lines(Starter(0)), ["o2", "o2o1"]);
+        assert_eq!(lines(Starter(1)), ["o2", "o2o1"]);
+        assert_eq!(lines(Solution(1)), ["o2", "o2n1"]);
+        assert_eq!(lines(Starter(2)), ["// TODO Step 2", "t2n0", "o2", "o2n1"]);
+        assert_eq!(lines(Solution(2)), ["n2", "n2o4"]);
+        assert_eq!(lines(Starter(4)), ["n2", "n2o4"]);
+        assert_eq!(lines(Solution(4)), ["n2", "n2n4"]);
+    }
+
+    #[test]
+    fn lines_keep_their_master_line_numbers() {
+        let tree = parse(THREE).unwrap();
+        let numbers: Vec<usize> = select(&tree, Starter(3)).iter().map(|l| l.no).collect();
+        assert_eq!(numbers, [1, 5, 7, 9]);
+    }
+
+    #[test]
+    fn directives_may_be_indented_and_are_never_emitted() {
+        let master = "fn f() {\n    //@ step 0\n    x();\n    //@ end\n}\n";
+        assert_eq!(render(master, Solution(0)), "fn f() {\n    x();\n}\n");
+    }
+
+    #[test]
+    fn header_names_the_step_and_the_checker() {
+        let master = "{{header}}\n//@ step 7\n//@ todo\n// TODO Step 7\n//@ end\n";
+        let starter = render(master, Starter(7));
+        assert!(
+            starter.starts_with("//! ddp-lab, step 7: one device per rank, and the model wrapped in DDP.\n")
+        );
+        assert!(starter.contains("`checker verify step 7`") && starter.contains("`checker hint step 7`"));
+        let solution = render(master, Solution(7));
+        assert!(solution.starts_with("//! ddp-lab, solution of step 7: one device per rank"));
+        assert!(!solution.contains("finished lab"));
+        assert!(render(master, Solution(11)).contains("This is the finished lab"));
+    }
+
+    #[test]
+    fn todo_markers_match_the_whole_number() {
+        assert!(has_todo_marker("// TODO Step 1: x", 1));
+        assert!(has_todo_marker("x // TODO Step 10", 10));
+        assert!(!has_todo_marker("// TODO Step 10", 1));
+        assert!(!has_todo_marker("// TODO Step 1", 10));
+        assert!(!has_todo_marker("// TODO Step 07", 7));
+        assert!(has_todo_marker("TODO Step 2 and TODO Step 3", 3));
+    }
+
+    #[test]
+    fn unknown_directives_are_rejected() {
+        for bad in ["//@ stpe 3", "//@", "//@ end 3", "//@ todo now"] {
+            let e = error(&format!("a\n{bad}\n"));
+            assert!(matches!(e, CourseError::UnknownDirective { line: 2, .. }), "{bad}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn bad_step_numbers_are_rejected() {
+        for bad in ["//@ step 12", "//@ step x", "//@ step -1", "//@ step"] {
+            let e = error(&format!("\n\n{bad}\n//@ end\n"));
+            assert!(matches!(e, CourseError::BadStep { line: 3, .. }), "{bad}: {e:?}");
+        }
+        assert!(error("//@ step 12\n//@ end\n").to_string().contains("from 0 to 11"));
+    }
+
+    #[test]
+    fn sections_need_an_open_block() {
+        for (directive, name) in [("//@ todo", "todo"), ("//@ old", "old"), ("//@ end", "end")] {
+            let e = error(&format!("//@ step 0\n//@ end\n{directive}\n"));
+            match e {
+                CourseError::NoOpenBlock { line: 3, directive } => assert_eq!(directive, name),
+                e => panic!("{name}: {e:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sections_go_in_order_once_each() {
+        let e = error("//@ step 1\n//@ old\n//@ todo\n// TODO Step 1\n//@ end\n");
+        assert!(matches!(e, CourseError::SectionOrder { line: 3, step: 1, section: "todo", after: "old" }));
+        let e = error("//@ step 1\n//@ todo\n// TODO Step 1\n//@ todo\n//@ end\n");
+        assert!(matches!(e, CourseError::RepeatedSection { line: 4, step: 1, section: "todo" }));
+        let e = error("//@ step 1\n//@ old\n//@ old\n//@ end\n");
+        assert!(matches!(e, CourseError::RepeatedSection { line: 3, step: 1, section: "old" }));
+        // The rules are per block: an inner block has its own sections.
+        parse("//@ step 1\n//@ old\n//@ step 2\n//@ old\n//@ end\n//@ end\n").unwrap();
+    }
+
+    #[test]
+    fn unclosed_blocks_name_their_opening_line() {
+        let e = error("a\n//@ step 4\nb\n");
+        assert!(matches!(e, CourseError::Unclosed { line: 2, step: 4 }), "{e:?}");
+        let e = error("//@ step 4\n//@ step 5\n//@ end\n");
+        assert!(matches!(e, CourseError::Unclosed { line: 1, step: 4 }), "{e:?}");
+    }
+
+    #[test]
+    fn todo_sections_must_carry_their_own_marker() {
+        let e = error("//@ step 1\nx\n//@ todo\n// TODO: something\n//@ old\n// TODO Step 1\n//@ end\n");
+        assert!(matches!(e, CourseError::TodoWithoutMarker { line: 3, step: 1 }), "{e:?}");
+        let e = error("//@ step 1\n//@ todo\n// TODO Step 10\n//@ end\n");
+        assert!(matches!(e, CourseError::TodoWithoutMarker { line: 2, step: 1 }), "{e:?}");
+        // A marker inside a block nested in the todo section counts.
+        parse("//@ step 1\n//@ todo\n//@ step 0\n// TODO Step 1\n//@ end\n//@ end\n").unwrap();
+    }
+
+    #[test]
+    fn starters_must_show_their_todo() {
+        let master = "//@ step 4\nx\n//@ end\n";
+        let e = render_main(master, Starter(4)).unwrap_err();
+        assert!(matches!(e, CourseError::MissingTodo { step: 4, .. }), "{e:?}");
+        assert!(e.to_string().starts_with("steps/step_04:"), "{e}");
+        render_main(master, Solution(4)).unwrap();
+        // The header mentions `TODO Step N` itself, which must not count.
+        let e = render_main("{{header}}\n", Starter(0)).unwrap_err();
+        assert!(matches!(e, CourseError::MissingTodo { step: 0, .. }), "{e:?}");
+    }
+
+    #[test]
+    fn leftover_markers_are_rejected() {
+        let e = render_main("a\nlet x = 1; //@ step 3\n", Solution(0)).unwrap_err();
+        assert!(matches!(e, CourseError::Leftover { line: 2, marker: "//@", .. }), "{e:?}");
+        let e = render_main("a\nb\n  {{name}}\n", Solution(0)).unwrap_err();
+        assert!(matches!(e, CourseError::Leftover { line: 3, marker: "{{", .. }), "{e:?}");
+        // Only in what is emitted: a leftover in a section this version skips is fine.
+        render_main("//@ step 3\n{{oops}}\n//@ end\n", Solution(0)).unwrap();
+    }
+
+    #[test]
+    fn manifests_get_name_and_escaped_description() {
+        let template = "name = \"{{name}}\"\ndescription = \"{{description}}\"\n";
+        let manifest = crate::render_manifest(template, Solution(1)).unwrap();
+        assert_eq!(
+            manifest,
+            "name = \"solution_01\"\n\
+             description = \"ddp-lab step 1 solution: the --num-nodes, --num-gpus and --node-id options\"\n"
+        );
+        let e = crate::render_manifest("a\nversion = \"{{version}}\"\n", Starter(0)).unwrap_err();
+        assert!(matches!(e, CourseError::Leftover { line: 2, marker: "{{", .. }), "{e:?}");
+    }
+
+    #[test]
+    fn versions_outside_the_lab_are_rejected() {
+        let e = render_main("a\n", Solution(12)).unwrap_err();
+        assert!(matches!(e, CourseError::NoSuchStep { step: 12 }), "{e:?}");
+    }
+}

@@ -1,0 +1,24 @@
+//! ddp-lab, step 1: the --num-nodes, --num-gpus and --node-id options.
+//!
+//! Look for `TODO Step 1`: those comments mark this step's work.
+//! `checker verify step 1` checks it; `checker hint step 1` helps when you are stuck.
+
+// PLACEHOLDER master: the real lab program replaces this file. Each step owns a
+// step block; crates/coursegen/src/markers.rs describes the marker language.
+
+fn main() {
+    println!("ddp-lab placeholder");
+    println!("step 0 done: import the distributed module");
+    // TODO Step 1: the --num-nodes, --num-gpus and --node-id options.
+    println!("step 1 not done yet");
+    println!("step 2 not done yet");
+    println!("step 3 not done yet");
+    println!("step 4 not done yet");
+    println!("step 5 not done yet");
+    println!("step 6 not done yet");
+    println!("step 7 not done yet");
+    println!("step 8 not done yet");
+    println!("step 9 not done yet");
+    println!("step 10 not done yet");
+    println!("step 11 not done yet");
+}
