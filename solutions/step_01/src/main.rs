@@ -1,20 +1,88 @@
 //! ddp-lab, solution of step 1: the --num-nodes, --num-gpus and --node-id options.
+// Some options are parsed before the steps that use them (step 4 reads the last ones).
+#![allow(dead_code)]
+use std::process::ExitCode;
+use std::time::Instant;
 
-// PLACEHOLDER master: the real lab program replaces this file. Each step owns a
-// step block; crates/coursegen/src/markers.rs describes the marker language.
+use clap::Parser;
+use labkit::{DataLoader, RunOptions};
+use tch::nn::{self, OptimizerConfig};
+#[allow(unused_imports)] // `dist` is used from step 2 on
+use tch_distributed as dist;
 
-fn main() {
-    println!("ddp-lab placeholder");
-    println!("step 0 done: import the distributed module");
-    println!("step 1 done: the --num-nodes, --num-gpus and --node-id options");
-    println!("step 2 not done yet");
-    println!("step 3 not done yet");
-    println!("step 4 not done yet");
-    println!("step 5 not done yet");
-    println!("step 6 not done yet");
-    println!("step 7 not done yet");
-    println!("step 8 not done yet");
-    println!("step 9 not done yet");
-    println!("step 10 not done yet");
-    println!("step 11 not done yet");
+/// Trains the lab's WideResNet on Fashion-MNIST and prints one line per epoch.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Images per batch, on each rank.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Most epochs to train.
+    #[arg(long, default_value_t = 40)]
+    epochs: usize,
+    /// Learning rate of SGD (no momentum).
+    #[arg(long, default_value_t = 0.01)]
+    base_lr: f64,
+    /// Validation accuracy at which training may stop early.
+    #[arg(long, default_value_t = 0.85)]
+    target_accuracy: f64,
+    /// Stop once this many epochs in a row reach the target accuracy.
+    #[arg(long, default_value_t = 2)]
+    patience: usize,
+    /// Number of nodes (machines) in the job.
+    #[arg(long, default_value_t = 1)]
+    num_nodes: usize,
+    /// Ranks per node: one per GPU (or CPU processes on a machine without GPUs).
+    #[arg(long, default_value_t = 1)]
+    num_gpus: usize,
+    /// Index of this node, from 0 to num_nodes - 1.
+    #[arg(long, default_value_t = 0)]
+    node_id: usize,
+    #[command(flatten)]
+    run: RunOptions,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    args.run.apply();
+    let result = training(args);
+    labkit::finish(result)
+}
+
+/// The whole training run.
+fn training(args: Args) -> labkit::Result<()> {
+    let device = args.run.device.first();
+
+    let data = args.run.dataset_options();
+    labkit::prepare_dataset(&data)?;
+    let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
+
+    let train_sampler = labkit::RandomSampler::new(train_set.len());
+    let test_sampler = labkit::SequentialSampler::new(test_set.len());
+    let mut train_loader = DataLoader::new(&train_set, args.batch_size, train_sampler, device);
+    let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
+
+    let vs = nn::VarStore::new(device);
+    let model = labkit::WideResNet::new(&vs.root(), args.run.width, labkit::Norm::BatchNorm);
+    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        let t0 = Instant::now();
+        labkit::train(&model, &mut optimizer, &mut train_loader)?;
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        let images_per_sec = labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+
+        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
+
+        let report =
+            labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
+        report.print();
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
+    Ok(())
 }

@@ -2,23 +2,130 @@
 //!
 //! Look for `TODO Step 7`: those comments mark this step's work.
 //! `checker verify step 7` checks it; `checker hint step 7` helps when you are stuck.
+use std::process::ExitCode;
+use std::time::Instant;
 
-// PLACEHOLDER master: the real lab program replaces this file. Each step owns a
-// step block; crates/coursegen/src/markers.rs describes the marker language.
+use clap::Parser;
+use labkit::{DataLoader, RunOptions};
+use tch::nn::{self, OptimizerConfig};
+use tch_distributed as dist;
 
-fn main() {
-    println!("ddp-lab placeholder");
-    println!("step 0 done: import the distributed module");
-    println!("step 1 done: the --num-nodes, --num-gpus and --node-id options");
-    println!("step 2 done: world size and rendezvous address");
-    println!("step 3 done: training moves into worker(local_rank, args)");
-    println!("step 4 done: global rank and the process group");
-    println!("step 5 done: download once per node, then a barrier");
-    println!("step 6 done: DistributedSampler and set_epoch");
-    // TODO Step 7: one device per rank, and the model wrapped in DDP.
-    println!("step 7 not done yet");
-    println!("step 8 not done yet");
-    println!("step 9 not done yet");
-    println!("step 10 not done yet");
-    println!("step 11 not done yet");
+/// Trains the lab's WideResNet on Fashion-MNIST and prints one line per epoch.
+#[derive(Parser, Debug, Clone)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Images per batch, on each rank.
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+    /// Most epochs to train.
+    #[arg(long, default_value_t = 40)]
+    epochs: usize,
+    /// Learning rate of SGD (no momentum).
+    #[arg(long, default_value_t = 0.01)]
+    base_lr: f64,
+    /// Validation accuracy at which training may stop early.
+    #[arg(long, default_value_t = 0.85)]
+    target_accuracy: f64,
+    /// Stop once this many epochs in a row reach the target accuracy.
+    #[arg(long, default_value_t = 2)]
+    patience: usize,
+    /// Number of nodes (machines) in the job.
+    #[arg(long, default_value_t = 1)]
+    num_nodes: usize,
+    /// Ranks per node: one per GPU (or CPU processes on a machine without GPUs).
+    #[arg(long, default_value_t = 1)]
+    num_gpus: usize,
+    /// Index of this node, from 0 to num_nodes - 1.
+    #[arg(long, default_value_t = 0)]
+    node_id: usize,
+    /// Every rank of the job, on every node (computed in main, not an option).
+    #[arg(skip = 1usize)]
+    world_size: usize,
+    /// Where the ranks meet: rank 0's store (computed in main, not an option).
+    #[arg(skip = dist::Init::env_or("localhost", 9956))]
+    rendezvous: dist::Init,
+    #[command(flatten)]
+    run: RunOptions,
+}
+
+fn main() -> ExitCode {
+    let mut args = Args::parse();
+    args.run.apply();
+    // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
+    // unless the environment (MASTER_ADDR, MASTER_PORT) says otherwise.
+    args.world_size = args.num_nodes * args.num_gpus;
+    args.rendezvous = dist::Init::env_or("localhost", 9956);
+    labkit::announce_world(args.world_size, &args.rendezvous);
+    // A launcher (the checker, or torchrun) starts one process per rank and tells each
+    // its rank on this node in LOCAL_RANK.
+    let result = match dist::local_rank() {
+        Ok(local_rank) => worker(local_rank.unwrap_or(0), args),
+        Err(e) => Err(e.into()),
+    };
+    labkit::finish(result)
+}
+
+/// Everything one rank does, from joining the job to its last epoch.
+fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
+    labkit::worker_started(local_rank);
+    // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
+    // num_gpus, and so on.
+    let global_rank = args.node_id * args.num_gpus + local_rank;
+    let backend = dist::Backend::for_device(args.run.device.for_local_rank(local_rank));
+    dist::init_process_group(
+        backend,
+        args.rendezvous.clone(),
+        Some(args.world_size),
+        Some(global_rank),
+        args.run.timeout(),
+    )?;
+
+    // TODO Step 7: every rank uses the first GPU here; give each rank its own device.
+    let device = args.run.device.first();
+
+    let data = args.run.dataset_options();
+    // One download per node: local rank 0 fetches (or generates) the files while the
+    // other ranks wait at the barrier; then every rank reads them.
+    if local_rank == 0 {
+        labkit::prepare_dataset(&data)?;
+    }
+    dist::barrier()?;
+    let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
+
+    // Each rank trains and validates on its own share of the data.
+    let train_sampler =
+        dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;
+    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, global_rank)?;
+    let mut train_loader = DataLoader::new(&train_set, args.batch_size, train_sampler, device);
+    let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
+
+    let vs = nn::VarStore::new(device);
+    // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
+    // option that builds the model with labkit::Norm::SyncBatchNorm.
+    let model = labkit::WideResNet::new(&vs.root(), args.run.width, labkit::Norm::BatchNorm);
+    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        // A new order every epoch, the same split among ranks.
+        train_loader.sampler.set_epoch(epoch as u64);
+        let t0 = Instant::now();
+        labkit::train(&model, &mut optimizer, &mut train_loader)?;
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        let images_per_sec = labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+
+        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
+
+        let report =
+            labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
+        if global_rank == 0 {
+            report.print();
+        }
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
+    Ok(())
 }
