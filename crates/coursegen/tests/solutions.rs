@@ -84,7 +84,16 @@ fn run_solution(step: u8, extra: &[&str]) -> Run {
     let port = free_port().to_string();
     let data = data_dir();
     let mut args: Vec<String> = [
-        "--width", "narrow", "--dataset", "generated", "--device", "cpu", "--threads", "1", "--timeout", "60",
+        "--width",
+        "narrow",
+        "--dataset",
+        "generated",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--timeout",
+        "60",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -201,7 +210,8 @@ fn check_solution(step: u8) {
         assert_eq!(digests.len(), 1, "DDP keeps the ranks' weights identical");
     }
     if step >= 8 {
-        let per_rank: f64 = events(&run.trace, "images_per_sec").values().map(|v| v[0]["value"].as_f64().unwrap()).sum();
+        let per_rank: f64 =
+            events(&run.trace, "images_per_sec").values().map(|v| v[0]["value"].as_f64().unwrap()).sum();
         let printed = events(&run.trace, "printed");
         let printed = printed.values().next().unwrap()[0]["images_per_sec"].as_f64().unwrap();
         assert!((printed - per_rank).abs() <= 1e-6 * per_rank, "printed {printed} vs sum {per_rank}");
@@ -216,7 +226,38 @@ fn check_solution(step: u8) {
     }
     if step == 11 {
         assert!(run.stdout.contains("Quick evaluation: 2 ranks, 2 epochs"), "{}", run.stdout);
+        insta::assert_snapshot!("finished_lab_output", masked(&run.stdout));
     }
+}
+
+/// The finished lab's output with what varies from run to run masked: times,
+/// throughput and metrics (their format stays), pids, ports, paths, and whether the
+/// data set was generated now or found; the ranks' start lines in rank order.
+fn masked(stdout: &str) -> String {
+    let number = regex::Regex::new(r"\b\d+\.\d+\b").unwrap();
+    let mut lines: Vec<String> = stdout
+        .lines()
+        .map(|l| {
+            let l = regex::Regex::new(r"pid \d+").unwrap().replace_all(l, "pid PID");
+            let l = regex::Regex::new(r"127\.0\.0\.1:\d+").unwrap().replace_all(&l, "HOST:PORT");
+            let l = regex::Regex::new(r" in \S+/(generated-[^ ]+) \((generated|already present)\)")
+                .unwrap()
+                .replace_all(&l, " in DATA/$1 (ready)");
+            number
+                .replace_all(&l, |c: &regex::Captures| {
+                    let digits = c[0].split('.').nth(1).unwrap().len();
+                    format!("N.{}", "N".repeat(digits.min(3)))
+                })
+                .to_string()
+        })
+        .collect();
+    let workers: Vec<usize> = (0..lines.len()).filter(|&i| lines[i].starts_with("Worker started")).collect();
+    let mut sorted: Vec<String> = workers.iter().map(|&i| lines[i].clone()).collect();
+    sorted.sort();
+    for (i, line) in workers.into_iter().zip(sorted) {
+        lines[i] = line;
+    }
+    lines.join("\n")
 }
 
 macro_rules! solution_tests {

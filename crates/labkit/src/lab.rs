@@ -11,7 +11,9 @@ use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 use tch_distributed as dist;
 
-use crate::data::{ensure_dataset, DataError, DatasetKind, DatasetOptions, DatasetReady, FashionMnist, Split};
+use crate::data::{
+    ensure_dataset, DataError, DatasetKind, DatasetOptions, DatasetReady, FashionMnist, Split,
+};
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
 use crate::trace;

@@ -13,12 +13,12 @@ pub use data::{
     download, ensure_dataset, generate, DataError, DatasetAction, DatasetKind, DatasetOptions, DatasetReady,
     DownloadOptions, FashionMnist, GenerateOptions, Manifest, Split,
 };
-pub use model::{parameter_count, Norm, WideResNet, Widths};
-pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use lab::{
     announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,
     Model, Result, INIT_SEED_ENV,
 };
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
+pub use model::{parameter_count, Norm, WideResNet, Widths};
 pub use options::{DeviceChoice, RunOptions};
+pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};

@@ -142,7 +142,10 @@ impl RunOptions {
         DatasetOptions {
             dir: self.data_dir.clone(),
             kind: self.dataset,
-            download: DownloadOptions { mirrors: self.mirror.iter().cloned().collect(), ..Default::default() },
+            download: DownloadOptions {
+                mirrors: self.mirror.iter().cloned().collect(),
+                ..Default::default()
+            },
             generated: GenerateOptions::default(),
         }
     }

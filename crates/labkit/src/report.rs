@@ -29,8 +29,14 @@ impl EpochReport {
         validation_loss: f64,
         validation_accuracy: f64,
     ) -> EpochReport {
-        let report =
-            EpochReport { epoch, cumulative_time, epoch_time, images_per_sec, validation_loss, validation_accuracy };
+        let report = EpochReport {
+            epoch,
+            cumulative_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss,
+            validation_accuracy,
+        };
         crate::trace::record(
             "epoch_report",
             json!({ "epoch": epoch, "cumulative_time": cumulative_time, "epoch_time": epoch_time,
@@ -45,7 +51,10 @@ impl EpochReport {
     pub fn print(&self) {
         let line = self.line();
         println!("{line}");
-        crate::trace::record("printed", json!({ "epoch": self.epoch, "line": line, "images_per_sec": self.images_per_sec }));
+        crate::trace::record(
+            "printed",
+            json!({ "epoch": self.epoch, "line": line, "images_per_sec": self.images_per_sec }),
+        );
     }
 
     /// The lab's epoch line, character for character:
@@ -90,8 +99,10 @@ impl Summary {
         let best_accuracy = reports.iter().map(|r| r.validation_accuracy).fold(0.0, f64::max);
         let reached_at = reports.iter().find(|r| r.validation_accuracy >= target_accuracy).map(|r| r.epoch);
         let steady: Vec<f64> = reports.iter().skip(1).map(|r| r.images_per_sec).collect();
-        let steady = if steady.is_empty() { reports.iter().map(|r| r.images_per_sec).collect() } else { steady };
-        let images_per_sec = if steady.is_empty() { 0.0 } else { steady.iter().sum::<f64>() / steady.len() as f64 };
+        let steady =
+            if steady.is_empty() { reports.iter().map(|r| r.images_per_sec).collect() } else { steady };
+        let images_per_sec =
+            if steady.is_empty() { 0.0 } else { steady.iter().sum::<f64>() / steady.len() as f64 };
         Summary {
             epochs: reports.len(),
             world_size,
@@ -150,7 +161,10 @@ pub fn python_float(x: f64) -> String {
 /// batch as full).
 pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64 {
     let value = if epoch_time <= 0.0 { 0.0 } else { (batches * batch_size) as f64 / epoch_time };
-    crate::trace::record("images_per_sec", json!({ "value": value, "batches": batches, "batch_size": batch_size }));
+    crate::trace::record(
+        "images_per_sec",
+        json!({ "value": value, "batches": batches, "batch_size": batch_size }),
+    );
     value
 }
 

@@ -117,7 +117,17 @@ impl DatasetReady {
         };
         let mut s = format!("dataset: {what} in {} ({action})", self.dir.display());
         if let Some(reason) = &self.fallback_reason {
-            s.push_str(&format!("; the real data was unavailable: {}", reason.lines().next().unwrap_or("")));
+            // The reason's first line ends with a colon when mirrors follow: show the
+            // first mirror's answer too, which is usually the whole story (offline).
+            let mut lines = reason.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut why = lines.next().unwrap_or("").to_string();
+            if why.ends_with(':') {
+                why.push(' ');
+                why.push_str(lines.next().unwrap_or(""));
+            }
+            s.push_str(&format!(
+                "; the real Fashion-MNIST was unavailable ({why}), so this run uses the generated stand-in"
+            ));
         }
         s
     }
