@@ -62,7 +62,10 @@ pub fn train<M: Model, S: Sampler>(
 ) -> Result<()> {
     let indices = loader.sampler.epoch_indices();
     let epoch = next_epoch_number();
-    trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
+    if trace::enabled() {
+        // Only built when traced: a full epoch is tens of thousands of indices.
+        trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
+    }
     let bar = progress_bar(loader.len() as u64, epoch);
     for chunk in indices.chunks(loader.batch_size) {
         let (images, labels) = loader.split.batch(chunk, loader.device);
@@ -95,11 +98,13 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
     }
     let accuracy = if total == 0 { 0.0 } else { correct as f64 / total as f64 };
     let loss = if batches == 0 { 0.0 } else { loss_sum / batches as f64 };
-    trace::record(
-        "validation",
-        json!({ "accuracy": accuracy, "loss": loss, "correct": correct, "total": total,
-                "batches": batches, "indices": indices }),
-    );
+    if trace::enabled() {
+        trace::record(
+            "validation",
+            json!({ "accuracy": accuracy, "loss": loss, "correct": correct, "total": total,
+                    "batches": batches, "indices": indices }),
+        );
+    }
     Ok((accuracy, loss))
 }
 
