@@ -50,19 +50,22 @@ impl DeviceChoice {
     /// `Auto` picks CUDA only when there is a GPU for every rank of this node (the
     /// ranks one launcher started), so that a node never mixes GPU and CPU ranks:
     /// NCCL needs one GPU per rank, and with fewer GPUs all ranks use Gloo on the CPU.
+    /// Ranks started by hand with `LOCAL_RANK` but no `LOCAL_WORLD_SIZE` use the CPU.
     pub fn for_local_rank(self, local_rank: usize) -> Device {
         let gpus = tch::Cuda::device_count().max(0) as usize;
         match self {
             DeviceChoice::Cpu => Device::Cpu,
             DeviceChoice::Cuda => Device::Cuda(local_rank),
-            DeviceChoice::Auto => {
-                let ranks_here = local_world_size().unwrap_or(local_rank + 1).max(local_rank + 1);
-                if gpus >= ranks_here {
-                    Device::Cuda(local_rank)
-                } else {
-                    Device::Cpu
-                }
-            }
+            DeviceChoice::Auto => match ranks_on_this_node() {
+                Some(ranks) if gpus >= ranks.max(local_rank + 1) => Device::Cuda(local_rank),
+                Some(_) => Device::Cpu,
+                // Launched (LOCAL_RANK) without LOCAL_WORLD_SIZE: a rank cannot tell how
+                // many ranks share the GPUs, and guessing per rank could put rank 0 on
+                // a GPU and rank 1 on the CPU. The CPU is the one answer all agree on.
+                None if std::env::var_os("LOCAL_RANK").is_some() => Device::Cpu,
+                // A single process: the first GPU if there is one.
+                None => Device::cuda_if_available(),
+            },
         }
     }
 
@@ -76,8 +79,9 @@ impl DeviceChoice {
     }
 }
 
-/// How many ranks run on this node, as the launcher said (spawn or torchrun).
-fn local_world_size() -> Option<usize> {
+/// How many ranks run on this node, as the launcher said: spawn, or
+/// `LOCAL_WORLD_SIZE` (torchrun and the checker set it).
+fn ranks_on_this_node() -> Option<usize> {
     if let Some(me) = tch_distributed::spawned_rank() {
         return Some(me.nprocs);
     }

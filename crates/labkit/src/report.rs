@@ -84,7 +84,7 @@ pub struct Summary {
     pub epochs: usize,
     pub world_size: usize,
     pub best_accuracy: f64,
-    /// The first epoch (1-based, as printed) whose accuracy reached the target.
+    /// The first epoch (0-based, as the epoch lines print it) whose accuracy reached the target.
     pub reached_at: Option<usize>,
     /// Mean images/sec over the epochs after the first (the first pays for warm-up),
     /// or of the only epoch.
