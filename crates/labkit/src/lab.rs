@@ -66,6 +66,12 @@ pub fn train<M: Model, S: Sampler>(
         // Only built when traced: a full epoch is tens of thousands of indices.
         trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
     }
+    if hook_targets_me(FAIL_RANK_ENV) {
+        return Err(format!(
+            "rank failed on purpose ({FAIL_RANK_ENV} is set: the checker tests how the others react)"
+        )
+        .into());
+    }
     let bar = progress_bar(loader.len() as u64, epoch);
     for chunk in indices.chunks(loader.batch_size) {
         let (images, labels) = loader.split.batch(chunk, loader.device);
@@ -77,6 +83,10 @@ pub fn train<M: Model, S: Sampler>(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if hook_targets_me(SLOW_RANK_ENV) {
+        // One rank finishing late makes a missing barrier visible in the epoch times.
+        std::thread::sleep(SLOW_RANK_DELAY);
+    }
     trace::record_weights(epoch, &optimizer.trainable_variables());
     Ok(())
 }
@@ -230,6 +240,25 @@ pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
 /// Environment variable the checker sets to give every rank a different initial
 /// model (seed + local rank), proving that DDP makes them equal.
 pub const INIT_SEED_ENV: &str = "DDP_LAB_INIT_SEED";
+
+/// Environment variable the checker sets to a global rank that then ends each
+/// [`train`] call [`SLOW_RANK_DELAY`] late (a slow rank, as on a busy GPU).
+pub const SLOW_RANK_ENV: &str = "DDP_LAB_SLOW_RANK";
+/// How late the slow rank is.
+pub const SLOW_RANK_DELAY: Duration = Duration::from_millis(1500);
+/// Environment variable the checker sets to a global rank whose [`train`] then fails
+/// (a rank that dies), to see the others end instead of hanging.
+pub const FAIL_RANK_ENV: &str = "DDP_LAB_FAIL_RANK";
+
+/// Whether the checker hook `var` names this process's rank (the global rank once
+/// the process group exists, the local rank before).
+fn hook_targets_me(var: &str) -> bool {
+    let Some(target) = std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()) else {
+        return false;
+    };
+    let me = dist::get_rank().ok().or_else(trace::local_rank).unwrap_or(0);
+    me == target
+}
 
 /// Applies [`INIT_SEED_ENV`] before a model is built.
 pub(crate) fn apply_init_seed() {

@@ -61,6 +61,8 @@ pub fn record(event: &str, fields: Value) {
     let mut line = Map::new();
     line.insert("event".into(), json!(event));
     line.insert("pid".into(), json!(std::process::id()));
+    // SAFETY: getppid has no preconditions. The parent tells spawned ranks apart.
+    line.insert("ppid".into(), json!(unsafe { libc::getppid() }));
     line.insert("local_rank".into(), json!(local_rank()));
     line.insert("rank".into(), json!(dist::get_rank().ok()));
     line.insert("world_size".into(), json!(dist::get_world_size().ok()));

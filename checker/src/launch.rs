@@ -1,0 +1,181 @@
+//! Building a step crate and starting its ranks: one process per rank with
+//! `LOCAL_RANK` before step 10 (as torchrun does), one self-spawning invocation from
+//! step 10. Every process leads its own process group, so that a timeout or a failure
+//! kills everything it started (spawned ranks included) and nothing is left behind.
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// What building a crate gave.
+pub enum Build {
+    Binary(PathBuf),
+    /// Compiler output, as cargo printed it.
+    Failed(String),
+}
+
+/// `cargo build -p <package>` in the repository; the binary's path, or the errors.
+pub fn build(root: &Path, package: &str) -> std::io::Result<Build> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let out = Command::new(cargo)
+        .current_dir(root)
+        .args(["build", "--quiet", "--color", "never", "-p", package])
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        return Ok(Build::Failed(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    Ok(Build::Binary(target.join("debug").join(package)))
+}
+
+/// One process to start.
+pub struct Launch {
+    pub name: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// How a process ended.
+#[derive(Debug, Clone)]
+pub struct Ended {
+    pub name: String,
+    pub pid: u32,
+    pub status: Option<ExitStatus>,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+    /// Processes of its group were still alive when it ended (and were killed then).
+    pub left_behind: bool,
+}
+
+impl Ended {
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// e.g. "exit code 1", "killed by signal 9", "timed out".
+    pub fn describe(&self) -> String {
+        match (self.timed_out, self.status) {
+            (true, _) => "timed out (killed)".to_string(),
+            (false, Some(s)) => match (s.code(), s.signal()) {
+                (Some(c), _) => format!("exit code {c}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                _ => "ended".to_string(),
+            },
+            (false, None) => "did not start".to_string(),
+        }
+    }
+}
+
+/// Starts every process, waits for all of them up to `limit`, and kills the process
+/// groups of those still running then. When one process fails, the others get
+/// `grace` to end on their own (a distributed program should notice a dead peer)
+/// before they are killed too.
+pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, grace: Duration) -> Vec<Ended> {
+    let start = Instant::now();
+    let mut running: Vec<(usize, Child, PathBuf, PathBuf)> = Vec::new();
+    let mut ended: Vec<Option<Ended>> = launches.iter().map(|_| None).collect();
+    for (i, launch) in launches.iter().enumerate() {
+        let out_path = dir.join(format!("{}.stdout", launch.name));
+        let err_path = dir.join(format!("{}.stderr", launch.name));
+        let spawned = File::create(&out_path).and_then(|out| {
+            let err = File::create(&err_path)?;
+            let mut cmd = Command::new(bin);
+            cmd.args(&launch.args)
+                .envs(launch.env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .process_group(0);
+            cmd.spawn()
+        });
+        match spawned {
+            Ok(child) => running.push((i, child, out_path, err_path)),
+            Err(e) => {
+                ended[i] = Some(Ended {
+                    name: launch.name.clone(),
+                    pid: 0,
+                    status: None,
+                    timed_out: false,
+                    stdout: String::new(),
+                    stderr: format!("could not start {}: {e}", bin.display()),
+                    elapsed: Duration::ZERO,
+                    left_behind: false,
+                })
+            }
+        }
+    }
+    let mut first_failure: Option<Instant> = None;
+    while !running.is_empty() {
+        let mut still = Vec::new();
+        for (i, mut child, out, err) in running {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    // The rank is gone; anything it started in its group goes too.
+                    let left_behind = group_alive(child.id());
+                    kill_group(child.id());
+                    if !status.success() && first_failure.is_none() {
+                        first_failure = Some(Instant::now());
+                    }
+                    let mut e =
+                        finished(&launches[i].name, child.id(), Some(status), false, &out, &err, start);
+                    e.left_behind = left_behind;
+                    ended[i] = Some(e);
+                }
+                _ => still.push((i, child, out, err)),
+            }
+        }
+        running = still;
+        let over_limit = start.elapsed() > limit;
+        let over_grace = first_failure.is_some_and(|t| t.elapsed() > grace);
+        if over_limit || over_grace {
+            for (i, mut child, out, err) in running.drain(..) {
+                kill_group(child.id());
+                let status = child.wait().ok();
+                ended[i] = Some(finished(&launches[i].name, child.id(), status, true, &out, &err, start));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    ended.into_iter().map(|e| e.expect("every launch ended")).collect()
+}
+
+fn finished(
+    name: &str,
+    pid: u32,
+    status: Option<ExitStatus>,
+    timed_out: bool,
+    out: &Path,
+    err: &Path,
+    start: Instant,
+) -> Ended {
+    Ended {
+        name: name.to_string(),
+        pid,
+        status,
+        timed_out,
+        stdout: std::fs::read_to_string(out).unwrap_or_default(),
+        stderr: std::fs::read_to_string(err).unwrap_or_default(),
+        elapsed: start.elapsed(),
+        left_behind: false,
+    }
+}
+
+/// SIGKILL to the whole process group led by `pid`.
+fn kill_group(pid: u32) {
+    // SAFETY: kill with a negative pid signals a process group; no memory involved.
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
+/// Whether any process of the group `pgid` is still alive.
+pub fn group_alive(pgid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(-(pgid as i32), 0) == 0 }
+}

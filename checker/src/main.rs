@@ -1,0 +1,216 @@
+//! `checker`: runs a step of the DDP lab on several ranks and verifies real DDP
+//! behaviour, with what it saw, what it expected, and a hint for every check.
+mod launch;
+mod verify;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+
+use verify::{CheckResult, Setup, Variation};
+
+/// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
+/// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
+/// what the ranks really did: their shares of the data, their weights after every
+/// epoch, the reduced throughput, the averaged metrics.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
+    Verify {
+        /// `step N` (N from 0 to 11) or `all`.
+        #[arg(value_name = "step N | all", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+        /// Check the reference solutions (solutions/step_NN) instead of your steps.
+        #[arg(long)]
+        solutions: bool,
+        /// The seed of the hidden variations (default: a new one each run; printed, so a
+        /// failing run can be repeated exactly).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Longest time one run of the program may take, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Keep the run's files (outputs, trace) and print where they are.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+fn repo_root() -> PathBuf {
+    // The checker runs from the repository (cargo run -p checker), or names it.
+    if let Ok(dir) = std::env::var("DDP_LAB_ROOT") {
+        return PathBuf::from(dir);
+    }
+    let mut dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    loop {
+        if dir.join("course/lab/main.rs").is_file() {
+            return dir;
+        }
+        if !dir.pop() {
+            return PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Verify { target, solutions, seed, timeout, keep } => {
+            let steps: Vec<u8> = match parse_target(&target) {
+                Ok(s) => s,
+                Err(msg) => {
+                    eprintln!("error: {msg}");
+                    return ExitCode::from(2);
+                }
+            };
+            let seed = seed.unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64 % 1_000_000)
+                    .unwrap_or(1)
+            });
+            let root = repo_root();
+            let mut all_passed = true;
+            for step in steps {
+                match verify_step(&root, step, solutions, seed, Duration::from_secs(timeout), keep) {
+                    Ok(passed) => all_passed &= passed,
+                    Err(msg) => {
+                        eprintln!("error: {msg}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            if all_passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// `["step", "7"]`, `["7"]` or `["all"]`.
+fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
+    let words: Vec<&str> = target.iter().map(String::as_str).collect();
+    let number = match words.as_slice() {
+        ["all"] => return Ok((0..12).collect()),
+        ["step", n] | [n] => n,
+        _ => {
+            return Err(format!(
+                "`verify {}`: write `verify step N` (N from 0 to 11) or `verify all`",
+                words.join(" ")
+            ))
+        }
+    };
+    match number.parse::<u8>() {
+        Ok(n) if n <= 11 => Ok(vec![n]),
+        _ => Err(format!("there is no step {number}: the steps are 0 to 11")),
+    }
+}
+
+fn verify_step(
+    root: &Path,
+    step: u8,
+    solutions: bool,
+    seed: u64,
+    limit: Duration,
+    keep: bool,
+) -> Result<bool, String> {
+    let (package, dir) = if solutions {
+        (format!("solution_{step:02}"), root.join(format!("solutions/step_{step:02}")))
+    } else {
+        (format!("step_{step:02}"), root.join(format!("steps/step_{step:02}")))
+    };
+    let main_rs = dir.join("src/main.rs");
+    let source = std::fs::read_to_string(&main_rs).map_err(|e| {
+        format!("cannot read {}: {e}; restore it with `git checkout -- {}`", main_rs.display(), dir.display())
+    })?;
+    let variation = Variation::for_step(step, seed);
+    println!("== step {step} ({package}): {}", variation.describe());
+    println!("   (repeat exactly with --seed {seed})");
+
+    let results = match verify::build_or_fail(root, &package) {
+        Err(failed) => vec![failed],
+        Ok(bin) => {
+            let work = work_dir(root, &package)?;
+            let shared_data = prepare_shared_data(root)?;
+            let setup =
+                Setup { root: root.to_path_buf(), work: work.clone(), shared_data, mirror: None, limit };
+            let obs = verify::observe(step, &bin, source, &variation, &setup);
+            let results = verify::judge(&obs);
+            if keep {
+                println!("   run files kept in {}", work.display());
+            } else {
+                let _ = std::fs::remove_dir_all(&work);
+            }
+            results
+        }
+    };
+    Ok(report(step, &results))
+}
+
+/// Prints every check; true when all passed.
+fn report(step: u8, results: &[CheckResult]) -> bool {
+    let color = std::io::stdout().is_terminal();
+    let paint = |ok: bool| match (ok, color) {
+        (true, true) => "\x1b[32mPASS\x1b[0m",
+        (false, true) => "\x1b[31mFAIL\x1b[0m",
+        (true, false) => "PASS",
+        (false, false) => "FAIL",
+    };
+    for r in results {
+        println!("{} step {:>2} {}: {}", paint(r.passed), r.step, r.id, first_line(&r.observed));
+        if !r.passed {
+            for line in r.observed.lines().skip(1) {
+                println!("         {line}");
+            }
+            println!("         expected: {}", r.expected);
+            println!("         hint: {}", r.hint);
+        }
+    }
+    let passed = results.iter().filter(|r| r.passed).count();
+    let introduced_failures = results.iter().filter(|r| !r.passed && r.step == step).count();
+    println!(
+        "   {passed}/{} checks passed{}",
+        results.len(),
+        if introduced_failures > 0 {
+            format!("; {introduced_failures} of step {step}'s own failed")
+        } else {
+            String::new()
+        }
+    );
+    passed == results.len()
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn work_dir(root: &Path, package: &str) -> Result<PathBuf, String> {
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let dir = root.join(".checker").join("runs").join(format!("{package}-{stamp}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The generated stand-in, made once per repository and reused by every run.
+fn prepare_shared_data(root: &Path) -> Result<PathBuf, String> {
+    let dir = root.join(".checker").join("data");
+    let options = labkit::DatasetOptions {
+        dir: dir.clone(),
+        kind: labkit::DatasetKind::Generated,
+        ..Default::default()
+    };
+    labkit::ensure_dataset(&options).map_err(|e| format!("cannot prepare the generated data set: {e}"))?;
+    Ok(dir)
+}

@@ -1,0 +1,883 @@
+//! `checker verify step N`: build the step, run it on several ranks with hidden
+//! variations, and judge what happened against the checks of steps 0..=N.
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use tch_distributed::DistributedSampler;
+
+use crate::launch::{self, Build, Ended, Launch};
+
+/// The hidden variations of one verification, all drawn from `--seed`.
+#[derive(Debug, Clone)]
+pub struct Variation {
+    pub seed: u64,
+    pub nodes: usize,
+    pub ranks_per_node: usize,
+    pub train_subset: usize,
+    pub test_subset: usize,
+    pub batch_size: usize,
+    pub epochs: usize,
+    pub init_seed: u64,
+}
+
+/// splitmix64: enough randomness for choosing variations, reproducible from a seed.
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+impl Variation {
+    pub fn for_step(step: u8, seed: u64) -> Variation {
+        let mut d = Draw(seed ^ (u64::from(step) << 32));
+        let (nodes, ranks_per_node) = match step {
+            0 | 1 => (1, 1),
+            // Step 4 is about ranks across nodes: two simulated nodes.
+            4 => (2, 2),
+            2 | 3 | 5..=9 => [(1, 2), (1, 3), (2, 2)][d.below(3) as usize],
+            _ => [(1, 2), (1, 3)][d.below(2) as usize],
+        };
+        let world = nodes * ranks_per_node;
+        // Sizes that the world size does not divide exercise the sampler's padding.
+        let mut train_subset = 90 + d.below(60) as usize;
+        if world > 1 && train_subset.is_multiple_of(world) {
+            train_subset += 1;
+        }
+        let mut test_subset = 40 + d.below(30) as usize;
+        if world > 1 && test_subset.is_multiple_of(world) {
+            test_subset += 1;
+        }
+        Variation {
+            seed,
+            nodes,
+            ranks_per_node,
+            train_subset,
+            test_subset,
+            batch_size: 16,
+            epochs: 2,
+            init_seed: d.below(1_000_000),
+        }
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.nodes * self.ranks_per_node
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "seed {}: {} node(s) x {} rank(s), {} training and {} validation images, batch {}, {} epochs",
+            self.seed,
+            self.nodes,
+            self.ranks_per_node,
+            self.train_subset,
+            self.test_subset,
+            self.batch_size,
+            self.epochs
+        )
+    }
+}
+
+/// Where the verification runs and what it may use.
+pub struct Setup {
+    pub root: PathBuf,
+    /// A fresh directory for this verification's files.
+    pub work: PathBuf,
+    /// A data directory with the generated stand-in ready (shared, read-only use).
+    pub shared_data: PathBuf,
+    /// Base URL and manifest of a local mirror serving the stand-in (step 5 on).
+    pub mirror: Option<(String, PathBuf)>,
+    pub limit: Duration,
+}
+
+/// A process of the main run and what it was.
+pub struct RankProcess {
+    pub node: usize,
+    /// `None` for a self-spawning invocation.
+    pub local_rank: Option<usize>,
+    pub ended: Ended,
+}
+
+/// Everything one verification observed.
+pub struct Observation {
+    pub step: u8,
+    pub variation: Variation,
+    pub source: String,
+    pub processes: Vec<RankProcess>,
+    pub trace: Vec<Value>,
+    pub port: Option<u16>,
+    pub help: Option<Ended>,
+    pub bad_value: Option<Ended>,
+    pub fail_run: Option<Ended>,
+    pub quick_run: Option<Ended>,
+    pub downloads: Option<BTreeMap<String, usize>>,
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone)]
+pub struct CheckResult {
+    pub id: &'static str,
+    pub step: u8,
+    pub passed: bool,
+    pub observed: String,
+    pub expected: String,
+    pub hint: &'static str,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29_500)
+}
+
+fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--width".into(),
+        "narrow".into(),
+        "--batch-size".into(),
+        v.batch_size.to_string(),
+        "--epochs".into(),
+        v.epochs.to_string(),
+        "--patience".into(),
+        "0".into(),
+        "--train-subset".into(),
+        v.train_subset.to_string(),
+        "--test-subset".into(),
+        v.test_subset.to_string(),
+        "--threads".into(),
+        "1".into(),
+        "--timeout".into(),
+        "30".into(),
+        "--device".into(),
+        "cpu".into(),
+    ];
+    if step >= 1 {
+        args.extend([
+            "--num-nodes".into(),
+            v.nodes.to_string(),
+            "--num-gpus".into(),
+            v.ranks_per_node.to_string(),
+            "--node-id".into(),
+            node.to_string(),
+        ]);
+    }
+    args
+}
+
+/// Runs the step's program as the step needs and gathers the observation.
+pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setup) -> Observation {
+    let trace_dir = setup.work.join("trace");
+    let _ = std::fs::create_dir_all(&trace_dir);
+    let port = (step >= 4).then(free_port);
+    let mut launches = Vec::new();
+    let mut placement = Vec::new();
+    for node in 0..v.nodes {
+        let mut args = common_args(step, v, node);
+        let mut env: Vec<(String, String)> = vec![
+            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
+            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
+        ];
+        match port {
+            Some(p) => {
+                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
+                env.push(("MASTER_PORT".into(), p.to_string()));
+            }
+            // Empty counts as unset: the program must fall back to the lab's address.
+            None => {
+                env.push(("MASTER_ADDR".into(), String::new()));
+                env.push(("MASTER_PORT".into(), String::new()));
+            }
+        }
+        if step >= 8 && v.world_size() > 1 {
+            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
+        }
+        match (&setup.mirror, step >= 5) {
+            (Some((url, manifest)), true) => {
+                let dir = setup.work.join(format!("data-node{node}"));
+                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
+                args.extend(["--data-dir".into(), dir.display().to_string()]);
+                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
+            }
+            _ => {
+                args.extend(["--dataset".into(), "generated".into()]);
+                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+            }
+        }
+        if step >= 10 {
+            launches.push(Launch { name: format!("node{node}"), args, env });
+            placement.push((node, None));
+        } else {
+            for local in 0..v.ranks_per_node {
+                let mut env = env.clone();
+                env.push(("LOCAL_RANK".into(), local.to_string()));
+                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
+                launches.push(Launch { name: format!("node{node}-rank{local}"), args: args.clone(), env });
+                placement.push((node, Some(local)));
+            }
+        }
+    }
+    let grace = Duration::from_secs(45);
+    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, grace);
+    let processes = placement
+        .into_iter()
+        .zip(ended)
+        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
+        .collect();
+    let trace = read_trace(&trace_dir);
+
+    let quick = |name: &str, extra: &[&str], env: Vec<(String, String)>| -> Ended {
+        let launch = Launch { name: name.into(), args: extra.iter().map(|s| s.to_string()).collect(), env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(60), grace).remove(0)
+    };
+    let (help, bad_value) = if step >= 1 {
+        (Some(quick("help", &["--help"], vec![])), Some(quick("bad-value", &["--num-gpus", "two"], vec![])))
+    } else {
+        (None, None)
+    };
+    let fail_run = (step >= 10).then(|| {
+        let mut args = common_args(step, v, 0);
+        args.extend(["--dataset".into(), "generated".into()]);
+        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+        let env = vec![
+            (labkit::FAIL_RANK_ENV.into(), "1".into()),
+            ("MASTER_ADDR".into(), "127.0.0.1".into()),
+            ("MASTER_PORT".into(), free_port().to_string()),
+        ];
+        let launch = Launch { name: "failing-rank".into(), args, env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
+    });
+    let quick_run = (step >= 11).then(|| {
+        let text =
+            std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
+        let mut args: Vec<String> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .map(String::from)
+            .collect();
+        args.extend(
+            [
+                "--num-gpus",
+                "2",
+                "--width",
+                "narrow",
+                "--threads",
+                "1",
+                "--device",
+                "cpu",
+                "--dataset",
+                "generated",
+            ]
+            .map(String::from),
+        );
+        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+        let env =
+            vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), free_port().to_string())];
+        let launch = Launch { name: "quick-evaluation".into(), args, env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
+    });
+    Observation {
+        step,
+        variation: v.clone(),
+        source,
+        processes,
+        trace,
+        port,
+        help,
+        bad_value,
+        fail_run,
+        quick_run,
+        downloads: None,
+    }
+}
+
+fn read_trace(dir: &Path) -> Vec<Value> {
+    let mut events = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return events };
+    for entry in entries.flatten() {
+        if let Ok(text) = std::fs::read_to_string(entry.path()) {
+            events.extend(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
+        }
+    }
+    events.sort_by(|a, b| {
+        a["time"].as_f64().partial_cmp(&b["time"].as_f64()).unwrap_or(std::cmp::Ordering::Equal)
+    });
+    events
+}
+
+/// Builds a crate; on failure the single failing check that says so.
+pub fn build_or_fail(root: &Path, package: &str) -> Result<PathBuf, CheckResult> {
+    match launch::build(root, package) {
+        Ok(Build::Binary(bin)) => Ok(bin),
+        Ok(Build::Failed(errors)) => Err(CheckResult {
+            id: "builds",
+            step: 0,
+            passed: false,
+            observed: format!("cargo build -p {package} failed:\n{}", readable_errors(&errors)),
+            expected: "the crate compiles".into(),
+            hint: "fix the first compiler error first; later ones often follow from it",
+        }),
+        Err(e) => Err(CheckResult {
+            id: "builds",
+            step: 0,
+            passed: false,
+            observed: format!("could not run cargo: {e}"),
+            expected: "cargo on PATH".into(),
+            hint: "run the checker from the repository, where `cargo build` works",
+        }),
+    }
+}
+
+/// The compiler's errors without the noise: the `error` and `warning: unused` blocks,
+/// at most 60 lines.
+fn readable_errors(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("Compiling")).collect();
+    let mut out: Vec<&str> = lines.iter().take(60).copied().collect();
+    if lines.len() > 60 {
+        out.push("... (more in `cargo build` output)");
+    }
+    out.join("\n")
+}
+
+impl Observation {
+    fn events(&self, kind: &str) -> Vec<&Value> {
+        self.trace.iter().filter(|e| e["event"] == kind).collect()
+    }
+
+    /// Events of one kind per global rank (from the trace's `rank` field), in order.
+    fn by_rank(&self, kind: &str) -> BTreeMap<u64, Vec<&Value>> {
+        let mut out: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
+        for e in self.events(kind) {
+            if let Some(r) = e["rank"].as_u64() {
+                out.entry(r).or_default().push(e);
+            }
+        }
+        out
+    }
+
+    fn all_stdout(&self) -> String {
+        self.processes.iter().map(|p| p.ended.stdout.as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    fn failures(&self) -> Vec<String> {
+        self.processes
+            .iter()
+            .filter(|p| !p.ended.success())
+            .map(|p| {
+                let tail: Vec<&str> = p.ended.stderr.lines().rev().take(8).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("{}: {}\n    {}", p.ended.name, p.ended.describe(), tail.join("\n    "))
+            })
+            .collect()
+    }
+}
+
+fn result(
+    id: &'static str,
+    step: u8,
+    passed: bool,
+    observed: String,
+    expected: String,
+    hint: &'static str,
+) -> CheckResult {
+    CheckResult { id, step, passed, observed, expected, hint }
+}
+
+fn epoch_line_regex() -> regex::Regex {
+    regex::Regex::new(
+        r"^Epoch = +\d+: Cumulative Time = \d+\.\d{3}, Epoch Time = \d+\.\d{3}, Images/sec = [0-9.e+-]+, Validation Loss = [0-9.]+, Validation Accuracy = \d\.\d{3}$",
+    )
+    .expect("valid regex")
+}
+
+/// Every check of steps 0..=`obs.step`, in step order.
+pub fn judge(obs: &Observation) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    let s = obs.step;
+    let v = &obs.variation;
+    let ws = v.world_size();
+
+    // Step 0.
+    let import = regex::Regex::new(r"(?m)^\s*use\s+tch_distributed\s+as\s+dist\s*;").unwrap();
+    out.push(result(
+        "imports-dist",
+        0,
+        import.is_match(&obs.source),
+        if import.is_match(&obs.source) {
+            "found".into()
+        } else {
+            "no `use ... as dist;` line in src/main.rs".into()
+        },
+        "the distributed module imported under the name `dist`".into(),
+        "the Rust mirror of `import torch.distributed as dist` is one `use` line (guide: step 0)",
+    ));
+    let failures = obs.failures();
+    let lines: Vec<String> =
+        obs.all_stdout().lines().filter(|l| l.starts_with("Epoch = ")).map(String::from).collect();
+    let well_formed = lines.iter().all(|l| epoch_line_regex().is_match(l));
+    out.push(result(
+        "trains",
+        0,
+        failures.is_empty() && !lines.is_empty() && well_formed,
+        if !failures.is_empty() {
+            format!("{} process(es) failed:\n  {}", failures.len(), failures.join("\n  "))
+        } else if lines.is_empty() {
+            "no epoch line printed".into()
+        } else if !well_formed {
+            format!(
+                "an epoch line not in the lab's format: {:?}",
+                lines.iter().find(|l| !epoch_line_regex().is_match(l))
+            )
+        } else {
+            format!("{} epoch line(s), every process exited 0", lines.len())
+        },
+        "every process exits 0 and epoch lines are printed in the lab's format".into(),
+        "run the step by hand (see the guide's page) and read the first error",
+    ));
+    if s < 1 {
+        return out;
+    }
+
+    // Step 1.
+    if let Some(help) = &obs.help {
+        let text = &help.stdout;
+        let want = [("--num-nodes", "1"), ("--num-gpus", "1"), ("--node-id", "0")];
+        let missing: Vec<String> = want
+            .iter()
+            .filter(|(opt, default)| {
+                !text.lines().any(|l| l.contains(opt)) || !help_has_default(text, opt, default)
+            })
+            .map(|(opt, default)| format!("{opt} (default {default})"))
+            .collect();
+        out.push(result(
+            "options-listed",
+            1,
+            missing.is_empty(),
+            if missing.is_empty() {
+                "all three in --help".into()
+            } else {
+                format!("--help lacks {}", missing.join(", "))
+            },
+            "--help lists --num-nodes, --num-gpus and --node-id with defaults 1, 1 and 0".into(),
+            "three clap options in Args, with default_value_t and a doc comment each (guide: step 1)",
+        ));
+    }
+    if let Some(bad) = &obs.bad_value {
+        let code = bad.status.and_then(|s| s.code());
+        out.push(result(
+            "options-typed",
+            1,
+            code == Some(2) && bad.stderr.contains("num-gpus"),
+            format!("`--num-gpus two` gave {}: {}", bad.describe(), bad.stderr.lines().next().unwrap_or("")),
+            "exit code 2 and an error naming --num-gpus".into(),
+            "declare the options as numbers (usize), so clap rejects other values",
+        ));
+    }
+    if s < 2 {
+        return out;
+    }
+
+    // Step 2.
+    let worlds = obs.events("world");
+    let expected_address = match obs.port {
+        Some(p) => format!("127.0.0.1:{p} (env://)"),
+        None => "localhost:9956".to_string(),
+    };
+    let sizes: BTreeSet<u64> = worlds.iter().filter_map(|e| e["world_size"].as_u64()).collect();
+    out.push(result(
+        "world-size",
+        2,
+        !worlds.is_empty() && sizes == BTreeSet::from([ws as u64]),
+        if worlds.is_empty() {
+            "no world announced (labkit::announce_world was not called)".into()
+        } else {
+            format!("world size {sizes:?}")
+        },
+        format!("world size {ws} ({} node(s) x {} GPU(s))", v.nodes, v.ranks_per_node),
+        "the world size counts every rank on every node (guide: step 2)",
+    ));
+    let addresses: BTreeSet<&str> = worlds.iter().filter_map(|e| e["rendezvous"].as_str()).collect();
+    out.push(result(
+        "rendezvous",
+        2,
+        !worlds.is_empty() && addresses == BTreeSet::from([expected_address.as_str()]),
+        format!("{addresses:?}"),
+        expected_address.clone(),
+        "the lab's localhost:9956 unless MASTER_ADDR and MASTER_PORT are set (guide: step 2)",
+    ));
+    if s < 3 {
+        return out;
+    }
+
+    // Step 3.
+    let workers = obs.events("worker");
+    let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for w in &workers {
+        seen.entry(w["pid"].as_u64().unwrap_or(0))
+            .or_default()
+            .push(w["worker_local_rank"].as_u64().unwrap_or(u64::MAX));
+    }
+    let mut local_ranks: Vec<u64> = seen.values().flatten().copied().collect();
+    local_ranks.sort();
+    let mut want: Vec<u64> = (0..v.nodes).flat_map(|_| 0..v.ranks_per_node as u64).collect();
+    want.sort();
+    let once_each = seen.values().all(|v| v.len() == 1);
+    let launched_right = obs.processes.iter().all(|p| match p.local_rank {
+        Some(l) => workers.iter().any(|w| {
+            w["pid"].as_u64() == Some(u64::from(p.ended.pid))
+                && w["worker_local_rank"].as_u64() == Some(l as u64)
+        }),
+        None => true,
+    });
+    out.push(result(
+        "worker-per-rank",
+        3,
+        once_each && local_ranks == want && launched_right,
+        format!("worker entered with local ranks {local_ranks:?} in {} process(es)", seen.len()),
+        format!("once per rank, with local ranks {want:?} (each process's LOCAL_RANK)"),
+        "main reads LOCAL_RANK (dist::local_rank) and calls worker(local_rank, args) (guide: step 3)",
+    ));
+    if s < 4 {
+        return out;
+    }
+
+    // Step 4.
+    let mut wrong = Vec::new();
+    for p in &obs.processes {
+        let Some(local) = p.local_rank else { continue };
+        let expect = (p.node * v.ranks_per_node + local) as u64;
+        let got = obs
+            .trace
+            .iter()
+            .filter(|e| e["pid"].as_u64() == Some(u64::from(p.ended.pid)))
+            .find_map(|e| e["rank"].as_u64());
+        if got != Some(expect) {
+            wrong.push(format!("node {} local rank {local}: rank {got:?}, expected {expect}", p.node));
+        }
+    }
+    let sizes: BTreeSet<u64> = obs.trace.iter().filter_map(|e| e["world_size"].as_u64()).collect();
+    out.push(result(
+        "global-rank",
+        4,
+        wrong.is_empty() && sizes == BTreeSet::from([ws as u64]),
+        if wrong.is_empty() { format!("group sizes {sizes:?}") } else { wrong.join("; ") },
+        format!("global rank = node id x ranks per node + local rank; group size {ws}"),
+        "global_rank = node_id * num_gpus + local_rank; pass it and the world size to init_process_group (guide: step 4)",
+    ));
+    let printed = obs.events("printed");
+    let printers: BTreeSet<Option<u64>> = printed.iter().map(|e| e["rank"].as_u64()).collect();
+    out.push(result(
+        "rank0-prints",
+        4,
+        !printed.is_empty() && printers == BTreeSet::from([Some(0)]) && lines.len() == printed.len(),
+        format!("epoch lines printed by ranks {printers:?}, {} line(s)", lines.len()),
+        "only global rank 0 prints the epoch lines".into(),
+        "wrap the report's print in `if global_rank == 0` (guide: step 4)",
+    ));
+    if s < 5 {
+        return out;
+    }
+
+    // Step 5.
+    let prepares = obs.events("prepare_dataset");
+    let by_non_zero: Vec<u64> = prepares
+        .iter()
+        .filter(|e| e["local_rank"].as_u64() != Some(0))
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    out.push(result(
+        "prepare-once-per-node",
+        5,
+        by_non_zero.is_empty() && prepares.len() == v.nodes,
+        format!("{} preparation(s); {} by a local rank other than 0", prepares.len(), by_non_zero.len()),
+        format!("{} (one per node, by local rank 0), then a barrier before anyone reads", v.nodes),
+        "`if local_rank == 0 { prepare }`, then dist::barrier(), then every rank loads (guide: step 5)",
+    ));
+    if let Some(downloads) = &obs.downloads {
+        let ok = labkit::data::FILES.iter().all(|f| downloads.get(*f).copied().unwrap_or(0) == v.nodes);
+        out.push(result(
+            "downloads-per-node",
+            5,
+            ok,
+            format!("the mirror served {downloads:?}"),
+            format!("each of the four files exactly {} time(s), once per node", v.nodes),
+            "only local rank 0 of each node may download (guide: step 5)",
+        ));
+    }
+    if s < 6 {
+        return out;
+    }
+
+    // Step 6.
+    let train = obs.by_rank("train_indices");
+    let mut problems = Vec::new();
+    for rank in 0..ws as u64 {
+        let Some(epochs) = train.get(&rank) else {
+            problems.push(format!("rank {rank}: no training epoch traced"));
+            continue;
+        };
+        for (e, event) in epochs.iter().enumerate() {
+            let got: Vec<u64> = event["indices"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default();
+            let want = expected_indices(v.train_subset, ws, rank as usize, e as u64);
+            if got != want {
+                problems.push(format!(
+                    "rank {rank} epoch {e}: {} indices starting {:?}, expected {} starting {:?}",
+                    got.len(),
+                    &got[..got.len().min(5)],
+                    want.len(),
+                    &want[..want.len().min(5)]
+                ));
+                break;
+            }
+        }
+    }
+    let validation = obs.by_rank("validation");
+    for (rank, events) in &validation {
+        let got: Vec<u64> = events[0]["indices"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        if got != expected_indices(v.test_subset, ws, *rank as usize, 0) {
+            problems.push(format!("rank {rank}: validation indices are not its DistributedSampler share"));
+        }
+    }
+    out.push(result(
+        "sampler-shares",
+        6,
+        problems.is_empty(),
+        if problems.is_empty() { "every rank iterated exactly its share".into() } else { problems.join("; ") },
+        "each rank iterates DistributedSampler(len, world size, rank)'s indices (PyTorch's), disjoint shares covering the set".into(),
+        "DistributedSampler::with_defaults(len, world_size, global_rank) for training and validation (guide: step 6)",
+    ));
+    let rank0 = train.get(&0).cloned().unwrap_or_default();
+    let reshuffled = rank0.len() >= 2 && rank0[0]["indices"] != rank0[1]["indices"];
+    out.push(result(
+        "sampler-set-epoch",
+        6,
+        reshuffled,
+        if reshuffled { "a new order each epoch".into() } else { "the same order every epoch".into() },
+        "a different order in every epoch".into(),
+        "call train_loader.sampler.set_epoch(epoch) at the start of every epoch (guide: step 6.5)",
+    ));
+    if s < 7 {
+        return out;
+    }
+
+    // Step 7.
+    let weights = obs.events("weights");
+    let mut per_epoch: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for w in &weights {
+        per_epoch
+            .entry(w["epoch"].as_u64().unwrap_or(0))
+            .or_default()
+            .insert(w["digest"].as_str().unwrap_or("").to_string());
+    }
+    let differing: Vec<u64> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
+    out.push(result(
+        "weights-synchronized",
+        7,
+        !per_epoch.is_empty() && differing.is_empty() && weights.len() == ws * per_epoch.len(),
+        if differing.is_empty() {
+            format!("identical on all ranks after {} epoch(s)", per_epoch.len())
+        } else {
+            format!("ranks' weights differ after epoch(s) {differing:?}")
+        },
+        "identical weights on every rank after every epoch (ranks started from different random weights)"
+            .into(),
+        "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
+    ));
+    if s < 8 {
+        return out;
+    }
+
+    // Step 8.
+    let per_rank = obs.by_rank("images_per_sec");
+    let mut mismatches = Vec::new();
+    for (e, p) in obs.events("printed").iter().enumerate() {
+        let shown = p["images_per_sec"].as_f64().unwrap_or(f64::NAN);
+        let sum: f64 =
+            per_rank.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["value"].as_f64()).sum();
+        if (shown - sum).abs() > 1e-6 * sum.abs().max(1.0) {
+            mismatches.push(format!("epoch {e}: printed {shown:.1}, sum of ranks {sum:.1}"));
+        }
+    }
+    out.push(result(
+        "throughput-reduced",
+        8,
+        mismatches.is_empty() && !obs.events("printed").is_empty(),
+        if mismatches.is_empty() {
+            "rank 0 printed the sum of the ranks' images/sec".into()
+        } else {
+            mismatches.join("; ")
+        },
+        "rank 0's images/sec == the sum of every rank's".into(),
+        "dist::reduce the images/sec tensor to rank 0 with ReduceOp::Sum (guide: step 8)",
+    ));
+    let slow = labkit::SLOW_RANK_DELAY.as_secs_f64() * 0.9;
+    let fast: Vec<String> = obs
+        .by_rank("epoch_report")
+        .iter()
+        .flat_map(|(r, evs)| evs.iter().map(move |e| (*r, e)))
+        .filter(|(_, e)| e["epoch_time"].as_f64().unwrap_or(0.0) < slow)
+        .map(|(r, e)| {
+            format!("rank {r} epoch {}: {:.2} s", e["epoch"], e["epoch_time"].as_f64().unwrap_or(0.0))
+        })
+        .collect();
+    out.push(result(
+        "epoch-barrier",
+        8,
+        fast.is_empty() && !obs.events("epoch_report").is_empty(),
+        if fast.is_empty() {
+            "every rank's epoch time includes the slowest rank".into()
+        } else {
+            format!("epochs ended before the slowest rank: {}", fast.join(", "))
+        },
+        format!(
+            "with one rank {:.1} s late, every rank's epoch time >= {slow:.2} s",
+            labkit::SLOW_RANK_DELAY.as_secs_f64()
+        ),
+        "dist::barrier() after training, before stopping the clock (guide: step 8)",
+    ));
+    if s < 9 {
+        return out;
+    }
+
+    // Step 9.
+    let raw = obs.by_rank("validation");
+    let reports = obs.by_rank("epoch_report");
+    let mut off = Vec::new();
+    for e in 0..v.epochs {
+        let accs: Vec<f64> =
+            raw.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["accuracy"].as_f64()).collect();
+        let losses: Vec<f64> =
+            raw.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["loss"].as_f64()).collect();
+        if accs.len() != ws {
+            continue;
+        }
+        let (ma, ml) = (accs.iter().sum::<f64>() / ws as f64, losses.iter().sum::<f64>() / ws as f64);
+        for (r, evs) in &reports {
+            if let Some(rep) = evs.get(e) {
+                let (a, l) = (
+                    rep["validation_accuracy"].as_f64().unwrap_or(f64::NAN),
+                    rep["validation_loss"].as_f64().unwrap_or(f64::NAN),
+                );
+                if (a - ma).abs() > 1e-9 || (l - ml).abs() > 1e-9 {
+                    off.push(format!(
+                        "rank {r} epoch {e}: accuracy {a:.4}, loss {l:.4}; mean {ma:.4}, {ml:.4}"
+                    ));
+                }
+            }
+        }
+    }
+    out.push(result(
+        "metrics-averaged",
+        9,
+        off.is_empty() && reports.len() == ws,
+        if off.is_empty() { "every rank holds the mean of the ranks' metrics".into() } else { off.join("; ") },
+        "every rank's validation accuracy and loss == the mean over ranks".into(),
+        "all_reduce a tensor of [accuracy, loss] with ReduceOp::Sum and divide by the world size (guide: step 9)",
+    ));
+    if s < 10 {
+        return out;
+    }
+
+    // Step 10.
+    let parent = obs.processes.first().map(|p| u64::from(p.ended.pid)).unwrap_or(0);
+    let children: BTreeSet<u64> = workers
+        .iter()
+        .filter(|w| w["ppid"].as_u64() == Some(parent))
+        .filter_map(|w| w["pid"].as_u64())
+        .collect();
+    out.push(result(
+        "self-spawn",
+        10,
+        obs.processes.len() == 1 && children.len() == v.ranks_per_node && workers.len() == v.ranks_per_node,
+        format!(
+            "one invocation; {} worker(s) in child processes of it, {} in all",
+            children.len(),
+            workers.len()
+        ),
+        format!("one invocation starts {} rank processes (--num-gpus)", v.ranks_per_node),
+        "dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args)) (guide: step 10)",
+    ));
+    if let Some(f) = &obs.fail_run {
+        out.push(result(
+            "failing-rank-ends-run",
+            10,
+            !f.success() && !f.timed_out && !f.left_behind,
+            format!(
+                "with rank 1 failing: {} after {:.1} s{}",
+                f.describe(),
+                f.elapsed.as_secs_f64(),
+                if f.left_behind { ", processes left behind" } else { "" }
+            ),
+            "a non-zero exit, no hang, no process left behind".into(),
+            "let dist::spawn run the ranks: it stops the others when one fails (guide: step 10)",
+        ));
+    }
+    if s < 11 {
+        return out;
+    }
+
+    // Step 11.
+    let summary_line =
+        obs.all_stdout().lines().find(|l| l.starts_with("Quick evaluation:")).map(String::from);
+    out.push(result(
+        "summary",
+        11,
+        summary_line.as_deref().is_some_and(|l| l.contains(&format!("{ws} rank"))),
+        summary_line.clone().unwrap_or_else(|| "no `Quick evaluation:` line".into()),
+        format!("rank 0 prints the quick evaluation's summary for {ws} ranks"),
+        "labkit::print_summary on rank 0 after the loop, then dist::destroy_process_group() (guide: step 11)",
+    ));
+    if let Some(q) = &obs.quick_run {
+        let line = q.stdout.lines().find(|l| l.starts_with("Quick evaluation:")).unwrap_or("");
+        out.push(result(
+            "target-reached",
+            11,
+            q.success() && line.contains("reached at epoch"),
+            format!("{}: {}", q.describe(), if line.is_empty() { "no summary" } else { line }),
+            "the quick evaluation reaches the target validation accuracy".into(),
+            "check the learning rate and batch size against the lab's defaults (guide: step 11)",
+        ));
+    }
+    out
+}
+
+fn help_has_default(help: &str, opt: &str, default: &str) -> bool {
+    // clap prints `[default: 1]` on the option's line or on its help text's last line.
+    let mut after = false;
+    for line in help.lines() {
+        if line.trim_start().starts_with(opt) || line.contains(&format!(", {opt}")) {
+            after = true;
+        } else if after && line.trim_start().starts_with('-') {
+            return false;
+        }
+        if after && line.contains(&format!("[default: {default}]")) {
+            return true;
+        }
+    }
+    false
+}
+
+fn expected_indices(len: usize, world: usize, rank: usize, epoch: u64) -> Vec<u64> {
+    match DistributedSampler::with_defaults(len, world, rank) {
+        Ok(mut s) => {
+            s.set_epoch(epoch);
+            s.indices().into_iter().map(|i| i as u64).collect()
+        }
+        Err(_) => Vec::new(),
+    }
+}
