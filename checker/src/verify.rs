@@ -858,9 +858,11 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
 
 fn help_has_default(help: &str, opt: &str, default: &str) -> bool {
     // clap prints `[default: 1]` on the option's line or on its help text's last line.
+    let option_line =
+        regex::Regex::new(&format!(r"^\s*(-\w, )?{}\b", regex::escape(opt))).expect("valid regex");
     let mut after = false;
     for line in help.lines() {
-        if line.trim_start().starts_with(opt) || line.contains(&format!(", {opt}")) {
+        if option_line.is_match(line) {
             after = true;
         } else if after && line.trim_start().starts_with('-') {
             return false;

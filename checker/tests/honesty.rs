@@ -1,0 +1,77 @@
+//! The checker proves it can fail: every solution passes its step (and all earlier
+//! steps' checks), and every untouched starter fails its own step, on a check that
+//! step introduces. Runs the real `checker` binary on the repository's crates
+//! (the drift test keeps those equal to what course/lab renders).
+use std::process::Command;
+
+struct Verdict {
+    code: Option<i32>,
+    output: String,
+}
+
+fn verify(step: u8, solutions: bool) -> Verdict {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).args(["verify", "step", &step.to_string()]);
+    // A fixed seed per step: reproducible here, and different variations across steps.
+    cmd.args(["--seed", &(1000 + u64::from(step)).to_string()]);
+    if solutions {
+        cmd.arg("--solutions");
+    }
+    let out = cmd.output().expect("run the checker");
+    Verdict {
+        code: out.status.code(),
+        output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
+fn solution_passes(step: u8) {
+    let v = verify(step, true);
+    assert_eq!(v.code, Some(0), "solution {step} must pass every check:\n{}", v.output);
+    assert!(!v.output.contains("FAIL"), "{}", v.output);
+}
+
+fn starter_fails_its_own_step(step: u8) {
+    let v = verify(step, false);
+    assert_eq!(v.code, Some(1), "the untouched starter of step {step} must fail:\n{}", v.output);
+    let own = format!("FAIL step {step:>2} ");
+    assert!(
+        v.output.contains(&own),
+        "the starter of step {step} must fail a check of step {step}:\n{}",
+        v.output
+    );
+}
+
+macro_rules! honesty {
+    ($($step:literal: $pass:ident, $fail:ident;)*) => {$(
+        #[test]
+        fn $pass() {
+            solution_passes($step);
+        }
+        #[test]
+        fn $fail() {
+            starter_fails_its_own_step($step);
+        }
+    )*};
+}
+
+honesty! {
+    0: solution_00_passes, starter_00_fails;
+    1: solution_01_passes, starter_01_fails;
+    2: solution_02_passes, starter_02_fails;
+    3: solution_03_passes, starter_03_fails;
+    4: solution_04_passes, starter_04_fails;
+    5: solution_05_passes, starter_05_fails;
+    6: solution_06_passes, starter_06_fails;
+    7: solution_07_passes, starter_07_fails;
+    8: solution_08_passes, starter_08_fails;
+    9: solution_09_passes, starter_09_fails;
+    10: solution_10_passes, starter_10_fails;
+    11: solution_11_passes, starter_11_fails;
+}
+
+#[test]
+fn a_step_that_does_not_exist_is_a_usage_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_checker")).args(["verify", "step", "12"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("there is no step 12: the steps are 0 to 11"));
+}
