@@ -1,0 +1,123 @@
+//! Hints from the lab guide: the guide is the one place the help is written, so the
+//! checker quotes it rather than keeping a second copy that could drift.
+use std::path::{Path, PathBuf};
+
+use crate::{check_step, AuxError};
+
+const WHAT_TO_CHANGE: &str = "## What to change";
+const COMMON_MISTAKES: &str = "## Common mistakes";
+const CHECKER_WILL_TEST: &str = "## What the checker will test";
+
+/// The guide page of `step`, relative to the repository root.
+pub fn guide_page(step: u8) -> PathBuf {
+    PathBuf::from(format!("lab-guide/src/steps/step-{step:02}.md"))
+}
+
+/// The help for a student stuck on `step`: the sections "What to change" and "Common
+/// mistakes" of its guide page (headings kept), then a line pointing at the full page.
+pub fn hint(repo_root: &Path, step: u8) -> Result<String, AuxError> {
+    let step = check_step(step)?;
+    let rel = guide_page(step);
+    let page = read_page(repo_root, &rel)?;
+    let mut out = String::new();
+    for heading in [WHAT_TO_CHANGE, COMMON_MISTAKES] {
+        let body = section(&page, heading)
+            .ok_or_else(|| AuxError::SectionMissing { path: rel.clone(), section: heading })?;
+        out.push_str(heading);
+        out.push_str("\n\n");
+        out.push_str(body.trim());
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!("Full page: {}", rel.display()));
+    Ok(out)
+}
+
+/// What the guide says the checker tests under `check_id`: the bullet of "What the
+/// checker will test" that names it in backticks (e.g. `` `sampler-disjoint` ``), its
+/// lines joined into one. `None` when the page, the section or such a bullet is missing:
+/// the caller then simply shows no extra help.
+pub fn check_hint_for(repo_root: &Path, step: u8, check_id: &str) -> Option<String> {
+    let page = std::fs::read_to_string(repo_root.join(guide_page(check_step(step).ok()?))).ok()?;
+    let needle = format!("`{check_id}`");
+    bullets(section(&page, CHECKER_WILL_TEST)?).into_iter().find(|b| b.contains(&needle))
+}
+
+fn read_page(repo_root: &Path, rel: &Path) -> Result<String, AuxError> {
+    std::fs::read_to_string(repo_root.join(rel))
+        .map_err(|source| AuxError::GuideMissing { path: rel.to_path_buf(), source })
+}
+
+/// The text under `heading` up to the next heading of the same or a higher level,
+/// untrimmed. Lines inside fenced code blocks never count as headings, since a code
+/// sample may well contain a `## ` line (a shell comment, say).
+fn section<'a>(page: &'a str, heading: &str) -> Option<&'a str> {
+    let mut start = None;
+    let mut in_fence = false;
+    let mut offset = 0;
+    for line in page.split_inclusive('\n') {
+        let text = line.trim_end();
+        if text.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        } else if !in_fence && is_section_break(text) {
+            match start {
+                Some(s) => return Some(&page[s..offset]),
+                None if text == heading => start = Some(offset + line.len()),
+                None => {}
+            }
+        }
+        offset += line.len();
+    }
+    start.map(|s| &page[s..])
+}
+
+/// A heading of level 1 or 2: these end a `## ` section; `### ` subsections do not.
+fn is_section_break(line: &str) -> bool {
+    line.starts_with("# ") || line.starts_with("## ") || line == "#" || line == "##"
+}
+
+/// The top-level `- ` bullets of a section, each with its continuation lines joined by
+/// single spaces and the marker removed.
+fn bullets(section: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut open = false;
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("- ").or_else(|| line.strip_prefix("* ")) {
+            out.push(rest.trim().to_string());
+            open = true;
+        } else if line.trim().is_empty() || !line.starts_with([' ', '\t']) {
+            // A blank line or unindented text (a closing paragraph) ends the bullet.
+            open = false;
+        } else if open {
+            let last = out.last_mut().expect("a bullet is open");
+            last.push(' ');
+            last.push_str(line.trim());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: &str = "# Step 9: title\n\n## What to change\n\nDo this.\n\n```sh\n## not a heading\n```\n\n\
+        ### Detail\n\nStill here.\n\n## What the checker will test\n\n- Metrics averaged \
+        (`metrics-avg`), over\n  all ranks.\n- Another `other-check`.\n\nBy hand: `metrics-avg` too.\n\n\
+        ## Common mistakes\n\n- Averaging twice.\n";
+
+    #[test]
+    fn section_spans_code_blocks_and_subsections() {
+        let body = section(PAGE, WHAT_TO_CHANGE).unwrap();
+        assert!(body.contains("## not a heading"), "{body}");
+        assert!(body.contains("Still here."), "{body}");
+        assert!(!body.contains("checker will test"), "{body}");
+        assert_eq!(section(PAGE, COMMON_MISTAKES).unwrap().trim(), "- Averaging twice.");
+        assert_eq!(section(PAGE, "## Nope"), None);
+    }
+
+    #[test]
+    fn bullets_join_continuation_lines_and_stop_at_paragraphs() {
+        let b = bullets(section(PAGE, CHECKER_WILL_TEST).unwrap());
+        assert_eq!(b, ["Metrics averaged (`metrics-avg`), over all ranks.", "Another `other-check`."]);
+    }
+}

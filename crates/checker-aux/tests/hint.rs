@@ -1,0 +1,82 @@
+mod common;
+
+use checker_aux::{check_hint_for, hint, AuxError};
+use common::{repo_root, Scratch};
+
+#[test]
+fn every_step_of_the_real_guide_has_a_hint() {
+    for step in 0..=11u8 {
+        let text = hint(&repo_root(), step).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        let change = text.find("## What to change").expect("the first section");
+        let mistakes = text.find("## Common mistakes").expect("the second section");
+        assert!(change == 0 && change < mistakes, "step {step}: sections in order:\n{text}");
+        assert!(!text.contains("## Why") && !text.contains("## Goal"), "step {step}: only two sections");
+        let last = text.lines().last().unwrap();
+        assert_eq!(last, format!("Full page: lab-guide/src/steps/step-{step:02}.md"));
+    }
+}
+
+#[test]
+fn hint_quotes_the_sections_trimmed() {
+    let root = Scratch::new("hint");
+    let steps = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    let page = "# Step 2\n\n## What to change\n\n\nEdit `main`.\n\n## Why\n\nBecause.\n\n\
+                ## Common mistakes\n\n- Forgetting it.\n\n";
+    std::fs::write(steps.join("step-02.md"), page).unwrap();
+    assert_eq!(
+        hint(root.path(), 2).unwrap(),
+        "## What to change\n\nEdit `main`.\n\n## Common mistakes\n\n- Forgetting it.\n\n\
+         Full page: lab-guide/src/steps/step-02.md"
+    );
+}
+
+#[test]
+fn hint_errors_name_the_problem() {
+    let root = Scratch::new("hint-errors");
+    let err = hint(root.path(), 12).unwrap_err();
+    assert!(matches!(err, AuxError::NoSuchStep { step: 12 }));
+    assert!(err.to_string().contains("0 to 11"), "{err}");
+
+    let err = hint(root.path(), 4).unwrap_err();
+    assert!(matches!(err, AuxError::GuideMissing { .. }), "{err:?}");
+    assert!(err.to_string().contains("lab-guide/src/steps/step-04.md"), "{err}");
+
+    let steps = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    std::fs::write(steps.join("step-04.md"), "## What to change\n\nThis.\n").unwrap();
+    let err = hint(root.path(), 4).unwrap_err();
+    assert!(matches!(err, AuxError::SectionMissing { section: "## Common mistakes", .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("step-04.md") && message.contains("Common mistakes"), "{message}");
+}
+
+#[test]
+fn check_hints_come_from_the_bullet_naming_the_check() {
+    let root = Scratch::new("check-hint");
+    let steps = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    let page = "## What to change\n\nSee `sampler-order` below.\n\n## What the checker will test\n\n\
+                - Per rank, the indices (`sampler-disjoint`): disjoint between\n  ranks.\n\
+                - The order changes each epoch (`sampler-order`).\n\n## Common mistakes\n\n- `x-y`.\n";
+    std::fs::write(steps.join("step-06.md"), page).unwrap();
+    let root = root.path();
+    assert_eq!(
+        check_hint_for(root, 6, "sampler-disjoint").as_deref(),
+        Some("Per rank, the indices (`sampler-disjoint`): disjoint between ranks.")
+    );
+    assert_eq!(
+        check_hint_for(root, 6, "sampler-order").as_deref(),
+        Some("The order changes each epoch (`sampler-order`).")
+    );
+    // Only whole backticked ids, and only in that section.
+    assert_eq!(check_hint_for(root, 6, "sampler"), None);
+    assert_eq!(check_hint_for(root, 6, "x-y"), None);
+    assert_eq!(check_hint_for(root, 5, "sampler-order"), None);
+    assert_eq!(check_hint_for(root, 40, "sampler-order"), None);
+}
+
+#[test]
+fn the_real_guide_has_no_check_ids_yet_and_that_is_fine() {
+    assert_eq!(check_hint_for(&repo_root(), 6, "no-such-check"), None);
+}
