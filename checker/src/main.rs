@@ -25,6 +25,21 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// What to change in a step and the common mistakes, from the lab guide: `checker hint step 7`.
+    Hint {
+        /// `step N` (N from 0 to 11).
+        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+    },
+    /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `checker reset step 7`.
+    Reset {
+        /// `step N` (N from 0 to 11).
+        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+        /// Do not ask (the backup is still made).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
     Verify {
         /// `step N` (N from 0 to 11) or `all`.
@@ -65,6 +80,23 @@ fn repo_root() -> PathBuf {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Hint { target } => match one_step(&target) {
+            Err(msg) => usage_error(&msg),
+            Ok(step) => match checker_aux::hint(&repo_root(), step) {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            },
+        },
+        Command::Reset { target, yes } => match one_step(&target) {
+            Err(msg) => usage_error(&msg),
+            Ok(step) => reset(step, yes),
+        },
         Command::Verify { target, solutions, seed, timeout, keep } => {
             let steps: Vec<u8> = match parse_target(&target) {
                 Ok(s) => s,
@@ -95,6 +127,57 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::from(1)
             }
+        }
+    }
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+/// `["step", "7"]` or `["7"]`.
+fn one_step(target: &[String]) -> Result<u8, String> {
+    if target.len() == 1 && target[0] == "all" {
+        return Err("name one step: `step N` (N from 0 to 11)".into());
+    }
+    parse_target(target).map(|steps| steps[0])
+}
+
+fn reset(step: u8, yes: bool) -> ExitCode {
+    let root = repo_root();
+    let mut confirm = |question: &str| -> bool {
+        if yes {
+            return true;
+        }
+        if !std::io::stdin().is_terminal() {
+            eprintln!("{question}\n(not a terminal: pass --yes to reset without asking)");
+            return false;
+        }
+        eprint!("{question} [y/N] ");
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes")
+    };
+    match checker_aux::reset(&root, step, &mut confirm) {
+        Ok(checker_aux::ResetOutcome::AlreadyPristine) => {
+            println!("steps/step_{step:02} is already the untouched starter; nothing to do");
+            ExitCode::SUCCESS
+        }
+        Ok(checker_aux::ResetOutcome::Declined) => {
+            println!("nothing changed");
+            ExitCode::from(1)
+        }
+        Ok(checker_aux::ResetOutcome::Reset { backup, files }) => {
+            println!(
+                "restored {} file(s) of steps/step_{step:02}; your version is in {}",
+                files.len(),
+                backup.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
         }
     }
 }
@@ -144,9 +227,23 @@ fn verify_step(
         Ok(bin) => {
             let work = work_dir(root, &package)?;
             let shared_data = prepare_shared_data(root)?;
-            let setup =
-                Setup { root: root.to_path_buf(), work: work.clone(), shared_data, mirror: None, limit };
-            let obs = verify::observe(step, &bin, source, &variation, &setup);
+            // From step 5 the ranks download from this local mirror, which counts the
+            // downloads, into a fresh data directory per node.
+            let served = shared_data.join(labkit::GenerateOptions::default().dir_name());
+            let mirror = checker_aux::Mirror::serve(&served)
+                .map_err(|e| format!("cannot start the local mirror for {}: {e}", served.display()))?;
+            let manifest = served.join(labkit::data::MANIFEST_FILE);
+            let setup = Setup {
+                root: root.to_path_buf(),
+                work: work.clone(),
+                shared_data,
+                mirror: Some((mirror.url(), manifest)),
+                limit,
+            };
+            let mut obs = verify::observe(step, &bin, source, &variation, &setup);
+            if step >= 5 {
+                obs.downloads = Some(mirror.downloads());
+            }
             let results = verify::judge(&obs);
             if keep {
                 println!("   run files kept in {}", work.display());
