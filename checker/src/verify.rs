@@ -156,7 +156,8 @@ fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
         "--threads".into(),
         "1".into(),
         "--timeout".into(),
-        "30".into(),
+        // Generous: on a loaded 2-core machine a rank can start seconds after another.
+        "90".into(),
         "--device".into(),
         "cpu".into(),
     ];
