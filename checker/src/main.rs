@@ -1,6 +1,7 @@
 //! `checker`: runs a step of the DDP lab on several ranks and verifies real DDP
 //! behaviour, with what it saw, what it expected, and a hint for every check.
 mod launch;
+mod progress;
 mod verify;
 
 use std::io::IsTerminal;
@@ -25,6 +26,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Each step: done, failing or not tried (your last `verify`), and a bar of the steps done.
+    List,
     /// What to change in a step and the common mistakes, from the lab guide: `checker hint step 7`.
     Hint {
         /// `step N` (N from 0 to 11).
@@ -80,6 +83,10 @@ fn repo_root() -> PathBuf {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::List => {
+            print!("{}", progress::render(&progress::load(&repo_root()), &coursegen::STEPS));
+            ExitCode::SUCCESS
+        }
         Command::Hint { target } => match one_step(&target) {
             Err(msg) => usage_error(&msg),
             Ok(step) => match checker_aux::hint(&repo_root(), step) {
@@ -253,7 +260,14 @@ fn verify_step(
             results
         }
     };
-    Ok(report(step, &results))
+    let passed = report(step, &results);
+    if !solutions {
+        // Progress is about the student's own crates, not the reference solutions.
+        if let Err(e) = progress::record(root, step, passed) {
+            eprintln!("warning: cannot record progress in .checker/progress.json: {e}");
+        }
+    }
+    Ok(passed)
 }
 
 /// Prints every check; true when all passed.

@@ -17,6 +17,10 @@ fn verify(step: u8, solutions: bool) -> Verdict {
     if solutions {
         cmd.arg("--solutions");
     }
+    // Keep the starters' verdicts out of the repository's own progress file.
+    let progress =
+        std::env::temp_dir().join(format!("checker-honesty-progress-{}-{step}.json", std::process::id()));
+    cmd.env("DDP_LAB_PROGRESS_FILE", &progress);
     let out = cmd.output().expect("run the checker");
     Verdict {
         code: out.status.code(),
@@ -74,4 +78,22 @@ fn a_step_that_does_not_exist_is_a_usage_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_checker")).args(["verify", "step", "12"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("there is no step 12: the steps are 0 to 11"));
+}
+
+#[test]
+fn list_shows_the_verdicts_of_verify() {
+    let progress = std::env::temp_dir().join(format!("checker-list-{}.json", std::process::id()));
+    std::fs::write(&progress, "{\"step_00\": \"done\", \"step_01\": \"failing\"}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_checker"))
+        .arg("list")
+        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("step  0  done"), "{text}");
+    assert!(text.contains("step  1  failing"), "{text}");
+    assert!(text.contains("step  2  not tried"), "{text}");
+    assert!(text.contains("1/12 steps done"), "{text}");
+    let _ = std::fs::remove_file(&progress);
 }
