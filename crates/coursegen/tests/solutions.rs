@@ -143,8 +143,11 @@ fn run_solution(step: u8, extra: &[&str]) -> Run {
     Run { stdout, trace }
 }
 
+/// A fresh directory; unique per call, since two tests may run the same solution at once.
 fn tempdir(name: &str) -> PathBuf {
-    let dir = target_dir().join("tmp").join(format!("{name}-{}", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = target_dir().join("tmp").join(format!("{name}-{}-{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
