@@ -2,6 +2,7 @@
 //! behaviour, with what it saw, what it expected, and a hint for every check.
 mod launch;
 mod progress;
+mod standalone;
 mod verify;
 
 use std::io::IsTerminal;
@@ -61,7 +62,22 @@ enum Command {
         /// Keep the run's files (outputs, trace) and print where they are.
         #[arg(long)]
         keep: bool,
+        /// Check the src/main.rs of a crate elsewhere (a copy handed in for grading)
+        /// instead of steps/step_NN; it is built with the step's own manifest.
+        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        krate: Option<PathBuf>,
     },
+}
+
+/// Whose program a verification checks.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    /// steps/step_NN: the student's own crate.
+    Step,
+    /// solutions/step_NN.
+    Solution,
+    /// `--crate DIR`.
+    Elsewhere(&'a Path),
 }
 
 fn repo_root() -> PathBuf {
@@ -104,13 +120,21 @@ fn main() -> ExitCode {
             Err(msg) => usage_error(&msg),
             Ok(step) => reset(step, yes),
         },
-        Command::Verify { target, solutions, seed, timeout, keep } => {
+        Command::Verify { target, solutions, seed, timeout, keep, krate } => {
             let steps: Vec<u8> = match parse_target(&target) {
                 Ok(s) => s,
                 Err(msg) => {
                     eprintln!("error: {msg}");
                     return ExitCode::from(2);
                 }
+            };
+            if krate.is_some() && steps.len() > 1 {
+                return usage_error("--crate checks one step: `verify step N --crate DIR`");
+            }
+            let subject = match (&krate, solutions) {
+                (Some(dir), _) => Subject::Elsewhere(dir),
+                (None, true) => Subject::Solution,
+                (None, false) => Subject::Step,
             };
             let seed = seed.unwrap_or_else(|| {
                 SystemTime::now()
@@ -121,7 +145,7 @@ fn main() -> ExitCode {
             let root = repo_root();
             let mut all_passed = true;
             for step in steps {
-                match verify_step(&root, step, solutions, seed, Duration::from_secs(timeout), keep) {
+                match verify_step(&root, step, subject, seed, Duration::from_secs(timeout), keep) {
                     Ok(passed) => all_passed &= passed,
                     Err(msg) => {
                         eprintln!("error: {msg}");
@@ -211,25 +235,32 @@ fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
 fn verify_step(
     root: &Path,
     step: u8,
-    solutions: bool,
+    subject: Subject,
     seed: u64,
     limit: Duration,
     keep: bool,
 ) -> Result<bool, String> {
-    let (package, dir) = if solutions {
-        (format!("solution_{step:02}"), root.join(format!("solutions/step_{step:02}")))
-    } else {
-        (format!("step_{step:02}"), root.join(format!("steps/step_{step:02}")))
+    let read = |dir: PathBuf| -> Result<String, String> {
+        let main_rs = dir.join("src/main.rs");
+        std::fs::read_to_string(&main_rs).map_err(|e| {
+            format!("cannot read {}: {e}; restore it with `checker reset step {step}`", main_rs.display())
+        })
     };
-    let main_rs = dir.join("src/main.rs");
-    let source = std::fs::read_to_string(&main_rs).map_err(|e| {
-        format!("cannot read {}: {e}; restore it with `git checkout -- {}`", main_rs.display(), dir.display())
-    })?;
+    let (package, source, manifest_dir) = match subject {
+        Subject::Step => (format!("step_{step:02}"), read(root.join(format!("steps/step_{step:02}")))?, None),
+        Subject::Solution => {
+            (format!("solution_{step:02}"), read(root.join(format!("solutions/step_{step:02}")))?, None)
+        }
+        Subject::Elsewhere(dir) => {
+            let crate_ = standalone::prepare(root, step, dir)?;
+            (crate_.package, crate_.source, Some(crate_.dir))
+        }
+    };
     let variation = Variation::for_step(step, seed);
     println!("== step {step} ({package}): {}", variation.describe());
     println!("   (repeat exactly with --seed {seed})");
 
-    let results = match verify::build_or_fail(root, &package) {
+    let results = match verify::build_or_fail(root, &package, manifest_dir.as_deref()) {
         Err(failed) => vec![failed],
         Ok(bin) => {
             let work = work_dir(root, &package)?;
@@ -261,7 +292,7 @@ fn verify_step(
         }
     };
     let passed = report(step, &results);
-    if !solutions {
+    if let Subject::Step = subject {
         // Progress is about the student's own crates, not the reference solutions.
         if let Err(e) = progress::record(root, step, passed) {
             eprintln!("warning: cannot record progress in .checker/progress.json: {e}");
