@@ -1,7 +1,9 @@
 //! `checker`: runs a step of the DDP lab on several ranks and verifies real DDP
 //! behaviour, with what it saw, what it expected, and a hint for every check.
+mod grade;
 mod launch;
 mod progress;
+mod spinner;
 mod standalone;
 mod verify;
 
@@ -43,6 +45,28 @@ enum Command {
         /// Do not ask (the backup is still made).
         #[arg(long)]
         yes: bool,
+    },
+    /// Points per step and a JSON report for an autograder: `checker grade --json results.json`.
+    ///
+    /// The report has the shape of exercism's test-runner results (version 3): a status,
+    /// and per check its status, message and captured output. Each step is worth 10
+    /// points, shared by the checks it introduces. Exits 0 whenever the report was made.
+    Grade {
+        /// `step N` or `all` (the default).
+        #[arg(value_name = "step N | all", num_args = 0..=2)]
+        target: Vec<String>,
+        /// Grade the reference solutions (solutions/step_NN) instead of your steps.
+        #[arg(long)]
+        solutions: bool,
+        /// The seed of the hidden variations (default: a new one, recorded in the report).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Longest time one run of the program may take, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Also write the report here, as JSON (atomically: a temporary file, then a rename).
+        #[arg(long, value_name = "PATH")]
+        json: Option<PathBuf>,
     },
     /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
     Verify {
@@ -120,6 +144,10 @@ fn main() -> ExitCode {
             Err(msg) => usage_error(&msg),
             Ok(step) => reset(step, yes),
         },
+        Command::Grade { target, solutions, seed, timeout, json } => {
+            let subject = if solutions { Subject::Solution } else { Subject::Step };
+            grade(&target, subject, seed, Duration::from_secs(timeout), json)
+        }
         Command::Verify { target, solutions, seed, timeout, keep, krate } => {
             let steps: Vec<u8> = match parse_target(&target) {
                 Ok(s) => s,
@@ -136,12 +164,7 @@ fn main() -> ExitCode {
                 (None, true) => Subject::Solution,
                 (None, false) => Subject::Step,
             };
-            let seed = seed.unwrap_or_else(|| {
-                SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64 % 1_000_000)
-                    .unwrap_or(1)
-            });
+            let seed = seed.unwrap_or_else(new_seed);
             let root = repo_root();
             let mut all_passed = true;
             for step in steps {
@@ -160,6 +183,63 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn new_seed() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
+}
+
+fn grade(
+    target: &[String],
+    subject: Subject,
+    seed: Option<u64>,
+    limit: Duration,
+    json: Option<PathBuf>,
+) -> ExitCode {
+    let steps = if target.is_empty() { Ok((0..12).collect()) } else { parse_target(target) };
+    let steps = match steps {
+        Ok(s) => s,
+        Err(msg) => return usage_error(&msg),
+    };
+    let seed = seed.unwrap_or_else(new_seed);
+    let root = repo_root();
+    let mut graded = Vec::new();
+    for step in steps {
+        match run_step(&root, step, subject, seed, limit, false) {
+            Ok(run) => graded.push(grade::GradedStep {
+                step,
+                title: coursegen::STEPS[usize::from(step)],
+                results: run.results,
+                output: run.output,
+            }),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    print!("{}", grade::table(&graded));
+    println!("(seed {seed}; repeat with --seed {seed}; details: checker verify step N --seed {seed})");
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&grade::report(&graded, seed)).unwrap_or_default() + "\n";
+        if let Err(e) = write_atomically(&path, &text) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+        println!("report written to {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// A temporary file beside `path`, then a rename: readers never see half a report.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 fn usage_error(msg: &str) -> ExitCode {
@@ -232,14 +312,26 @@ fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
     }
 }
 
-fn verify_step(
+/// What one step's verification gave.
+struct StepRun {
+    package: String,
+    variation: Variation,
+    results: Vec<CheckResult>,
+    /// The first rank's output (stdout then stderr), for a grader to show.
+    output: String,
+    /// Where the run's files were kept (`--keep`).
+    kept: Option<PathBuf>,
+}
+
+/// Builds and runs one step and judges it; prints nothing but progress.
+fn run_step(
     root: &Path,
     step: u8,
     subject: Subject,
     seed: u64,
     limit: Duration,
     keep: bool,
-) -> Result<bool, String> {
+) -> Result<StepRun, String> {
     let read = |dir: PathBuf| -> Result<String, String> {
         let main_rs = dir.join("src/main.rs");
         std::fs::read_to_string(&main_rs).map_err(|e| {
@@ -257,13 +349,18 @@ fn verify_step(
         }
     };
     let variation = Variation::for_step(step, seed);
-    println!("== step {step} ({package}): {}", variation.describe());
-    println!("   (repeat exactly with --seed {seed})");
+    let spinner = spinner::Spinner::new(false);
+    spinner.step(step);
+    spinner.phase(&format!("building {package}"));
 
-    let results = match verify::build_or_fail(root, &package, manifest_dir.as_deref()) {
-        Err(failed) => vec![failed],
+    let (results, output, kept) = match verify::build_or_fail(root, &package, manifest_dir.as_deref()) {
+        Err(failed) => {
+            let output = failed.observed.clone();
+            (vec![failed], output, None)
+        }
         Ok(bin) => {
             let work = work_dir(root, &package)?;
+            spinner.phase("preparing the data");
             let shared_data = prepare_shared_data(root)?;
             // From step 5 the ranks download from this local mirror, which counts the
             // downloads, into a fresh data directory per node.
@@ -278,27 +375,48 @@ fn verify_step(
                 mirror: Some((mirror.url(), manifest)),
                 limit,
             };
-            let mut obs = verify::observe(step, &bin, source, &variation, &setup);
+            let mut obs = verify::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
             if step >= 5 {
                 obs.downloads = Some(mirror.downloads());
             }
             let results = verify::judge(&obs);
-            if keep {
-                println!("   run files kept in {}", work.display());
+            let output = obs.first_output();
+            let kept = if keep {
+                Some(work)
             } else {
                 let _ = std::fs::remove_dir_all(&work);
-            }
-            results
+                None
+            };
+            (results, output, kept)
         }
     };
-    let passed = report(step, &results);
+    spinner.clear();
     if let Subject::Step = subject {
         // Progress is about the student's own crates, not the reference solutions.
+        let passed = results.iter().all(|r| r.passed);
         if let Err(e) = progress::record(root, step, passed) {
             eprintln!("warning: cannot record progress in .checker/progress.json: {e}");
         }
     }
-    Ok(passed)
+    Ok(StepRun { package, variation, results, output, kept })
+}
+
+/// `verify`: one step's full report; true when every check passed.
+fn verify_step(
+    root: &Path,
+    step: u8,
+    subject: Subject,
+    seed: u64,
+    limit: Duration,
+    keep: bool,
+) -> Result<bool, String> {
+    let run = run_step(root, step, subject, seed, limit, keep)?;
+    println!("== step {step} ({}): {}", run.package, run.variation.describe());
+    println!("   (repeat exactly with --seed {seed})");
+    if let Some(dir) = &run.kept {
+        println!("   run files kept in {}", dir.display());
+    }
+    Ok(report(step, &run.results))
 }
 
 /// Prints every check; true when all passed.

@@ -175,7 +175,15 @@ fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
 }
 
 /// Runs the step's program as the step needs and gathers the observation.
-pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setup) -> Observation {
+/// `phase` hears what is being run, for progress display.
+pub fn observe(
+    step: u8,
+    bin: &Path,
+    source: String,
+    v: &Variation,
+    setup: &Setup,
+    phase: &dyn Fn(&str),
+) -> Observation {
     let trace_dir = setup.work.join("trace");
     let _ = std::fs::create_dir_all(&trace_dir);
     let port = (step >= 4).then(free_port);
@@ -227,6 +235,7 @@ pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setu
         }
     }
     let grace = Duration::from_secs(45);
+    phase(&format!("running {} rank(s) in {} process(es)", v.world_size(), launches.len()));
     let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, grace);
     let processes = placement
         .into_iter()
@@ -239,12 +248,16 @@ pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setu
         let launch = Launch { name: name.into(), args: extra.iter().map(|s| s.to_string()).collect(), env };
         launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(60), grace).remove(0)
     };
+    if step >= 1 {
+        phase("checking --help and a bad option value");
+    }
     let (help, bad_value) = if step >= 1 {
         (Some(quick("help", &["--help"], vec![])), Some(quick("bad-value", &["--num-gpus", "two"], vec![])))
     } else {
         (None, None)
     };
     let fail_run = (step >= 10).then(|| {
+        phase("running with a failing rank");
         let mut args = common_args(step, v, 0);
         args.extend(["--dataset".into(), "generated".into()]);
         args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
@@ -257,6 +270,7 @@ pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setu
         launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
     });
     let quick_run = (step >= 11).then(|| {
+        phase("running the quick evaluation (about a minute)");
         let text =
             std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
         let mut args: Vec<String> = text
@@ -373,6 +387,11 @@ impl Observation {
         self.processes.iter().map(|p| p.ended.stdout.as_str()).collect::<Vec<_>>().join("\n")
     }
 
+    /// The first process's stdout and stderr: what a student would see running it.
+    pub fn first_output(&self) -> String {
+        self.processes.first().map(|p| format!("{}{}", p.ended.stdout, p.ended.stderr)).unwrap_or_default()
+    }
+
     fn failures(&self) -> Vec<String> {
         self.processes
             .iter()
@@ -403,6 +422,22 @@ fn epoch_line_regex() -> regex::Regex {
     )
     .expect("valid regex")
 }
+
+/// The checks each step introduces, by id, in the order `judge` reports them.
+pub const CHECKS: [&[&str]; 12] = [
+    &["imports-dist", "trains"],
+    &["options-listed", "options-typed"],
+    &["world-size", "rendezvous"],
+    &["worker-per-rank"],
+    &["global-rank", "rank0-prints"],
+    &["prepare-once-per-node", "downloads-per-node"],
+    &["sampler-shares", "sampler-set-epoch"],
+    &["weights-synchronized"],
+    &["throughput-reduced", "epoch-barrier"],
+    &["metrics-averaged"],
+    &["self-spawn", "failing-rank-ends-run"],
+    &["summary", "target-reached"],
+];
 
 /// Every check of steps 0..=`obs.step`, in step order.
 pub fn judge(obs: &Observation) -> Vec<CheckResult> {
@@ -481,9 +516,12 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
         out.push(result(
             "options-typed",
             1,
-            code == Some(2) && bad.stderr.contains("num-gpus"),
+            // clap's "invalid value" (a typed option), not "unexpected argument" (none).
+            code == Some(2)
+                && bad.stderr.contains("invalid value 'two'")
+                && bad.stderr.contains("--num-gpus"),
             format!("`--num-gpus two` gave {}: {}", bad.describe(), bad.stderr.lines().next().unwrap_or("")),
-            "exit code 2 and an error naming --num-gpus".into(),
+            "exit code 2 and clap's error: invalid value 'two' for '--num-gpus'".into(),
             "declare the options as numbers (usize), so clap rejects other values",
         ));
     }
@@ -839,14 +877,19 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
         out.push(result(
             "failing-rank-ends-run",
             10,
-            !f.success() && !f.timed_out && !f.left_behind,
+            // It must end because of rank 1 (and say so), not by a timeout of its own.
+            f.status.is_some_and(|st| !st.success())
+                && !f.timed_out
+                && !f.left_behind
+                && f.stderr.contains("rank 1"),
             format!(
-                "with rank 1 failing: {} after {:.1} s{}",
+                "with rank 1 failing: {} after {:.1} s{}{}",
                 f.describe(),
                 f.elapsed.as_secs_f64(),
-                if f.left_behind { ", processes left behind" } else { "" }
+                if f.left_behind { ", processes left behind" } else { "" },
+                if f.stderr.contains("rank 1") { "" } else { ", and no message naming rank 1" }
             ),
-            "a non-zero exit, no hang, no process left behind".into(),
+            "a non-zero exit that names the failed rank 1, no hang, no process left behind".into(),
             "let dist::spawn run the ranks: it stops the others when one fails (guide: step 10)",
         ));
     }
@@ -904,5 +947,58 @@ fn expected_indices(len: usize, world: usize, rank: usize, epoch: u64) -> Vec<u6
             s.indices().into_iter().map(|i| i as u64).collect()
         }
         Err(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_started() -> Ended {
+        Ended {
+            name: "nothing".into(),
+            pid: 0,
+            status: None,
+            timed_out: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            elapsed: Duration::ZERO,
+            left_behind: false,
+        }
+    }
+
+    /// An observation of a run that produced nothing at all.
+    fn nothing(step: u8) -> Observation {
+        Observation {
+            step,
+            variation: Variation::for_step(step, 1),
+            source: String::new(),
+            processes: Vec::new(),
+            trace: Vec::new(),
+            port: None,
+            help: (step >= 1).then(not_started),
+            bad_value: (step >= 1).then(not_started),
+            fail_run: (step >= 10).then(not_started),
+            quick_run: (step >= 11).then(not_started),
+            downloads: (step >= 5).then(BTreeMap::new),
+        }
+    }
+
+    #[test]
+    fn the_table_of_checks_is_what_judge_reports() {
+        for step in 0..12u8 {
+            let results = judge(&nothing(step));
+            for s in 0..=step {
+                let ids: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();
+                assert_eq!(ids, CHECKS[usize::from(s)], "checks of step {s} in a step {step} run");
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_that_produced_nothing_fails_every_check_but_the_source_ones() {
+        let results = judge(&nothing(11));
+        let passed: Vec<&str> = results.iter().filter(|r| r.passed).map(|r| r.id).collect();
+        assert!(passed.is_empty(), "passed with no run at all: {passed:?}");
     }
 }

@@ -1,65 +1,26 @@
 //! Deliberately broken programs fail the check that names their mistake. Each variant
 //! is a reference solution with one edit a student could make, checked with
 //! `checker verify step N --crate DIR`.
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-/// The solution of `step` with `from` (which must occur exactly once) replaced by `to`.
-fn variant(step: u8, name: &str, from: &str, to: &str) -> PathBuf {
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let source = std::fs::read_to_string(root.join(format!("solutions/step_{step:02}/src/main.rs"))).unwrap();
-    assert_eq!(source.matches(from).count(), 1, "solution {step} must contain `{from}` exactly once");
-    // A stable place per variant: the checker reuses its build next time.
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("broken").join(name);
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::write(dir.join("src/main.rs"), source.replace(from, to)).unwrap();
-    dir
-}
-
-struct Verdict {
-    code: Option<i32>,
-    output: String,
-}
-
-impl Verdict {
-    fn failed(&self) -> Vec<String> {
-        self.output
-            .lines()
-            .filter_map(|l| l.strip_prefix("FAIL step "))
-            .filter_map(|l| l.split(':').next())
-            .map(|l| l.split_whitespace().last().unwrap_or("").to_string())
-            .collect()
-    }
-}
-
-fn verify(step: u8, dir: &PathBuf) -> Verdict {
-    let out = Command::new(env!("CARGO_BIN_EXE_checker"))
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-        .args(["verify", "step", &step.to_string(), "--seed", "4242", "--crate"])
-        .arg(dir)
-        .output()
-        .expect("run the checker");
-    Verdict {
-        code: out.status.code(),
-        output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-    }
-}
+use common::{checker_with, variant};
 
 /// The variant fails with exit 1, on `check` among others only from `allowed`.
 fn fails_on(step: u8, name: &str, from: &str, to: &str, check: &str, allowed: &[&str]) {
-    let v = verify(step, &variant(step, name, from, to));
-    assert_eq!(v.code, Some(1), "{name} must fail step {step}:\n{}", v.output);
+    let dir = variant(step, name, from, to);
+    let v = checker_with(&["verify", "step", &step.to_string(), "--seed", "4242", "--crate"], &[&dir]);
+    assert_eq!(v.code, Some(1), "{name} must fail step {step}:\n{}", v.output());
     let failed = v.failed();
     assert!(
         failed.iter().any(|f| f == check),
         "{name} must fail `{check}`; failed {failed:?}:\n{}",
-        v.output
+        v.output()
     );
     for f in &failed {
         assert!(
             f == check || allowed.contains(&f.as_str()),
             "{name} failed `{f}`, which its mistake does not explain:\n{}",
-            v.output
+            v.output()
         );
     }
 }
@@ -171,6 +132,7 @@ fn no_spawn_fails_self_spawn() {
             "throughput-reduced",
             "epoch-barrier",
             "metrics-averaged",
+            "failing-rank-ends-run",
         ],
     );
 }
