@@ -71,6 +71,23 @@ impl Variation {
         }
     }
 
+    /// The settings of one run of the equivalence comparison: one epoch of exactly one
+    /// global batch (no padding, no short batch). One step is the claim; over more
+    /// steps float32 rounding (different sums, SyncBatchNorm's gathered statistics)
+    /// grows until it hides what is being compared.
+    pub fn for_equivalence(&self, nodes: usize, ranks_per_node: usize, batch_size: usize) -> Variation {
+        let global_batch = self.batch_size * self.world_size();
+        Variation {
+            nodes,
+            ranks_per_node,
+            batch_size,
+            train_subset: global_batch,
+            test_subset: global_batch,
+            epochs: 1,
+            ..self.clone()
+        }
+    }
+
     pub fn world_size(&self) -> usize {
         self.nodes * self.ranks_per_node
     }
@@ -122,6 +139,18 @@ pub struct Observation {
     pub fail_run: Option<Ended>,
     pub quick_run: Option<Ended>,
     pub downloads: Option<BTreeMap<String, usize>>,
+    /// Step 7 on: the N-rank and 1-rank runs of the comparison.
+    pub equivalence: Option<Equivalence>,
+}
+
+/// The two runs that must train to the same weights.
+pub struct Equivalence {
+    /// The N-rank run's settings.
+    pub settings: Variation,
+    pub many: Vec<RankProcess>,
+    pub many_trace: Vec<Value>,
+    pub one: Vec<RankProcess>,
+    pub one_trace: Vec<Value>,
 }
 
 /// One check's verdict.
@@ -184,65 +213,19 @@ pub fn observe(
     setup: &Setup,
     phase: &dyn Fn(&str),
 ) -> Observation {
-    let trace_dir = setup.work.join("trace");
-    let _ = std::fs::create_dir_all(&trace_dir);
-    let port = (step >= 4).then(free_port);
-    let mut launches = Vec::new();
-    let mut placement = Vec::new();
-    for node in 0..v.nodes {
-        let mut args = common_args(step, v, node);
-        let mut env: Vec<(String, String)> = vec![
-            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
-            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
-        ];
-        match port {
-            Some(p) => {
-                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
-                env.push(("MASTER_PORT".into(), p.to_string()));
-            }
-            // Empty counts as unset: the program must fall back to the lab's address.
-            None => {
-                env.push(("MASTER_ADDR".into(), String::new()));
-                env.push(("MASTER_PORT".into(), String::new()));
-            }
-        }
-        if step >= 8 && v.world_size() > 1 {
-            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
-        }
-        match (&setup.mirror, step >= 5) {
-            (Some((url, manifest)), true) => {
-                let dir = setup.work.join(format!("data-node{node}"));
-                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
-                args.extend(["--data-dir".into(), dir.display().to_string()]);
-                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
-            }
-            _ => {
-                args.extend(["--dataset".into(), "generated".into()]);
-                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-            }
-        }
-        if step >= 10 {
-            launches.push(Launch { name: format!("node{node}"), args, env });
-            placement.push((node, None));
-        } else {
-            for local in 0..v.ranks_per_node {
-                let mut env = env.clone();
-                env.push(("LOCAL_RANK".into(), local.to_string()));
-                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
-                launches.push(Launch { name: format!("node{node}-rank{local}"), args: args.clone(), env });
-                placement.push((node, Some(local)));
-            }
-        }
-    }
     let grace = Duration::from_secs(45);
-    phase(&format!("running {} rank(s) in {} process(es)", v.world_size(), launches.len()));
-    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, grace);
-    let processes = placement
-        .into_iter()
-        .zip(ended)
-        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
-        .collect();
-    let trace = read_trace(&trace_dir);
+    phase(&format!("running {} rank(s)", v.world_size()));
+    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
+    // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
+    // initial weights, dropout off and statistics over the global batch.
+    let equivalence = (step >= 7).then(|| {
+        phase("comparing with one rank and the whole batch");
+        let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+        let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
+        let (many_p, many_t, _) = run_job(step, bin, &many, setup, Job::Equivalence("many"));
+        let (one_p, one_t, _) = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+        Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+    });
 
     let quick = |name: &str, extra: &[&str], env: Vec<(String, String)>| -> Ended {
         let launch = Launch { name: name.into(), args: extra.iter().map(|s| s.to_string()).collect(), env };
@@ -312,7 +295,99 @@ pub fn observe(
         fail_run,
         quick_run,
         downloads: None,
+        equivalence,
     }
+}
+
+/// Which run of a verification.
+#[derive(Clone, Copy)]
+enum Job {
+    /// The run most checks judge: hidden variations, a late rank from step 8,
+    /// downloads from the mirror from step 5.
+    Main,
+    /// The N-ranks-equal-1-rank comparison ("many" or "one").
+    Equivalence(&'static str),
+}
+
+/// Starts the program as step `step` needs (one process per rank before step 10, one
+/// invocation per node from step 10) and gathers what its processes did.
+/// Returns the processes, the trace, and the rendezvous port given (if any).
+fn run_job(
+    step: u8,
+    bin: &Path,
+    v: &Variation,
+    setup: &Setup,
+    job: Job,
+) -> (Vec<RankProcess>, Vec<Value>, Option<u16>) {
+    let prefix = match job {
+        Job::Main => String::new(),
+        Job::Equivalence(name) => format!("equivalence-{name}-"),
+    };
+    let trace_dir = setup.work.join(format!("{prefix}trace"));
+    let _ = std::fs::create_dir_all(&trace_dir);
+    let port = (step >= 4).then(free_port);
+    let mut launches = Vec::new();
+    let mut placement = Vec::new();
+    for node in 0..v.nodes {
+        let mut args = common_args(step, v, node);
+        let mut env: Vec<(String, String)> = vec![
+            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
+            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
+        ];
+        match port {
+            Some(p) => {
+                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
+                env.push(("MASTER_PORT".into(), p.to_string()));
+            }
+            // Empty counts as unset: the program must fall back to the lab's address.
+            None => {
+                env.push(("MASTER_ADDR".into(), String::new()));
+                env.push(("MASTER_PORT".into(), String::new()));
+            }
+        }
+        let main = matches!(job, Job::Main);
+        if main && step >= 8 && v.world_size() > 1 {
+            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
+        }
+        if !main {
+            env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
+        }
+        match (&setup.mirror, step >= 5 && main) {
+            (Some((url, manifest)), true) => {
+                let dir = setup.work.join(format!("data-node{node}"));
+                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
+                args.extend(["--data-dir".into(), dir.display().to_string()]);
+                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
+            }
+            _ => {
+                args.extend(["--dataset".into(), "generated".into()]);
+                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+            }
+        }
+        if step >= 10 {
+            launches.push(Launch { name: format!("{prefix}node{node}"), args, env });
+            placement.push((node, None));
+        } else {
+            for local in 0..v.ranks_per_node {
+                let mut env = env.clone();
+                env.push(("LOCAL_RANK".into(), local.to_string()));
+                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
+                launches.push(Launch {
+                    name: format!("{prefix}node{node}-rank{local}"),
+                    args: args.clone(),
+                    env,
+                });
+                placement.push((node, Some(local)));
+            }
+        }
+    }
+    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, Duration::from_secs(45));
+    let processes = placement
+        .into_iter()
+        .zip(ended)
+        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
+        .collect();
+    (processes, read_trace(&trace_dir), port)
 }
 
 fn read_trace(dir: &Path) -> Vec<Value> {
@@ -423,6 +498,51 @@ fn epoch_line_regex() -> regex::Regex {
     .expect("valid regex")
 }
 
+/// How far the two runs' weights may drift apart: the sums run in another order
+/// (an all-reduce of per-rank means against one mean), nothing more.
+pub const EQUIVALENCE_TOLERANCE: f64 = 1e-3;
+
+/// Rank 0's weights after the epoch, N ranks against 1 rank: the largest difference
+/// of the weight projections relative to their size.
+fn judge_equivalence(eq: &Equivalence) -> (bool, String) {
+    let failed: Vec<String> = eq
+        .many
+        .iter()
+        .chain(&eq.one)
+        .filter(|p| !p.ended.success())
+        .map(|p| format!("{}: {}", p.ended.name, p.ended.describe()))
+        .collect();
+    if !failed.is_empty() {
+        return (false, format!("a run of the comparison failed: {}", failed.join(", ")));
+    }
+    let projection = |trace: &[Value], kind: &str| -> Option<Vec<f64>> {
+        let w = trace
+            .iter()
+            .find(|e| e["event"] == kind && e["rank"] == 0 && (e["epoch"] == 0 || e["epoch"].is_null()))?;
+        w["projection"].as_array()?.iter().map(Value::as_f64).collect()
+    };
+    let (Some(many), Some(one), Some(start)) = (
+        projection(&eq.many_trace, "weights"),
+        projection(&eq.one_trace, "weights"),
+        projection(&eq.one_trace, "initial_weights"),
+    ) else {
+        return (false, "no weights traced before or after the epoch in one of the runs".into());
+    };
+    // Relative to how far one epoch moved the weights: the starting point is shared,
+    // so only the updates can differ.
+    let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())).max(1e-12);
+    let diff = many.iter().zip(&one).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / moved;
+    let n = eq.settings.world_size();
+    (
+        diff <= EQUIVALENCE_TOLERANCE,
+        format!(
+            "{n} ranks x batch {} against 1 rank x batch {}: difference {diff:.1e} of the epoch's change",
+            eq.settings.batch_size,
+            eq.settings.batch_size * n
+        ),
+    )
+}
+
 /// The checks each step introduces, by id, in the order `judge` reports them.
 pub const CHECKS: [&[&str]; 12] = [
     &["imports-dist", "trains"],
@@ -432,7 +552,7 @@ pub const CHECKS: [&[&str]; 12] = [
     &["global-rank", "rank0-prints"],
     &["prepare-once-per-node", "downloads-per-node"],
     &["sampler-shares", "sampler-set-epoch"],
-    &["weights-synchronized"],
+    &["weights-synchronized", "matches-single-rank"],
     &["throughput-reduced", "epoch-barrier"],
     &["metrics-averaged"],
     &["self-spawn", "failing-rank-ends-run"],
@@ -741,6 +861,22 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
             .into(),
         "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
     ));
+    let (passed, observed) = match &obs.equivalence {
+        None => (false, "the comparison did not run".to_string()),
+        Some(eq) => judge_equivalence(eq),
+    };
+    out.push(result(
+        "matches-single-rank",
+        7,
+        passed,
+        observed,
+        format!(
+            "{ws} ranks x batch {b} end the epoch with the weights of 1 rank x batch {} (differences <= {EQUIVALENCE_TOLERANCE} of the epoch's change)",
+            ws * v.batch_size,
+            b = v.batch_size
+        ),
+        "DDP averages the gradients of the ranks' batches: with the DistributedSampler, one step of N ranks is one step on the N batches together (guide: step 7)",
+    ));
     if s < 8 {
         return out;
     }
@@ -980,6 +1116,7 @@ mod tests {
             bad_value: (step >= 1).then(not_started),
             fail_run: (step >= 10).then(not_started),
             quick_run: (step >= 11).then(not_started),
+            equivalence: None,
             downloads: (step >= 5).then(BTreeMap::new),
         }
     }

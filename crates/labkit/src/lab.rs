@@ -72,6 +72,9 @@ pub fn train<M: Model, S: Sampler>(
         )
         .into());
     }
+    if epoch == 0 {
+        trace::record_initial_weights(&optimizer.trainable_variables());
+    }
     let bar = progress_bar(loader.len() as u64, epoch);
     for chunk in indices.chunks(loader.batch_size) {
         let (images, labels) = loader.split.batch(chunk, loader.device);
@@ -258,6 +261,15 @@ fn hook_targets_me(var: &str) -> bool {
     };
     let me = dist::get_rank().ok().or_else(trace::local_rank).unwrap_or(0);
     me == target
+}
+
+/// Environment variable the checker sets (to 1) for its "N ranks × batch B train
+/// like 1 rank × batch N·B" comparison: the model then has no dropout and uses
+/// SyncBatchNorm, the two things that legitimately differ between those runs.
+pub const EQUIVALENCE_ENV: &str = "DDP_LAB_EQUIVALENCE";
+
+pub(crate) fn equivalence_run() -> bool {
+    std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
 /// Applies [`INIT_SEED_ENV`] before a model is built.

@@ -15,7 +15,7 @@ pub use data::{
 };
 pub use lab::{
     announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,
-    Model, Result, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV,
+    Model, Result, EQUIVALENCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV,
 };
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Norm, WideResNet, Widths};
