@@ -416,11 +416,11 @@ fn verify_step(
     if let Some(dir) = &run.kept {
         println!("   run files kept in {}", dir.display());
     }
-    Ok(report(step, &run.results))
+    Ok(report(root, step, &run.results))
 }
 
 /// Prints every check; true when all passed.
-fn report(step: u8, results: &[CheckResult]) -> bool {
+fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
     let color = std::io::stdout().is_terminal();
     let paint = |ok: bool| match (ok, color) {
         (true, true) => "\x1b[32mPASS\x1b[0m",
@@ -436,6 +436,11 @@ fn report(step: u8, results: &[CheckResult]) -> bool {
             }
             println!("         expected: {}", r.expected);
             println!("         hint: {}", r.hint);
+            // What the guide says this check is about, when the step's page names it.
+            if let Some(about) = checker_aux::check_hint_for(root, r.step, r.id) {
+                let about = about.strip_prefix(&format!("`{}`: ", r.id)).unwrap_or(&about).to_string();
+                println!("         guide: {about}");
+            }
         }
     }
     let passed = results.iter().filter(|r| r.passed).count();

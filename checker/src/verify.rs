@@ -1133,6 +1133,20 @@ mod tests {
     }
 
     #[test]
+    fn the_guide_describes_every_check() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        for (step, ids) in CHECKS.iter().enumerate() {
+            for id in *ids {
+                let bullet = checker_aux::check_hint_for(root, step as u8, id);
+                assert!(
+                    bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{id}`: "))),
+                    "lab-guide/src/steps/step-{step:02}.md: no bullet `{id}`: ... under \"What the checker will test\""
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_run_that_produced_nothing_fails_every_check_but_the_source_ones() {
         let results = judge(&nothing(11));
         let passed: Vec<&str> = results.iter().filter(|r| r.passed).map(|r| r.id).collect();
