@@ -146,6 +146,7 @@ pub fn connect(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result
         wait_for_workers: true,
         timeout,
     })?;
+    check_same_world_size(&store, rdzv)?;
     let mut opts = GroupOptions { timeout, ..GroupOptions::default() };
     if let Ok(iface) = std::env::var("GLOO_SOCKET_IFNAME") {
         opts.gloo_interface = Some(iface);
@@ -154,6 +155,27 @@ pub fn connect(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result
         opts.gloo_hostname = Some("127.0.0.1".to_string());
     }
     ProcessGroup::new(&store, backend, rdzv.rank, rdzv.world_size, &opts)
+}
+
+/// Ranks of one job started with different world sizes would wait on each other until
+/// the timeout: rank 0 publishes its world size in the store and every other rank
+/// compares it with its own before creating the group.
+fn check_same_world_size(store: &Store, rdzv: &Rendezvous) -> Result<()> {
+    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
+    let key = format!("tchd/world_size/{}", attempt.trim());
+    let mine = rdzv.world_size.to_string();
+    if rdzv.rank == 0 {
+        return store.set(&key, mine.as_bytes());
+    }
+    let theirs = store.get(&key)?;
+    let theirs = String::from_utf8_lossy(&theirs).to_string();
+    if theirs != mine {
+        let note = format!("rank {} has world size {mine}, rank 0 has {theirs}", rdzv.rank);
+        return Err(DistError::invalid(format!(
+            "ranks of one job were started with different world sizes: {note}; start every rank with the same WORLD_SIZE (--num-nodes and --num-gpus)"
+        )));
+    }
+    Ok(())
 }
 
 static DEFAULT_GROUP: RwLock<Option<Arc<ProcessGroup>>> = RwLock::new(None);
