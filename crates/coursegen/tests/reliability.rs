@@ -348,7 +348,11 @@ fn a_launched_rank_killed_mid_epoch_ends_the_survivor() {
     let finished = survivor.wait(Duration::from_secs(timeout + 60), "rank 0 after rank 1 was killed");
     eprintln!("rank 0 after rank 1 was SIGKILLed: {}\n{}", finished.status, finished.stderr);
     assert!(!finished.status.success(), "rank 0 must fail");
-    assert!(finished.stderr.contains("rank 1"), "the message must name rank 1: {}", finished.stderr);
+    assert!(
+        finished.stderr.contains("rank 1 failed, was killed or is stuck"),
+        "the message must name rank 1: {}",
+        finished.stderr
+    );
 }
 
 /// A rank stuck before a collective: the others fail at their timeout with an error
@@ -371,6 +375,11 @@ fn a_stuck_rank_times_the_others_out_naming_the_collective() {
         finished.stderr.contains("barrier on rank 0 of 2")
             && finished.stderr.contains(&format!("{timeout}s")),
         "rank 0's error must name the collective and the timeout: {}",
+        finished.stderr
+    );
+    assert!(
+        finished.stderr.contains("rank 1 failed, was killed or is stuck"),
+        "the message must name the stuck rank: {}",
         finished.stderr
     );
     assert!(!group_alive(pgid), "the stuck rank was left behind");

@@ -244,11 +244,21 @@ pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let e: BoxError = e.into();
+            let code = exit_code(e.as_ref());
             eprintln!("error: {e}");
-            ExitCode::from(exit_code(e.as_ref()))
+            if code != 2 && dist::is_initialized() && dist::is_communication_failure(&e.to_string()) {
+                if let Some(note) = dist::roll_call_note(ROLL_CALL_WAIT) {
+                    eprintln!("error: {note}");
+                }
+            }
+            ExitCode::from(code)
         }
     }
 }
+
+/// How long a failed rank waits for the other survivors to answer the roll call
+/// that names the missing ranks (see [`dist::unresponsive_ranks`]).
+const ROLL_CALL_WAIT: Duration = Duration::from_secs(2);
 
 /// 2 for bad input, 1 for everything else.
 pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
