@@ -334,3 +334,94 @@ pub fn save(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::nn;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("labkit-ckpt-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn model(seed: i64, width: usize) -> VarStore {
+        tch::manual_seed(seed);
+        let vs = VarStore::new(Device::Cpu);
+        let _ = nn::linear(vs.root() / "fc", 4, width as i64, Default::default());
+        let _ = nn::batch_norm1d(vs.root() / "bn", width as i64, Default::default());
+        vs
+    }
+
+    fn fields(epoch: usize) -> Checkpoint {
+        Checkpoint {
+            epoch,
+            total_time: 12.5,
+            learning_rate: 0.01,
+            accuracy_history: vec![0.5, 0.75],
+            weights: String::new(),
+            weights_md5: String::new(),
+        }
+    }
+
+    fn same(a: &VarStore, b: &VarStore) -> bool {
+        let (a, b) = (a.variables(), b.variables());
+        a.len() == b.len() && a.iter().all(|(k, v)| v.equal(&b[k]))
+    }
+
+    #[test]
+    fn round_trip_restores_every_variable_and_field() {
+        let dir = scratch("round-trip");
+        assert_eq!(read(&dir).unwrap(), None, "no checkpoint yet");
+        let saved = model(1, 3);
+        let written = write(&dir, &saved, &fields(4)).unwrap();
+        assert_eq!(written.weights, "weights-epoch-0004.safetensors");
+        let back = read(&dir).unwrap().expect("a checkpoint");
+        assert_eq!(back, written);
+        assert_eq!(
+            (back.epoch, back.learning_rate, back.accuracy_history.clone()),
+            (4, 0.01, vec![0.5, 0.75])
+        );
+        let other = model(2, 3);
+        assert!(!same(&saved, &other));
+        load_weights(&dir, &back, &other).unwrap();
+        assert!(same(&saved, &other), "weights and BatchNorm statistics restored");
+        // A newer checkpoint replaces the older weights file after its commit.
+        write(&dir, &saved, &fields(5)).unwrap();
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        assert!(names.contains(&"weights-epoch-0005.safetensors".to_string()), "{names:?}");
+        assert!(!names.contains(&"weights-epoch-0004.safetensors".to_string()), "{names:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn damaged_or_foreign_checkpoints_are_refused_with_the_file_and_the_fix() {
+        let dir = scratch("damaged");
+        let saved = model(1, 3);
+        let written = write(&dir, &saved, &fields(0)).unwrap();
+        // Another width: names match, shapes do not.
+        let wider = model(1, 5);
+        let e = load_weights(&dir, &written, &wider).unwrap_err();
+        assert!(e.to_string().contains("--width") && e.exit_code() == 2, "{e}");
+        // Truncated weights: the MD5 catches it.
+        let w = dir.join(&written.weights);
+        let bytes = fs::read(&w).unwrap();
+        fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+        let e = read(&dir).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("weights-epoch-0000.safetensors") && msg.contains("corrupt or truncated"),
+            "{msg}"
+        );
+        assert!(msg.contains("without --resume"), "{msg}");
+        // A JSON that is not a checkpoint.
+        fs::write(dir.join(CHECKPOINT_FILE), "{\"format\": \"pickle\"}").unwrap();
+        let e = read(&dir).unwrap_err();
+        assert!(e.to_string().contains("checkpoint.json") && e.to_string().contains("format"), "{e}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
