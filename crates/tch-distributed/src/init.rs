@@ -200,12 +200,27 @@ struct RollCall {
 static DEFAULT_STORE: RwLock<Option<RollCall>> = RwLock::new(None);
 
 /// Whether an error message reads like a failed collective (a peer gone, a timeout)
-/// rather than a mistake of this rank's own: what [`roll_call_note`] is for.
+/// rather than a mistake of this rank's own (a missing file, a failed download): what
+/// [`roll_call_note`] is for.
+///
+/// ```
+/// use tch_distributed as dist;
+/// assert!(dist::is_communication_failure("[gloo/transport/tcp/pair.cc:547] Connection closed by peer"));
+/// assert!(!dist::is_communication_failure("cannot download train-images-idx3-ubyte.gz: connection refused"));
+/// ```
 pub fn is_communication_failure(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
-    ["gloo", "nccl", "connection", "timed out", "timeout", "peer", "broken pipe"]
-        .iter()
-        .any(|k| m.contains(k))
+    // The backends' own messages (their source paths name them), and this crate's hints.
+    [
+        "gloo",
+        "nccl",
+        "another rank did not take part",
+        "a peer may have exited",
+        "connection closed by peer",
+        "connection reset by peer",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
 }
 
 /// After a communication failure of the default group: a line naming the ranks that
