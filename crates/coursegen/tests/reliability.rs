@@ -272,6 +272,27 @@ fn busy_rendezvous_port_is_a_clear_error() {
     assert!(!group_alive(pgid), "processes left behind");
 }
 
+/// `MASTER_ADDR` naming a machine that is not rank 0's: rank 0 refuses to host the
+/// store there (instead of listening everywhere), and the run ends, naming the address
+/// (exit 1: `spawn` reports any failed rank as 1).
+#[test]
+fn a_master_addr_of_another_machine_is_refused() {
+    let logs = scratch("foreign-addr");
+    let args = lab_args(&["--num-gpus", "2", "--epochs", "1", "--timeout", "10"]);
+    let mut cmd = lab_command(11, &args, free_port(), &logs.join("trace"));
+    cmd.env("MASTER_ADDR", "192.0.2.1"); // TEST-NET-1: nobody's address
+    let proc = Proc::start(cmd, &logs, "lab");
+    let pgid = proc.pgid;
+    let finished = proc.wait(Duration::from_secs(120), "the lab with a foreign MASTER_ADDR");
+    assert!(!finished.status.success(), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains("192.0.2.1") && finished.stderr.contains("not an address of this machine"),
+        "{}",
+        finished.stderr
+    );
+    assert!(!group_alive(pgid), "processes left behind");
+}
+
 // ------------------------------------------------------------------ faults
 
 /// A rank SIGKILLed in the middle of an epoch: the run ends non-zero, well within the
@@ -313,11 +334,12 @@ fn a_rank_killed_mid_epoch_ends_the_run_and_leaves_nothing() {
     assert!(!group_alive(pgid), "processes of the run are left behind");
 }
 
-/// A rank that launched ranks (as torchrun starts them) lose: the survivor ends by
-/// itself, non-zero, naming the operation and the rank that went away.
-#[test]
-fn a_launched_rank_killed_mid_epoch_ends_the_survivor() {
-    let logs = scratch("sigkill-launched");
+/// Ranks started by a launcher (as torchrun starts them), one of them SIGKILLed mid
+/// epoch: the survivor ends by itself, non-zero, naming the rank that went away. When
+/// rank 0 goes, the rendezvous store (in its process) goes with it, which is how the
+/// survivor knows.
+fn launched_rank_killed(victim_rank: u64) {
+    let logs = scratch(&format!("sigkill-launched-{victim_rank}"));
     let trace = logs.join("trace");
     let timeout = 15u64;
     let port = free_port();
@@ -331,28 +353,39 @@ fn a_launched_rank_killed_mid_epoch_ends_the_survivor() {
         "--timeout",
         &timeout.to_string(),
     ]);
-    let procs: Vec<Proc> = (0..2)
+    let mut procs: Vec<Option<Proc>> = (0..2)
         .map(|r| {
             let mut cmd = lab_command(9, &args, port, &trace);
             cmd.env("LOCAL_RANK", r.to_string()).env("LOCAL_WORLD_SIZE", "2");
-            Proc::start(cmd, &logs, &format!("rank{r}"))
+            Some(Proc::start(cmd, &logs, &format!("rank{r}")))
         })
         .collect();
-    let victim = wait_for_training(&trace, 1, Duration::from_secs(120));
-    wait_for_training(&trace, 0, Duration::from_secs(120));
+    let survivor_rank = 1 - victim_rank;
+    let victim = wait_for_training(&trace, victim_rank, Duration::from_secs(120));
+    wait_for_training(&trace, survivor_rank, Duration::from_secs(120));
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: a rank process this test started.
     unsafe { libc::kill(victim, libc::SIGKILL) };
-    let mut procs = procs.into_iter();
-    let survivor = procs.next().unwrap();
-    let finished = survivor.wait(Duration::from_secs(timeout + 60), "rank 0 after rank 1 was killed");
-    eprintln!("rank 0 after rank 1 was SIGKILLed: {}\n{}", finished.status, finished.stderr);
-    assert!(!finished.status.success(), "rank 0 must fail");
+    let survivor = procs[survivor_rank as usize].take().unwrap();
+    let what = format!("rank {survivor_rank} after rank {victim_rank} was killed");
+    let finished = survivor.wait(Duration::from_secs(timeout + 60), &what);
+    eprintln!("{what}: {}\n{}", finished.status, finished.stderr);
+    assert!(!finished.status.success(), "rank {survivor_rank} must fail");
     assert!(
-        finished.stderr.contains("rank 1 failed, was killed or is stuck"),
-        "the message must name rank 1: {}",
+        finished.stderr.contains(&format!("rank {victim_rank} failed, was killed or is stuck")),
+        "the message must name rank {victim_rank}: {}",
         finished.stderr
     );
+}
+
+#[test]
+fn a_launched_rank_killed_mid_epoch_ends_the_survivor() {
+    launched_rank_killed(1);
+}
+
+#[test]
+fn a_launched_rank_zero_killed_mid_epoch_ends_the_survivor() {
+    launched_rank_killed(0);
 }
 
 /// A rank stuck before a collective: the others fail at their timeout with an error
