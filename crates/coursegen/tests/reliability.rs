@@ -308,7 +308,7 @@ fn a_rank_killed_mid_epoch_ends_the_run_and_leaves_nothing() {
         "--epochs",
         "40",
         "--train-subset",
-        "4000",
+        "1000",
         "--timeout",
         &timeout.to_string(),
     ]);
@@ -349,7 +349,7 @@ fn launched_rank_killed(victim_rank: u64) {
         "--epochs",
         "40",
         "--train-subset",
-        "4000",
+        "1000",
         "--timeout",
         &timeout.to_string(),
     ]);

@@ -39,8 +39,8 @@ use crate::trace;
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 /// The `format` field of [`CHECKPOINT_FILE`].
 pub const FORMAT: &str = "ddp-lab-checkpoint/1";
-/// Test hook: set to an epoch number, the process aborts while saving that epoch's
-/// checkpoint, after its files are written and before the commit (a crash mid-save).
+/// Test hook: set to an epoch number, the process SIGKILLs itself while saving that
+/// epoch's checkpoint, after its files are written and before the commit.
 pub const CRASH_IN_SAVE_ENV: &str = "DDP_LAB_CRASH_IN_SAVE";
 
 /// What can go wrong with a checkpoint. Every message names the file and the fix.
@@ -181,7 +181,9 @@ pub fn write(
             "{CRASH_IN_SAVE_ENV}: crashing while saving epoch {} (before the commit)",
             checkpoint.epoch
         );
-        std::process::abort();
+        // As a kill -9 would: no destructor runs, the temporary file stays behind.
+        // SAFETY: signalling this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
     tmp.persist(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
     // Committed: older weights are no longer referenced.
