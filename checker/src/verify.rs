@@ -498,9 +498,11 @@ fn epoch_line_regex() -> regex::Regex {
     .expect("valid regex")
 }
 
-/// How far the two runs' weights may drift apart: the sums run in another order
-/// (an all-reduce of per-rank means against one mean), nothing more.
-pub const EQUIVALENCE_TOLERANCE: f64 = 1e-3;
+/// How far the two runs' weights may drift apart, relative to the step's change.
+/// Measured on the solutions: 2e-5 to 3e-3. Beyond summation order, rounding flips a
+/// few max-pool and ReLU decisions, whose gradients then differ outright. A model not
+/// wrapped in DDP is off by 0.5 to 1.3.
+pub const EQUIVALENCE_TOLERANCE: f64 = 0.05;
 
 /// Rank 0's weights after the epoch, N ranks against 1 rank: the largest difference
 /// of the weight projections relative to their size.
