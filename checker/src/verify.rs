@@ -222,20 +222,34 @@ pub fn observe(
         phase("comparing with one rank and the whole batch");
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
-        let (many_p, many_t, _) = run_job(step, bin, &many, setup, Job::Equivalence("many"));
-        let (one_p, one_t, _) = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+        // Independent jobs on their own ports: run them side by side.
+        let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
+            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many")));
+            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+            (many_job.join().expect("the comparison's run thread"), one_run)
+        });
         Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
     });
 
-    let quick = |name: &str, extra: &[&str], env: Vec<(String, String)>| -> Ended {
-        let launch = Launch { name: name.into(), args: extra.iter().map(|s| s.to_string()).collect(), env };
-        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(60), grace).remove(0)
-    };
     if step >= 1 {
         phase("checking --help and a bad option value");
     }
     let (help, bad_value) = if step >= 1 {
-        (Some(quick("help", &["--help"], vec![])), Some(quick("bad-value", &["--num-gpus", "two"], vec![])))
+        // Both at once: neither touches the network or the other's files.
+        let launch = |name: &str, args: &[&str]| Launch {
+            name: name.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: vec![],
+        };
+        let mut ended = launch::run_all(
+            bin,
+            &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
+            &setup.work,
+            Duration::from_secs(60),
+            grace,
+        );
+        let bad = ended.pop();
+        (ended.pop(), bad)
     } else {
         (None, None)
     };
