@@ -94,10 +94,11 @@ impl Variation {
 
     pub fn describe(&self) -> String {
         format!(
-            "seed {}: {} node(s) x {} rank(s), {} training and {} validation images, batch {}, {} epochs",
+            "seed {}: {} node(s) x {} {} rank(s), {} training and {} validation images, batch {}, {} epochs",
             self.seed,
             self.nodes,
             self.ranks_per_node,
+            if device_for(self.nodes, self.ranks_per_node) == "cuda" { "GPU" } else { "CPU" },
             self.train_subset,
             self.test_subset,
             self.batch_size,
@@ -168,6 +169,22 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29_500)
 }
 
+/// Where the ranks of a run compute: on GPUs (NCCL) when this machine has one for each
+/// rank of a single node, otherwise on the CPU (Gloo). Simulated nodes share one
+/// machine, so their local ranks would land on the same GPUs, which NCCL refuses.
+pub fn device_for(nodes: usize, ranks_per_node: usize) -> &'static str {
+    if nodes == 1 && ranks_per_node >= 2 && gpus() >= ranks_per_node {
+        "cuda"
+    } else {
+        "cpu"
+    }
+}
+
+fn gpus() -> usize {
+    static GPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *GPUS.get_or_init(|| usize::try_from(tch::Cuda::device_count()).unwrap_or(0))
+}
+
 fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--width".into(),
@@ -188,7 +205,7 @@ fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
         // Generous: on a loaded 2-core machine a rank can start seconds after another.
         "60".into(),
         "--device".into(),
-        "cpu".into(),
+        device_for(v.nodes, v.ranks_per_node).into(),
     ];
     if step >= 1 {
         args.extend([
@@ -285,7 +302,7 @@ pub fn observe(
                 "--threads",
                 "1",
                 "--device",
-                "cpu",
+                device_for(1, 2),
                 "--dataset",
                 "generated",
             ]
