@@ -6,6 +6,7 @@ mod lab;
 pub mod loader;
 pub mod model;
 mod options;
+pub mod perf;
 pub mod report;
 pub mod trace;
 
@@ -20,5 +21,6 @@ pub use lab::{
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Norm, WideResNet, Widths};
 pub use options::{DeviceChoice, RunOptions};
+pub use perf::{forward_flops_per_image, Amp};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
