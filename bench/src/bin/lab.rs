@@ -75,6 +75,12 @@ struct Args {
     /// Also write the results as JSON to this file (atomically).
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// `cpu` (Gloo) or `cuda` (one GPU per rank, NCCL): the same for both sides.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Extra options for both programs, comma-separated, e.g. `--lab-args=--amp,bf16,--channels-last`.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    lab_args: Vec<String>,
     /// Seconds one run may take before it is killed.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
@@ -99,6 +105,16 @@ fn validate(a: &Args) -> Result<(), String> {
             "--train-subset {} gives a rank of {} less than one batch of {}",
             a.train_subset, a.world_size, a.batch_size
         ));
+    }
+    if a.device != "cpu" && a.device != "cuda" {
+        return Err(format!("--device {}: expected cpu or cuda", a.device));
+    }
+    if let Some(bad) = a
+        .lab_args
+        .iter()
+        .find(|x| !["--amp", "bf16", "off", "--channels-last", "--sync-batch-norm"].contains(&x.as_str()))
+    {
+        return Err(format!("--lab-args: `{bad}` is not one of the options both programs share (--amp bf16|off, --channels-last, --sync-batch-norm)"));
     }
     if !(0.0..=1024.0).contains(&a.allreduce_mb) {
         return Err(format!("--allreduce-mb must be between 0 and 1024, got {}", a.allreduce_mb));
@@ -176,10 +192,10 @@ fn run(a: &Args) -> Result<(), Failure> {
         train_subset: Some(a.train_subset),
         test_subset: Some(a.test_subset),
         threads: Some(a.threads),
-        device: "cpu".into(),
+        device: a.device.clone(),
         dataset: ready.kind_used.to_string(),
         data_dir: data_dir.clone(),
-        extra: Vec::new(),
+        extra: a.lab_args.clone(),
     };
     if let Some(load) = load_average().filter(|&l| l > cpus() as f64 / 2.0) {
         eprintln!("warning: load average {load:.1} on {} CPUs: other work will add noise", cpus());
@@ -219,15 +235,25 @@ fn run(a: &Args) -> Result<(), Failure> {
 
     println!();
     println!(
-        "Machine: {} CPUs ({}), no GPU; torch {}; load average at start {}",
+        "Machine: {} CPUs ({}), {}; torch {}; load average at start {}",
         cpus(),
         cpu_model(),
+        gpus(),
         env.torch_version,
         load.map_or("?".into(), |l| format!("{l:.2}"))
     );
     println!(
-        "Settings: width {}, batch {} per rank, {} training / {} validation images, {} epochs (first dropped), {} thread{} per rank, Gloo on CPU, {} repeats (medians)",
-        a.width, a.batch_size, a.train_subset, a.test_subset, a.epochs, a.threads, plural(a.threads), a.repeats
+        "Settings: width {}, batch {} per rank, {} training / {} validation images, {} epochs (first dropped), {} thread{} per rank, {}{}, {} repeats (medians)",
+        a.width,
+        a.batch_size,
+        a.train_subset,
+        a.test_subset,
+        a.epochs,
+        a.threads,
+        plural(a.threads),
+        if a.device == "cuda" { "one GPU per rank (NCCL)" } else { "Gloo on CPU" },
+        if a.lab_args.is_empty() { String::new() } else { format!(", {}", a.lab_args.join(" ")) },
+        a.repeats
     );
     println!();
     println!("| measure | Rust | PyTorch | Rust ÷ PyTorch | target | met |");
@@ -357,6 +383,13 @@ fn plural(n: usize) -> &'static str {
 
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn gpus() -> String {
+    match tch::Cuda::device_count() {
+        0 => "no GPU".into(),
+        n => format!("{n} × {}", labkit::perf::gpu_name().unwrap_or_else(|| "GPU".into())),
+    }
 }
 
 fn cpu_model() -> String {
