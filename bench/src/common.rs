@@ -4,7 +4,7 @@ use std::error::Error;
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 
 /// The Python side of a benchmark: the interpreter, its script, and the libtorch each
 /// side loads.
@@ -137,4 +137,43 @@ pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+/// Which program a measurement ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Rust,
+    PyTorch,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Rust => "Rust",
+            Side::PyTorch => "PyTorch",
+        }
+    }
+}
+
+/// Why a runner stopped: bad input (exit status 2) or a failed run (1).
+pub enum Failure {
+    BadInput(String),
+    Run(String),
+}
+
+impl Failure {
+    /// Prints the error, if any, and gives the exit status.
+    pub fn exit(result: Result<(), Failure>) -> ExitCode {
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(Failure::BadInput(m)) => {
+                eprintln!("error: {m}");
+                ExitCode::from(2)
+            }
+            Err(Failure::Run(m)) => {
+                eprintln!("error: {m}");
+                ExitCode::FAILURE
+            }
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use ddp_bench::common::write_atomically;
+use ddp_bench::common::{write_atomically, Failure};
 use ddp_bench::labrun::{finished_lab_binary, run_lab, steady_images_per_sec, LabSettings};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
@@ -204,11 +204,6 @@ fn plan(a: &Args) -> Result<Plan, String> {
     Ok(Plan { cuda, world_sizes, settings })
 }
 
-enum Failure {
-    BadInput(String),
-    Run(String),
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = plan(&args).map_err(Failure::BadInput).and_then(|p| {
@@ -218,17 +213,7 @@ fn main() -> ExitCode {
             run_demo(&args, &p)
         }
     });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::BadInput(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Run(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::FAILURE
-        }
-    }
+    Failure::exit(result)
 }
 
 /// Progress: a bar on a terminal, plain lines otherwise (logs, CI, tests).

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ddp_bench::common::{
-    free_ports, json_num, json_str, load_average, median, probe_python, write_atomically, PythonEnv,
+    free_ports, json_num, json_str, load_average, median, probe_python, write_atomically, PythonEnv, Side,
 };
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
@@ -231,21 +231,6 @@ fn gloo_iface(args: &Args) -> Option<String> {
 
 // ---------------------------------------------------------------------------------------
 // The ranks of both sides, driven over their stdin/stdout.
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Rust,
-    PyTorch,
-}
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Rust => "Rust",
-            Side::PyTorch => "PyTorch",
-        }
-    }
-}
 
 struct Rank {
     side: Side,

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use ddp_bench::common::{
-    json_num, json_str, load_average, median, probe_python, workspace_root, write_atomically,
+    json_num, json_str, load_average, median, probe_python, workspace_root, write_atomically, Failure, Side,
 };
 use ddp_bench::labrun::{finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, LabSettings};
 
@@ -128,37 +128,7 @@ fn main() -> ExitCode {
         eprintln!("error: {message}");
         return ExitCode::from(2);
     }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::BadInput(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Run(m)) => {
-            eprintln!("error: {m}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-enum Failure {
-    BadInput(String),
-    Run(String),
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Side {
-    Rust,
-    PyTorch,
-}
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Rust => "Rust",
-            Side::PyTorch => "PyTorch",
-        }
-    }
+    Failure::exit(run(&args))
 }
 
 /// The allreduce benchmark's result at one size.
