@@ -59,6 +59,15 @@ if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
     fi
 fi
 
+# --- 1c. iproute2 (optional) -------------------------------------------------------
+# The two-node reliability test builds network namespaces with `ip`; without it the
+# test says SKIPPED. Best effort, as root only: never a reason for setup to fail.
+if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing iproute2 (ip netns, for the two-node test) with apt-get"
+    apt-get install -y -q iproute2 >>/tmp/ddp-lab-apt.log 2>&1 ||
+        say "iproute2 not installed (log: /tmp/ddp-lab-apt.log); the two-node test will be skipped"
+fi
+
 # --- 2. the PyTorch venv (cached) --------------------------------------------------
 # What the venv must hold; the marker file records it, so adding a package later
 # installs just that instead of rebuilding 4.6 GB.

@@ -16,19 +16,27 @@ pub enum Build {
     Failed(String),
 }
 
-/// `cargo build -p <package>` in the repository; the binary's path, or the errors.
-pub fn build(root: &Path, package: &str) -> std::io::Result<Build> {
+/// `cargo build -p <package>` in the repository, or, with `manifest_dir`, of the
+/// standalone crate there (sharing the repository's target directory); the binary's
+/// path, or the errors.
+pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io::Result<Build> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let out = Command::new(cargo)
-        .current_dir(root)
-        .args(["build", "--quiet", "--color", "never", "-p", package])
-        .stdin(Stdio::null())
-        .output()?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--color", "never", "-p", package]).stdin(Stdio::null());
+    match manifest_dir {
+        Some(dir) => cmd
+            .current_dir(dir)
+            .arg("--manifest-path")
+            .arg(dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", &target),
+        None => cmd.current_dir(root),
+    };
+    let out = cmd.output()?;
     if !out.status.success() {
         return Ok(Build::Failed(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     Ok(Build::Binary(target.join("debug").join(package)))
 }
 

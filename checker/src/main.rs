@@ -1,7 +1,10 @@
 //! `checker`: runs a step of the DDP lab on several ranks and verifies real DDP
 //! behaviour, with what it saw, what it expected, and a hint for every check.
+mod grade;
 mod launch;
 mod progress;
+mod spinner;
+mod standalone;
 mod verify;
 
 use std::io::IsTerminal;
@@ -43,6 +46,28 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Points per step and a JSON report for an autograder: `checker grade --json results.json`.
+    ///
+    /// The report has the shape of exercism's test-runner results (version 3): a status,
+    /// and per check its status, message and captured output. Each step is worth 10
+    /// points, shared by the checks it introduces. Exits 0 whenever the report was made.
+    Grade {
+        /// `step N` or `all` (the default).
+        #[arg(value_name = "step N | all", num_args = 0..=2)]
+        target: Vec<String>,
+        /// Grade the reference solutions (solutions/step_NN) instead of your steps.
+        #[arg(long)]
+        solutions: bool,
+        /// The seed of the hidden variations (default: a new one, recorded in the report).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Longest time one run of the program may take, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Also write the report here, as JSON (atomically: a temporary file, then a rename).
+        #[arg(long, value_name = "PATH")]
+        json: Option<PathBuf>,
+    },
     /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
     Verify {
         /// `step N` (N from 0 to 11) or `all`.
@@ -61,7 +86,22 @@ enum Command {
         /// Keep the run's files (outputs, trace) and print where they are.
         #[arg(long)]
         keep: bool,
+        /// Check the src/main.rs of a crate elsewhere (a copy handed in for grading)
+        /// instead of steps/step_NN; it is built with the step's own manifest.
+        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        krate: Option<PathBuf>,
     },
+}
+
+/// Whose program a verification checks.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    /// steps/step_NN: the student's own crate.
+    Step,
+    /// solutions/step_NN.
+    Solution,
+    /// `--crate DIR`.
+    Elsewhere(&'a Path),
 }
 
 fn repo_root() -> PathBuf {
@@ -104,7 +144,11 @@ fn main() -> ExitCode {
             Err(msg) => usage_error(&msg),
             Ok(step) => reset(step, yes),
         },
-        Command::Verify { target, solutions, seed, timeout, keep } => {
+        Command::Grade { target, solutions, seed, timeout, json } => {
+            let subject = if solutions { Subject::Solution } else { Subject::Step };
+            grade(&target, subject, seed, Duration::from_secs(timeout), json)
+        }
+        Command::Verify { target, solutions, seed, timeout, keep, krate } => {
             let steps: Vec<u8> = match parse_target(&target) {
                 Ok(s) => s,
                 Err(msg) => {
@@ -112,16 +156,19 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let seed = seed.unwrap_or_else(|| {
-                SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64 % 1_000_000)
-                    .unwrap_or(1)
-            });
+            if krate.is_some() && steps.len() > 1 {
+                return usage_error("--crate checks one step: `verify step N --crate DIR`");
+            }
+            let subject = match (&krate, solutions) {
+                (Some(dir), _) => Subject::Elsewhere(dir),
+                (None, true) => Subject::Solution,
+                (None, false) => Subject::Step,
+            };
+            let seed = seed.unwrap_or_else(new_seed);
             let root = repo_root();
             let mut all_passed = true;
             for step in steps {
-                match verify_step(&root, step, solutions, seed, Duration::from_secs(timeout), keep) {
+                match verify_step(&root, step, subject, seed, Duration::from_secs(timeout), keep) {
                     Ok(passed) => all_passed &= passed,
                     Err(msg) => {
                         eprintln!("error: {msg}");
@@ -136,6 +183,63 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn new_seed() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
+}
+
+fn grade(
+    target: &[String],
+    subject: Subject,
+    seed: Option<u64>,
+    limit: Duration,
+    json: Option<PathBuf>,
+) -> ExitCode {
+    let steps = if target.is_empty() { Ok((0..12).collect()) } else { parse_target(target) };
+    let steps = match steps {
+        Ok(s) => s,
+        Err(msg) => return usage_error(&msg),
+    };
+    let seed = seed.unwrap_or_else(new_seed);
+    let root = repo_root();
+    let mut graded = Vec::new();
+    for step in steps {
+        match run_step(&root, step, subject, seed, limit, false) {
+            Ok(run) => graded.push(grade::GradedStep {
+                step,
+                title: coursegen::STEPS[usize::from(step)],
+                results: run.results,
+                output: run.output,
+            }),
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    print!("{}", grade::table(&graded));
+    println!("(seed {seed}; repeat with --seed {seed}; details: checker verify step N --seed {seed})");
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&grade::report(&graded, seed)).unwrap_or_default() + "\n";
+        if let Err(e) = write_atomically(&path, &text) {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+        println!("report written to {}", path.display());
+    }
+    ExitCode::SUCCESS
+}
+
+/// A temporary file beside `path`, then a rename: readers never see half a report.
+fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
 }
 
 fn usage_error(msg: &str) -> ExitCode {
@@ -208,31 +312,55 @@ fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
     }
 }
 
-fn verify_step(
+/// What one step's verification gave.
+struct StepRun {
+    package: String,
+    variation: Variation,
+    results: Vec<CheckResult>,
+    /// The first rank's output (stdout then stderr), for a grader to show.
+    output: String,
+    /// Where the run's files were kept (`--keep`).
+    kept: Option<PathBuf>,
+}
+
+/// Builds and runs one step and judges it; prints nothing but progress.
+fn run_step(
     root: &Path,
     step: u8,
-    solutions: bool,
+    subject: Subject,
     seed: u64,
     limit: Duration,
     keep: bool,
-) -> Result<bool, String> {
-    let (package, dir) = if solutions {
-        (format!("solution_{step:02}"), root.join(format!("solutions/step_{step:02}")))
-    } else {
-        (format!("step_{step:02}"), root.join(format!("steps/step_{step:02}")))
+) -> Result<StepRun, String> {
+    let read = |dir: PathBuf| -> Result<String, String> {
+        let main_rs = dir.join("src/main.rs");
+        std::fs::read_to_string(&main_rs).map_err(|e| {
+            format!("cannot read {}: {e}; restore it with `checker reset step {step}`", main_rs.display())
+        })
     };
-    let main_rs = dir.join("src/main.rs");
-    let source = std::fs::read_to_string(&main_rs).map_err(|e| {
-        format!("cannot read {}: {e}; restore it with `git checkout -- {}`", main_rs.display(), dir.display())
-    })?;
+    let (package, source, manifest_dir) = match subject {
+        Subject::Step => (format!("step_{step:02}"), read(root.join(format!("steps/step_{step:02}")))?, None),
+        Subject::Solution => {
+            (format!("solution_{step:02}"), read(root.join(format!("solutions/step_{step:02}")))?, None)
+        }
+        Subject::Elsewhere(dir) => {
+            let crate_ = standalone::prepare(root, step, dir)?;
+            (crate_.package, crate_.source, Some(crate_.dir))
+        }
+    };
     let variation = Variation::for_step(step, seed);
-    println!("== step {step} ({package}): {}", variation.describe());
-    println!("   (repeat exactly with --seed {seed})");
+    let spinner = spinner::Spinner::new(false);
+    spinner.step(step);
+    spinner.phase(&format!("building {package}"));
 
-    let results = match verify::build_or_fail(root, &package) {
-        Err(failed) => vec![failed],
+    let (results, output, kept) = match verify::build_or_fail(root, &package, manifest_dir.as_deref()) {
+        Err(failed) => {
+            let output = failed.observed.clone();
+            (vec![failed], output, None)
+        }
         Ok(bin) => {
             let work = work_dir(root, &package)?;
+            spinner.phase("preparing the data");
             let shared_data = prepare_shared_data(root)?;
             // From step 5 the ranks download from this local mirror, which counts the
             // downloads, into a fresh data directory per node.
@@ -247,31 +375,52 @@ fn verify_step(
                 mirror: Some((mirror.url(), manifest)),
                 limit,
             };
-            let mut obs = verify::observe(step, &bin, source, &variation, &setup);
+            let mut obs = verify::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
             if step >= 5 {
                 obs.downloads = Some(mirror.downloads());
             }
             let results = verify::judge(&obs);
-            if keep {
-                println!("   run files kept in {}", work.display());
+            let output = obs.first_output();
+            let kept = if keep {
+                Some(work)
             } else {
                 let _ = std::fs::remove_dir_all(&work);
-            }
-            results
+                None
+            };
+            (results, output, kept)
         }
     };
-    let passed = report(step, &results);
-    if !solutions {
+    spinner.clear();
+    if let Subject::Step = subject {
         // Progress is about the student's own crates, not the reference solutions.
+        let passed = results.iter().all(|r| r.passed);
         if let Err(e) = progress::record(root, step, passed) {
             eprintln!("warning: cannot record progress in .checker/progress.json: {e}");
         }
     }
-    Ok(passed)
+    Ok(StepRun { package, variation, results, output, kept })
+}
+
+/// `verify`: one step's full report; true when every check passed.
+fn verify_step(
+    root: &Path,
+    step: u8,
+    subject: Subject,
+    seed: u64,
+    limit: Duration,
+    keep: bool,
+) -> Result<bool, String> {
+    let run = run_step(root, step, subject, seed, limit, keep)?;
+    println!("== step {step} ({}): {}", run.package, run.variation.describe());
+    println!("   (repeat exactly with --seed {seed})");
+    if let Some(dir) = &run.kept {
+        println!("   run files kept in {}", dir.display());
+    }
+    Ok(report(root, step, &run.results))
 }
 
 /// Prints every check; true when all passed.
-fn report(step: u8, results: &[CheckResult]) -> bool {
+fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
     let color = std::io::stdout().is_terminal();
     let paint = |ok: bool| match (ok, color) {
         (true, true) => "\x1b[32mPASS\x1b[0m",
@@ -287,6 +436,11 @@ fn report(step: u8, results: &[CheckResult]) -> bool {
             }
             println!("         expected: {}", r.expected);
             println!("         hint: {}", r.hint);
+            // What the guide says this check is about, when the step's page names it.
+            if let Some(about) = checker_aux::check_hint_for(root, r.step, r.id) {
+                let about = about.strip_prefix(&format!("`{}`: ", r.id)).unwrap_or(&about).to_string();
+                println!("         guide: {about}");
+            }
         }
     }
     let passed = results.iter().filter(|r| r.passed).count();

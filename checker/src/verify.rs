@@ -71,6 +71,23 @@ impl Variation {
         }
     }
 
+    /// The settings of one run of the equivalence comparison: one epoch of exactly one
+    /// global batch (no padding, no short batch). One step is the claim; over more
+    /// steps float32 rounding (different sums, SyncBatchNorm's gathered statistics)
+    /// grows until it hides what is being compared.
+    pub fn for_equivalence(&self, nodes: usize, ranks_per_node: usize, batch_size: usize) -> Variation {
+        let global_batch = self.batch_size * self.world_size();
+        Variation {
+            nodes,
+            ranks_per_node,
+            batch_size,
+            train_subset: global_batch,
+            test_subset: global_batch,
+            epochs: 1,
+            ..self.clone()
+        }
+    }
+
     pub fn world_size(&self) -> usize {
         self.nodes * self.ranks_per_node
     }
@@ -122,6 +139,18 @@ pub struct Observation {
     pub fail_run: Option<Ended>,
     pub quick_run: Option<Ended>,
     pub downloads: Option<BTreeMap<String, usize>>,
+    /// Step 7 on: the N-rank and 1-rank runs of the comparison.
+    pub equivalence: Option<Equivalence>,
+}
+
+/// The two runs that must train to the same weights.
+pub struct Equivalence {
+    /// The N-rank run's settings.
+    pub settings: Variation,
+    pub many: Vec<RankProcess>,
+    pub many_trace: Vec<Value>,
+    pub one: Vec<RankProcess>,
+    pub one_trace: Vec<Value>,
 }
 
 /// One check's verdict.
@@ -157,7 +186,7 @@ fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
         "1".into(),
         "--timeout".into(),
         // Generous: on a loaded 2-core machine a rank can start seconds after another.
-        "90".into(),
+        "60".into(),
         "--device".into(),
         "cpu".into(),
     ];
@@ -175,76 +204,57 @@ fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
 }
 
 /// Runs the step's program as the step needs and gathers the observation.
-pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setup) -> Observation {
-    let trace_dir = setup.work.join("trace");
-    let _ = std::fs::create_dir_all(&trace_dir);
-    let port = (step >= 4).then(free_port);
-    let mut launches = Vec::new();
-    let mut placement = Vec::new();
-    for node in 0..v.nodes {
-        let mut args = common_args(step, v, node);
-        let mut env: Vec<(String, String)> = vec![
-            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
-            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
-        ];
-        match port {
-            Some(p) => {
-                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
-                env.push(("MASTER_PORT".into(), p.to_string()));
-            }
-            // Empty counts as unset: the program must fall back to the lab's address.
-            None => {
-                env.push(("MASTER_ADDR".into(), String::new()));
-                env.push(("MASTER_PORT".into(), String::new()));
-            }
-        }
-        if step >= 8 && v.world_size() > 1 {
-            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
-        }
-        match (&setup.mirror, step >= 5) {
-            (Some((url, manifest)), true) => {
-                let dir = setup.work.join(format!("data-node{node}"));
-                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
-                args.extend(["--data-dir".into(), dir.display().to_string()]);
-                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
-            }
-            _ => {
-                args.extend(["--dataset".into(), "generated".into()]);
-                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-            }
-        }
-        if step >= 10 {
-            launches.push(Launch { name: format!("node{node}"), args, env });
-            placement.push((node, None));
-        } else {
-            for local in 0..v.ranks_per_node {
-                let mut env = env.clone();
-                env.push(("LOCAL_RANK".into(), local.to_string()));
-                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
-                launches.push(Launch { name: format!("node{node}-rank{local}"), args: args.clone(), env });
-                placement.push((node, Some(local)));
-            }
-        }
-    }
+/// `phase` hears what is being run, for progress display.
+pub fn observe(
+    step: u8,
+    bin: &Path,
+    source: String,
+    v: &Variation,
+    setup: &Setup,
+    phase: &dyn Fn(&str),
+) -> Observation {
     let grace = Duration::from_secs(45);
-    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, grace);
-    let processes = placement
-        .into_iter()
-        .zip(ended)
-        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
-        .collect();
-    let trace = read_trace(&trace_dir);
+    phase(&format!("running {} rank(s)", v.world_size()));
+    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
+    // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
+    // initial weights, dropout off and statistics over the global batch.
+    let equivalence = (step >= 7).then(|| {
+        phase("comparing with one rank and the whole batch");
+        let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+        let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
+        // Independent jobs on their own ports: run them side by side.
+        let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
+            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many")));
+            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+            (many_job.join().expect("the comparison's run thread"), one_run)
+        });
+        Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+    });
 
-    let quick = |name: &str, extra: &[&str], env: Vec<(String, String)>| -> Ended {
-        let launch = Launch { name: name.into(), args: extra.iter().map(|s| s.to_string()).collect(), env };
-        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(60), grace).remove(0)
-    };
+    if step >= 1 {
+        phase("checking --help and a bad option value");
+    }
     let (help, bad_value) = if step >= 1 {
-        (Some(quick("help", &["--help"], vec![])), Some(quick("bad-value", &["--num-gpus", "two"], vec![])))
+        // Both at once: neither touches the network or the other's files.
+        let launch = |name: &str, args: &[&str]| Launch {
+            name: name.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: vec![],
+        };
+        let mut ended = launch::run_all(
+            bin,
+            &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
+            &setup.work,
+            Duration::from_secs(60),
+            grace,
+        );
+        let bad = ended.pop();
+        (ended.pop(), bad)
     } else {
         (None, None)
     };
     let fail_run = (step >= 10).then(|| {
+        phase("running with a failing rank");
         let mut args = common_args(step, v, 0);
         args.extend(["--dataset".into(), "generated".into()]);
         args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
@@ -257,6 +267,7 @@ pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setu
         launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
     });
     let quick_run = (step >= 11).then(|| {
+        phase("running the quick evaluation (about a minute)");
         let text =
             std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
         let mut args: Vec<String> = text
@@ -298,7 +309,99 @@ pub fn observe(step: u8, bin: &Path, source: String, v: &Variation, setup: &Setu
         fail_run,
         quick_run,
         downloads: None,
+        equivalence,
     }
+}
+
+/// Which run of a verification.
+#[derive(Clone, Copy)]
+enum Job {
+    /// The run most checks judge: hidden variations, a late rank from step 8,
+    /// downloads from the mirror from step 5.
+    Main,
+    /// The N-ranks-equal-1-rank comparison ("many" or "one").
+    Equivalence(&'static str),
+}
+
+/// Starts the program as step `step` needs (one process per rank before step 10, one
+/// invocation per node from step 10) and gathers what its processes did.
+/// Returns the processes, the trace, and the rendezvous port given (if any).
+fn run_job(
+    step: u8,
+    bin: &Path,
+    v: &Variation,
+    setup: &Setup,
+    job: Job,
+) -> (Vec<RankProcess>, Vec<Value>, Option<u16>) {
+    let prefix = match job {
+        Job::Main => String::new(),
+        Job::Equivalence(name) => format!("equivalence-{name}-"),
+    };
+    let trace_dir = setup.work.join(format!("{prefix}trace"));
+    let _ = std::fs::create_dir_all(&trace_dir);
+    let port = (step >= 4).then(free_port);
+    let mut launches = Vec::new();
+    let mut placement = Vec::new();
+    for node in 0..v.nodes {
+        let mut args = common_args(step, v, node);
+        let mut env: Vec<(String, String)> = vec![
+            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
+            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
+        ];
+        match port {
+            Some(p) => {
+                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
+                env.push(("MASTER_PORT".into(), p.to_string()));
+            }
+            // Empty counts as unset: the program must fall back to the lab's address.
+            None => {
+                env.push(("MASTER_ADDR".into(), String::new()));
+                env.push(("MASTER_PORT".into(), String::new()));
+            }
+        }
+        let main = matches!(job, Job::Main);
+        if main && step >= 8 && v.world_size() > 1 {
+            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
+        }
+        if !main {
+            env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
+        }
+        match (&setup.mirror, step >= 5 && main) {
+            (Some((url, manifest)), true) => {
+                let dir = setup.work.join(format!("data-node{node}"));
+                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
+                args.extend(["--data-dir".into(), dir.display().to_string()]);
+                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
+            }
+            _ => {
+                args.extend(["--dataset".into(), "generated".into()]);
+                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+            }
+        }
+        if step >= 10 {
+            launches.push(Launch { name: format!("{prefix}node{node}"), args, env });
+            placement.push((node, None));
+        } else {
+            for local in 0..v.ranks_per_node {
+                let mut env = env.clone();
+                env.push(("LOCAL_RANK".into(), local.to_string()));
+                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
+                launches.push(Launch {
+                    name: format!("{prefix}node{node}-rank{local}"),
+                    args: args.clone(),
+                    env,
+                });
+                placement.push((node, Some(local)));
+            }
+        }
+    }
+    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, Duration::from_secs(45));
+    let processes = placement
+        .into_iter()
+        .zip(ended)
+        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
+        .collect();
+    (processes, read_trace(&trace_dir), port)
 }
 
 fn read_trace(dir: &Path) -> Vec<Value> {
@@ -316,8 +419,12 @@ fn read_trace(dir: &Path) -> Vec<Value> {
 }
 
 /// Builds a crate; on failure the single failing check that says so.
-pub fn build_or_fail(root: &Path, package: &str) -> Result<PathBuf, CheckResult> {
-    match launch::build(root, package) {
+pub fn build_or_fail(
+    root: &Path,
+    package: &str,
+    manifest_dir: Option<&Path>,
+) -> Result<PathBuf, CheckResult> {
+    match launch::build(root, package, manifest_dir) {
         Ok(Build::Binary(bin)) => Ok(bin),
         Ok(Build::Failed(errors)) => Err(CheckResult {
             id: "builds",
@@ -369,6 +476,11 @@ impl Observation {
         self.processes.iter().map(|p| p.ended.stdout.as_str()).collect::<Vec<_>>().join("\n")
     }
 
+    /// The first process's stdout and stderr: what a student would see running it.
+    pub fn first_output(&self) -> String {
+        self.processes.first().map(|p| format!("{}{}", p.ended.stdout, p.ended.stderr)).unwrap_or_default()
+    }
+
     fn failures(&self) -> Vec<String> {
         self.processes
             .iter()
@@ -399,6 +511,69 @@ fn epoch_line_regex() -> regex::Regex {
     )
     .expect("valid regex")
 }
+
+/// How far the two runs' weights may drift apart, relative to the step's change.
+/// Measured on the solutions: 2e-5 to 3e-3. Beyond summation order, rounding flips a
+/// few max-pool and ReLU decisions, whose gradients then differ outright. A model not
+/// wrapped in DDP is off by 0.5 to 1.3.
+pub const EQUIVALENCE_TOLERANCE: f64 = 0.05;
+
+/// Rank 0's weights after the epoch, N ranks against 1 rank: the largest difference
+/// of the weight projections relative to their size.
+fn judge_equivalence(eq: &Equivalence) -> (bool, String) {
+    let failed: Vec<String> = eq
+        .many
+        .iter()
+        .chain(&eq.one)
+        .filter(|p| !p.ended.success())
+        .map(|p| format!("{}: {}", p.ended.name, p.ended.describe()))
+        .collect();
+    if !failed.is_empty() {
+        return (false, format!("a run of the comparison failed: {}", failed.join(", ")));
+    }
+    let projection = |trace: &[Value], kind: &str| -> Option<Vec<f64>> {
+        let w = trace
+            .iter()
+            .find(|e| e["event"] == kind && e["rank"] == 0 && (e["epoch"] == 0 || e["epoch"].is_null()))?;
+        w["projection"].as_array()?.iter().map(Value::as_f64).collect()
+    };
+    let (Some(many), Some(one), Some(start)) = (
+        projection(&eq.many_trace, "weights"),
+        projection(&eq.one_trace, "weights"),
+        projection(&eq.one_trace, "initial_weights"),
+    ) else {
+        return (false, "no weights traced before or after the epoch in one of the runs".into());
+    };
+    // Relative to how far one epoch moved the weights: the starting point is shared,
+    // so only the updates can differ.
+    let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())).max(1e-12);
+    let diff = many.iter().zip(&one).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / moved;
+    let n = eq.settings.world_size();
+    (
+        diff <= EQUIVALENCE_TOLERANCE,
+        format!(
+            "{n} ranks x batch {} against 1 rank x batch {}: difference {diff:.1e} of the epoch's change",
+            eq.settings.batch_size,
+            eq.settings.batch_size * n
+        ),
+    )
+}
+
+/// The checks each step introduces, by id, in the order `judge` reports them.
+pub const CHECKS: [&[&str]; 12] = [
+    &["imports-dist", "trains"],
+    &["options-listed", "options-typed"],
+    &["world-size", "rendezvous"],
+    &["worker-per-rank"],
+    &["global-rank", "rank0-prints"],
+    &["prepare-once-per-node", "downloads-per-node"],
+    &["sampler-shares", "sampler-set-epoch"],
+    &["weights-synchronized", "matches-single-rank"],
+    &["throughput-reduced", "epoch-barrier"],
+    &["metrics-averaged"],
+    &["self-spawn", "failing-rank-ends-run"],
+    &["summary", "target-reached"],
+];
 
 /// Every check of steps 0..=`obs.step`, in step order.
 pub fn judge(obs: &Observation) -> Vec<CheckResult> {
@@ -477,9 +652,12 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
         out.push(result(
             "options-typed",
             1,
-            code == Some(2) && bad.stderr.contains("num-gpus"),
+            // clap's "invalid value" (a typed option), not "unexpected argument" (none).
+            code == Some(2)
+                && bad.stderr.contains("invalid value 'two'")
+                && bad.stderr.contains("--num-gpus"),
             format!("`--num-gpus two` gave {}: {}", bad.describe(), bad.stderr.lines().next().unwrap_or("")),
-            "exit code 2 and an error naming --num-gpus".into(),
+            "exit code 2 and clap's error: invalid value 'two' for '--num-gpus'".into(),
             "declare the options as numbers (usize), so clap rejects other values",
         ));
     }
@@ -699,6 +877,22 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
             .into(),
         "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
     ));
+    let (passed, observed) = match &obs.equivalence {
+        None => (false, "the comparison did not run".to_string()),
+        Some(eq) => judge_equivalence(eq),
+    };
+    out.push(result(
+        "matches-single-rank",
+        7,
+        passed,
+        observed,
+        format!(
+            "{ws} ranks x batch {b} end the epoch with the weights of 1 rank x batch {} (differences <= {EQUIVALENCE_TOLERANCE} of the epoch's change)",
+            ws * v.batch_size,
+            b = v.batch_size
+        ),
+        "DDP averages the gradients of the ranks' batches: with the DistributedSampler, one step of N ranks is one step on the N batches together (guide: step 7)",
+    ));
     if s < 8 {
         return out;
     }
@@ -726,28 +920,46 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
         "rank 0's images/sec == the sum of every rank's".into(),
         "dist::reduce the images/sec tensor to rank 0 with ReduceOp::Sum (guide: step 8)",
     ));
-    let slow = labkit::SLOW_RANK_DELAY.as_secs_f64() * 0.9;
-    let fast: Vec<String> = obs
-        .by_rank("epoch_report")
+    // With the barrier every rank's clock stops when the late rank arrives, so an
+    // epoch's times agree across ranks; without it the others stop about the delay
+    // earlier. Comparing ranks (not a fixed time) holds however slow the machine is.
+    let delay = labkit::SLOW_RANK_DELAY.as_secs_f64();
+    let mut per_epoch: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
+    for (r, evs) in obs.by_rank("epoch_report") {
+        for e in evs {
+            let epoch = e["epoch"].as_u64().unwrap_or(u64::MAX);
+            per_epoch.entry(epoch).or_default().push((r, e["epoch_time"].as_f64().unwrap_or(0.0)));
+        }
+    }
+    let early: Vec<String> = per_epoch
         .iter()
-        .flat_map(|(r, evs)| evs.iter().map(move |e| (*r, e)))
-        .filter(|(_, e)| e["epoch_time"].as_f64().unwrap_or(0.0) < slow)
-        .map(|(r, e)| {
-            format!("rank {r} epoch {}: {:.2} s", e["epoch"], e["epoch_time"].as_f64().unwrap_or(0.0))
+        .filter_map(|(epoch, times)| {
+            let latest = times.iter().map(|t| t.1).fold(0.0, f64::max);
+            let before: Vec<String> = times
+                .iter()
+                .filter(|(_, t)| *t < latest - delay / 2.0)
+                .map(|(r, t)| format!("rank {r} {t:.2} s"))
+                .collect();
+            (!before.is_empty()).then(|| {
+                format!("epoch {epoch}: {} while the late rank took {latest:.2} s", before.join(", "))
+            })
         })
         .collect();
+    let complete = per_epoch.values().all(|t| t.len() == ws) && !per_epoch.is_empty();
     out.push(result(
         "epoch-barrier",
         8,
-        fast.is_empty() && !obs.events("epoch_report").is_empty(),
-        if fast.is_empty() {
-            "every rank's epoch time includes the slowest rank".into()
+        early.is_empty() && complete,
+        if !complete {
+            format!("epoch times of {} epoch(s) from fewer than {ws} ranks", per_epoch.len())
+        } else if early.is_empty() {
+            "every rank's epoch ends with the late rank".into()
         } else {
-            format!("epochs ended before the slowest rank: {}", fast.join(", "))
+            format!("epochs ended before the late rank: {}", early.join("; "))
         },
         format!(
-            "with one rank {:.1} s late, every rank's epoch time >= {slow:.2} s",
-            labkit::SLOW_RANK_DELAY.as_secs_f64()
+            "with one rank {delay:.1} s late, every rank's epoch time within {:.2} s of the late rank's",
+            delay / 2.0
         ),
         "dist::barrier() after training, before stopping the clock (guide: step 8)",
     ));
@@ -817,14 +1029,19 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
         out.push(result(
             "failing-rank-ends-run",
             10,
-            !f.success() && !f.timed_out && !f.left_behind,
+            // It must end because of rank 1 (and say so), not by a timeout of its own.
+            f.status.is_some_and(|st| !st.success())
+                && !f.timed_out
+                && !f.left_behind
+                && f.stderr.contains("rank 1"),
             format!(
-                "with rank 1 failing: {} after {:.1} s{}",
+                "with rank 1 failing: {} after {:.1} s{}{}",
                 f.describe(),
                 f.elapsed.as_secs_f64(),
-                if f.left_behind { ", processes left behind" } else { "" }
+                if f.left_behind { ", processes left behind" } else { "" },
+                if f.stderr.contains("rank 1") { "" } else { ", and no message naming rank 1" }
             ),
-            "a non-zero exit, no hang, no process left behind".into(),
+            "a non-zero exit that names the failed rank 1, no hang, no process left behind".into(),
             "let dist::spawn run the ranks: it stops the others when one fails (guide: step 10)",
         ));
     }
@@ -882,5 +1099,73 @@ fn expected_indices(len: usize, world: usize, rank: usize, epoch: u64) -> Vec<u6
             s.indices().into_iter().map(|i| i as u64).collect()
         }
         Err(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn not_started() -> Ended {
+        Ended {
+            name: "nothing".into(),
+            pid: 0,
+            status: None,
+            timed_out: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            elapsed: Duration::ZERO,
+            left_behind: false,
+        }
+    }
+
+    /// An observation of a run that produced nothing at all.
+    fn nothing(step: u8) -> Observation {
+        Observation {
+            step,
+            variation: Variation::for_step(step, 1),
+            source: String::new(),
+            processes: Vec::new(),
+            trace: Vec::new(),
+            port: None,
+            help: (step >= 1).then(not_started),
+            bad_value: (step >= 1).then(not_started),
+            fail_run: (step >= 10).then(not_started),
+            quick_run: (step >= 11).then(not_started),
+            equivalence: None,
+            downloads: (step >= 5).then(BTreeMap::new),
+        }
+    }
+
+    #[test]
+    fn the_table_of_checks_is_what_judge_reports() {
+        for step in 0..12u8 {
+            let results = judge(&nothing(step));
+            for s in 0..=step {
+                let ids: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();
+                assert_eq!(ids, CHECKS[usize::from(s)], "checks of step {s} in a step {step} run");
+            }
+        }
+    }
+
+    #[test]
+    fn the_guide_describes_every_check() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        for (step, ids) in CHECKS.iter().enumerate() {
+            for id in *ids {
+                let bullet = checker_aux::check_hint_for(root, step as u8, id);
+                assert!(
+                    bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{id}`: "))),
+                    "lab-guide/src/steps/step-{step:02}.md: no bullet `{id}`: ... under \"What the checker will test\""
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_that_produced_nothing_fails_every_check_but_the_source_ones() {
+        let results = judge(&nothing(11));
+        let passed: Vec<&str> = results.iter().filter(|r| r.passed).map(|r| r.id).collect();
+        assert!(passed.is_empty(), "passed with no run at all: {passed:?}");
     }
 }

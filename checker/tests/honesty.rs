@@ -74,13 +74,6 @@ honesty! {
 }
 
 #[test]
-fn a_step_that_does_not_exist_is_a_usage_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_checker")).args(["verify", "step", "12"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("there is no step 12: the steps are 0 to 11"));
-}
-
-#[test]
 fn list_shows_the_verdicts_of_verify() {
     let progress = std::env::temp_dir().join(format!("checker-list-{}.json", std::process::id()));
     std::fs::write(&progress, "{\"step_00\": \"done\", \"step_01\": \"failing\"}\n").unwrap();

@@ -27,13 +27,13 @@ use tch_distributed as dist;
 #[command(version, about, long_about = None)]
 struct Args {
     /// Images per batch, on each rank.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = labkit::positive)]
     batch_size: usize,
     /// Most epochs to train.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
     /// Learning rate of SGD (no momentum).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.
     #[arg(long, default_value_t = 0.85)]
@@ -43,17 +43,18 @@ struct Args {
     patience: usize,
     //@ step 1
     /// Number of nodes (machines) in the job.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = labkit::node_count)]
     num_nodes: usize,
     /// Ranks per node: one per GPU (or CPU processes on a machine without GPUs).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = labkit::ranks_per_node)]
     num_gpus: usize,
     /// Index of this node, from 0 to num_nodes - 1.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = labkit::node_index)]
     node_id: usize,
     //@ todo
     // TODO Step 1: add the lab's three options --num-nodes, --num-gpus and --node-id,
-    // with the lab's defaults (1, 1 and 0) and a help line each.
+    // with the lab's defaults (1, 1 and 0) and a help line each; labkit::ranks_per_node,
+    // labkit::node_count and labkit::node_index (value parsers) reject impossible values.
     //@ end
     //@ step 7
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
@@ -82,6 +83,12 @@ fn main() -> ExitCode {
     let args = Args::parse();
     //@ end
     args.run.apply();
+    //@ step 1
+    // A node outside the job is an error before anything starts.
+    labkit::check_node_id(args.node_id, args.num_nodes);
+    //@ todo
+    // TODO Step 1: reject a --node-id that is not below --num-nodes (labkit::check_node_id).
+    //@ end
     //@ step 2
     // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
     // unless the environment (MASTER_ADDR, MASTER_PORT) says otherwise.
@@ -202,8 +209,10 @@ fn training(args: Args) -> labkit::Result<()> {
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
-    let mut total_time = 0.0;
-    for epoch in 0..args.epochs {
+    // --resume: continue from the last checkpoint (weights, epoch, history), if any.
+    let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
+    let mut total_time = start.total_time;
+    for epoch in start.epoch..args.epochs {
         //@ step 6
         // A new order every epoch, the same split among ranks.
         train_loader.sampler.set_epoch(epoch as u64);
@@ -255,7 +264,10 @@ fn training(args: Args) -> labkit::Result<()> {
         //@ old
         report.print();
         //@ end
-        if early_stopping.record(v_accuracy) {
+        let stop = early_stopping.record(v_accuracy);
+        // --save-every N: rank 0 snapshots the run every N epochs.
+        labkit::save_checkpoint(&args.run, &vs, epoch, total_time, args.base_lr, &early_stopping)?;
+        if stop {
             break;
         }
     }

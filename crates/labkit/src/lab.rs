@@ -43,7 +43,7 @@ impl<M: ModuleT> Model for dist::DistributedDataParallel<M> {
 
 /// Rank 0 of the job: the global rank once the process group exists, the local rank
 /// before that (a single-process program is rank 0).
-fn is_rank_zero() -> bool {
+pub(crate) fn is_rank_zero() -> bool {
     match dist::get_rank() {
         Ok(rank) => rank == 0,
         Err(_) => trace::local_rank().unwrap_or(0) == 0,
@@ -66,11 +66,14 @@ pub fn train<M: Model, S: Sampler>(
         // Only built when traced: a full epoch is tens of thousands of indices.
         trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
     }
-    if hook_targets_me(FAIL_RANK_ENV) {
+    if hook_targets_me(FAIL_RANK_ENV) && fail_now(epoch) {
         return Err(format!(
             "rank failed on purpose ({FAIL_RANK_ENV} is set: the checker tests how the others react)"
         )
         .into());
+    }
+    if epoch == 0 {
+        trace::record_initial_weights(&optimizer.trainable_variables());
     }
     let bar = progress_bar(loader.len() as u64, epoch);
     for chunk in indices.chunks(loader.batch_size) {
@@ -83,6 +86,12 @@ pub fn train<M: Model, S: Sampler>(
         bar.inc(1);
     }
     bar.finish_and_clear();
+    if hook_targets_me(STALL_RANK_ENV) {
+        // A rank stuck before the next collective (a deadlock, a hung GPU): the others
+        // must give up at their timeout, naming the collective they waited in.
+        eprintln!("{STALL_RANK_ENV}: this rank is stuck on purpose after epoch {epoch}");
+        std::thread::sleep(Duration::from_secs(3600));
+    }
     if hook_targets_me(SLOW_RANK_ENV) {
         // One rank finishing late makes a missing barrier visible in the epoch times.
         std::thread::sleep(SLOW_RANK_DELAY);
@@ -137,12 +146,32 @@ fn run_forward<M: Model>(model: &M, images: &Tensor, train: bool, device: tch::D
     Ok(if logits.kind() == Kind::Float { logits } else { logits.to_kind(Kind::Float) })
 }
 
-/// Counts the epochs `train` has run in this process (0-based), for the trace and
-/// the progress bar.
+static EPOCHS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts the epochs `train` has run (0-based; a resumed run continues the count),
+/// for the trace, the progress bar and the test hooks.
 fn next_epoch_number() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static EPOCHS: AtomicUsize = AtomicUsize::new(0);
-    EPOCHS.fetch_add(1, Ordering::SeqCst)
+    EPOCHS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A resumed run's first epoch.
+pub(crate) fn set_epoch_counter(epoch: usize) {
+    EPOCHS.store(epoch, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether the [`FAIL_RANK_ENV`] rank fails in this epoch: in every epoch, or only in
+/// [`FAIL_AT_EPOCH_ENV`]'s; with [`FAIL_ONCE_ENV`], only while its marker file does
+/// not exist yet (the failure creates it), so that a restarted run gets through.
+fn fail_now(epoch: usize) -> bool {
+    if let Some(at) = std::env::var(FAIL_AT_EPOCH_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        if at != epoch {
+            return false;
+        }
+    }
+    match std::env::var_os(FAIL_ONCE_ENV) {
+        Some(marker) => std::fs::OpenOptions::new().write(true).create_new(true).open(marker).is_ok(),
+        None => true,
+    }
 }
 
 fn progress_bar(batches: u64, epoch: usize) -> ProgressBar {
@@ -237,16 +266,29 @@ pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let e: BoxError = e.into();
+            let code = exit_code(e.as_ref());
             eprintln!("error: {e}");
-            ExitCode::from(exit_code(e.as_ref()))
+            if code != 2 && dist::is_initialized() && dist::is_communication_failure(&e.to_string()) {
+                if let Some(note) = dist::roll_call_note(ROLL_CALL_WAIT) {
+                    eprintln!("error: {note}");
+                }
+            }
+            ExitCode::from(code)
         }
     }
 }
+
+/// How long a failed rank waits for the other survivors to answer the roll call
+/// that names the missing ranks (see [`dist::unresponsive_ranks`]).
+const ROLL_CALL_WAIT: Duration = Duration::from_secs(2);
 
 /// 2 for bad input, 1 for everything else.
 pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
     if let Some(data) = e.downcast_ref::<DataError>() {
         return data.exit_code() as u8;
+    }
+    if let Some(c) = e.downcast_ref::<crate::checkpoint::CheckpointError>() {
+        return c.exit_code() as u8;
     }
     if let Some(d) = e.downcast_ref::<dist::DistError>() {
         if d.kind() == dist::ErrorKind::InvalidArgument {
@@ -269,6 +311,15 @@ pub const SLOW_RANK_DELAY: Duration = Duration::from_millis(1500);
 /// (a rank that dies), to see the others end instead of hanging.
 pub const FAIL_RANK_ENV: &str = "DDP_LAB_FAIL_RANK";
 
+/// With [`FAIL_RANK_ENV`]: fail only in this epoch (0-based).
+pub const FAIL_AT_EPOCH_ENV: &str = "DDP_LAB_FAIL_AT_EPOCH";
+/// With [`FAIL_RANK_ENV`]: a marker file path; the rank fails only if it does not
+/// exist yet, and creates it (a rank that dies once, for restart tests).
+pub const FAIL_ONCE_ENV: &str = "DDP_LAB_FAIL_ONCE";
+/// Environment variable naming a global rank that gets stuck (sleeps an hour) at the
+/// end of its [`train`] call, before the epoch's next collective.
+pub const STALL_RANK_ENV: &str = "DDP_LAB_STALL_RANK";
+
 /// Whether the checker hook `var` names this process's rank (the global rank once
 /// the process group exists, the local rank before).
 fn hook_targets_me(var: &str) -> bool {
@@ -277,6 +328,15 @@ fn hook_targets_me(var: &str) -> bool {
     };
     let me = dist::get_rank().ok().or_else(trace::local_rank).unwrap_or(0);
     me == target
+}
+
+/// Environment variable the checker sets (to 1) for its "N ranks × batch B train
+/// like 1 rank × batch N·B" comparison: the model then has no dropout and uses
+/// SyncBatchNorm, the two things that legitimately differ between those runs.
+pub const EQUIVALENCE_ENV: &str = "DDP_LAB_EQUIVALENCE";
+
+pub(crate) fn equivalence_run() -> bool {
+    std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
 /// Applies [`INIT_SEED_ENV`] before a model is built.

@@ -1,6 +1,7 @@
 //! What the DDP lab hands students ready-made: the WideResNet model, Fashion-MNIST
 //! (download, checksums, a generated stand-in), batch iteration, the lab's report
 //! lines, and the trace the checker reads.
+pub mod checkpoint;
 pub mod data;
 mod lab;
 pub mod loader;
@@ -10,17 +11,21 @@ pub mod perf;
 pub mod report;
 pub mod trace;
 
+pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, Start};
 pub use data::{
     download, ensure_dataset, generate, DataError, DatasetAction, DatasetKind, DatasetOptions, DatasetReady,
     DownloadOptions, FashionMnist, GenerateOptions, Manifest, Split,
 };
 pub use lab::{
     announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,
-    Model, Result, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV,
+    Model, Result, EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV,
+    SLOW_RANK_DELAY, SLOW_RANK_ENV, STALL_RANK_ENV,
 };
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Norm, WideResNet, Widths};
-pub use options::{DeviceChoice, RunOptions};
+pub use options::{
+    check_node_id, learning_rate, node_count, node_index, positive, ranks_per_node, DeviceChoice, RunOptions,
+};
 pub use perf::{forward_flops_per_image, Amp};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};

@@ -145,6 +145,7 @@ struct Block {
     first: Cbr,
     second: Cbr,
     shortcut: Option<nn::Conv2D>,
+    dropout: f64,
 }
 
 const DROPOUT: f64 = 0.01;
@@ -156,11 +157,15 @@ impl Block {
             second: Cbr::new(&p / "cbr2", cout, cout, norm),
             shortcut: scale
                 .then(|| channels_last_if_set(nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin)))),
+            // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
+            // each process's own generator.
+            dropout: if crate::lab::equivalence_run() { 0.0 } else { DROPOUT },
         }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let main = self.second.forward_t(&self.first.forward_t(xs, train).dropout(DROPOUT, train), train);
+        let main =
+            self.second.forward_t(&self.first.forward_t(xs, train).dropout(self.dropout, train), train);
         let residual = match &self.shortcut {
             Some(conv) => xs.apply(conv),
             None => xs.shallow_clone(),
@@ -182,6 +187,9 @@ pub struct WideResNet {
 impl WideResNet {
     pub fn new(p: &nn::Path, widths: Widths, norm: Norm) -> WideResNet {
         crate::lab::apply_init_seed();
+        // The checker's equivalence run normalises over the global batch, as one rank
+        // with the whole batch does.
+        let norm = if crate::lab::equivalence_run() { Norm::SyncBatchNorm } else { norm };
         let [w0, w1, w2, w3] = widths.0;
         WideResNet {
             stem: Cbr::new(p / "stem", 1, w0, norm),

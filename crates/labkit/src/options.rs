@@ -127,12 +127,12 @@ pub struct RunOptions {
 
     /// Torch threads per rank on the CPU (default: torch's own choice). On a CPU-only
     /// node, cores divided by ranks avoids oversubscription.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = threads)]
     pub threads: Option<usize>,
 
     /// Seconds to wait for the other ranks (rendezvous and every collective) before
     /// failing instead of hanging.
-    #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = timeout_seconds)]
     pub timeout: u64,
 
     /// Mixed precision: `off`, or `bf16` (autocast: convolutions in bfloat16;
@@ -149,12 +149,94 @@ pub struct RunOptions {
     /// table of known GPUs: H100, H200, A100, T4; none on CPUs).
     #[arg(long, value_name = "TFLOPS", value_parser = positive_tflops)]
     pub peak_tflops: Option<f64>,
+
+    /// Rank 0 saves a checkpoint (weights, epoch, learning rate, early-stopping
+    /// history) every N epochs into --checkpoint-dir. Default: never.
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub save_every: Option<usize>,
+
+    /// Where checkpoints are saved and resumed from (safetensors + checkpoint.json).
+    #[arg(long, default_value = "checkpoints", value_name = "DIR")]
+    pub checkpoint_dir: PathBuf,
+
+    /// Continue from the checkpoint in --checkpoint-dir, if there is one (every rank
+    /// loads it onto its own device); otherwise start at epoch 0. Safe to pass on the
+    /// first run too, as torchrun restarts repeat the same command line.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 fn positive_tflops(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("`{s}` is not a positive number of TFLOP/s")),
+    }
+}
+
+/// Parses a whole number in `low..=high`, or says which range is allowed and why.
+fn bounded(s: &str, low: usize, high: usize, what: &str) -> Result<usize, String> {
+    let n: i128 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a whole number; expected {what}, from {low} to {high}"))?;
+    if n < low as i128 || n > high as i128 {
+        return Err(format!("{n} is out of range; expected {what}, from {low} to {high}"));
+    }
+    Ok(n as usize)
+}
+
+/// Value parser for counts that must be at least 1 (batch size, epochs, --save-every).
+pub fn positive(s: &str) -> Result<usize, String> {
+    bounded(s, 1, 1_000_000, "a count of at least 1")
+}
+
+/// Value parser for `--num-gpus`: ranks on one node.
+pub fn ranks_per_node(s: &str) -> Result<usize, String> {
+    bounded(s, 1, 1024, "the number of ranks (GPUs, or CPU processes) on each node")
+}
+
+/// Value parser for `--num-nodes`.
+pub fn node_count(s: &str) -> Result<usize, String> {
+    bounded(s, 1, 4096, "the number of nodes in the job")
+}
+
+/// Value parser for `--node-id` (checked against `--num-nodes` by [`check_node_id`]).
+pub fn node_index(s: &str) -> Result<usize, String> {
+    bounded(s, 0, 4095, "this node's index, 0 to --num-nodes minus 1")
+}
+
+fn threads(s: &str) -> Result<usize, String> {
+    bounded(s, 1, 4096, "torch threads per rank")
+}
+
+fn timeout_seconds(s: &str) -> Result<u64, String> {
+    bounded(s, 1, 86_400, "seconds to wait for other ranks").map(|n| n as u64)
+}
+
+/// Value parser for `--base-lr`: a finite number above 0 and at most 10.
+pub fn learning_rate(s: &str) -> Result<f64, String> {
+    let lr: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number; expected a learning rate such as 0.01"))?;
+    if !(lr.is_finite() && lr > 0.0 && lr <= 10.0) {
+        return Err(format!(
+            "{lr} is not a usable learning rate; expected a number above 0 and at most 10, such as 0.01"
+        ));
+    }
+    Ok(lr)
+}
+
+/// Rejects a `--node-id` that is not one of the job's `--num-nodes` nodes: prints the
+/// problem and the fix, and exits with status 2 (as for any bad option) before the
+/// program does anything else.
+pub fn check_node_id(node_id: usize, num_nodes: usize) {
+    if node_id >= num_nodes {
+        eprintln!(
+            "error: --node-id {node_id} is not a node of this job: with --num-nodes {num_nodes} the nodes are 0 to {}; give each node its own --node-id below --num-nodes",
+            num_nodes.saturating_sub(1)
+        );
+        std::process::exit(2);
     }
 }
 

@@ -201,6 +201,11 @@ impl EarlyStopping {
     pub fn history(&self) -> &[f64] {
         &self.history
     }
+
+    /// Puts back the history of a resumed run (see [`crate::checkpoint`]).
+    pub fn restore(&mut self, history: &[f64]) {
+        self.history = history.to_vec();
+    }
 }
 
 #[cfg(test)]

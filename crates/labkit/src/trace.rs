@@ -116,6 +116,16 @@ pub fn fingerprint(tensors: &[Tensor]) -> WeightsFingerprint {
     WeightsFingerprint { digest: format!("{hash:016x}"), projection }
 }
 
+/// Records the weights of `tensors` before the first epoch's first step (after DDP's
+/// broadcast): the point the checker measures training's progress from.
+pub fn record_initial_weights(tensors: &[Tensor]) {
+    if !enabled() {
+        return;
+    }
+    let f = fingerprint(tensors);
+    record("initial_weights", json!({ "digest": f.digest, "projection": f.projection }));
+}
+
 /// Records the weights of `tensors` after `epoch` (0-based) of training.
 pub fn record_weights(epoch: usize, tensors: &[Tensor]) {
     if !enabled() {

@@ -31,10 +31,13 @@ int tchd_has_nccl(void) {
 }
 
 int tchd_store_tcp(const char* host, uint16_t port, int is_server, int64_t num_workers,
-                   int wait_workers, int64_t timeout_ms, tchd_store** out, char** err) {
+                   int wait_workers, int64_t timeout_ms, int listen_fd, tchd_store** out,
+                   char** err) {
   return guarded(err, [&] {
     c10d::TCPStoreOptions opts;
     opts.port = port;
+    // A server socket the caller bound to one address (not every interface).
+    if (is_server != 0 && listen_fd >= 0) opts.masterListenFd = listen_fd;
     opts.isServer = is_server != 0;
     if (num_workers >= 0) opts.numWorkers = static_cast<std::size_t>(num_workers);
     opts.waitWorkers = wait_workers != 0;

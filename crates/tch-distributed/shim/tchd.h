@@ -46,7 +46,8 @@ int tchd_has_nccl(void);
 // --- store ------------------------------------------------------------------------
 // num_workers < 0: unknown (no waiting for workers).
 int tchd_store_tcp(const char* host, uint16_t port, int is_server, int64_t num_workers,
-                   int wait_workers, int64_t timeout_ms, tchd_store** out, char** err);
+                   int wait_workers, int64_t timeout_ms, int listen_fd, tchd_store** out,
+                   char** err);
 void tchd_store_free(tchd_store* store);
 int tchd_store_set(tchd_store* store, const char* key, const uint8_t* value, size_t len,
                    char** err);

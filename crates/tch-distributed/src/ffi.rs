@@ -42,6 +42,7 @@ extern "C" {
         num_workers: i64,
         wait_workers: c_int,
         timeout_ms: i64,
+        listen_fd: c_int,
         out: *mut *mut tchd_store,
         err: *mut *mut c_char,
     ) -> c_int;

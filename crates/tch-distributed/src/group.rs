@@ -164,7 +164,13 @@ impl ProcessGroup {
         // Groups created in the same order on every rank get the same prefix, so
         // several groups can share one store without their keys colliding.
         let id = GROUP_COUNTER.fetch_add(1, Ordering::SeqCst);
-        let prefix = cstring(&format!("tchd/group{id}"))?;
+        // After a torchrun restart the agent's store still holds the last attempt's
+        // keys: each attempt gets its own.
+        let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
+        let prefix = match attempt.trim() {
+            "" | "0" => cstring(&format!("tchd/group{id}"))?,
+            n => cstring(&format!("tchd/attempt{n}/group{id}"))?,
+        };
         let host = opts.gloo_hostname.as_deref().map(cstring).transpose()?;
         let iface = opts.gloo_interface.as_deref().map(cstring).transpose()?;
         let mut out = ptr::null_mut();

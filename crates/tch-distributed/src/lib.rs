@@ -74,7 +74,8 @@ pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp,
 pub use init::{
     all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
-    init_process_group, is_initialized, is_loopback, reduce, reduce_async, Init, Rendezvous,
+    init_process_group, is_communication_failure, is_initialized, is_loopback, reduce, reduce_async,
+    roll_call_note, unresponsive_ranks, Init, Rendezvous,
 };
 pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;

@@ -199,6 +199,11 @@ where
         Ok(Ok(())) => 0,
         Ok(Err(message)) => {
             eprintln!("local rank {local_rank}: {message}");
+            if crate::is_initialized() && crate::is_communication_failure(&message) {
+                if let Some(note) = crate::roll_call_note(ROLL_CALL_WAIT) {
+                    eprintln!("local rank {local_rank}: {note}");
+                }
+            }
             1
         }
         Err(_) => {
@@ -209,6 +214,10 @@ where
     };
     exit_now(code)
 }
+
+/// How long a worker whose collective failed waits for the other survivors to answer
+/// the roll call that names the missing ranks.
+const ROLL_CALL_WAIT: Duration = Duration::from_secs(2);
 
 /// Ends a child. The worker's values are dropped by now; what `exit` would add are the
 /// static destructors of libtorch and friends, which can race with their still-running

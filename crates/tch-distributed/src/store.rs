@@ -1,5 +1,7 @@
 //! The rendezvous key-value store: c10d's TCPStore, as a server or a client.
 use std::ffi::CString;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::fd::IntoRawFd;
 use std::ptr::{self, NonNull};
 use std::time::Duration;
 
@@ -51,16 +53,27 @@ impl Store {
         }
         let host = CString::new(opts.host.as_str())
             .map_err(|_| DistError::invalid("the store address contains a NUL byte"))?;
+        // c10d's server would listen on every interface; the store has no
+        // authentication, so the server socket is bound here to the rendezvous address
+        // alone (loopback for a single-node run) and handed over to c10d.
+        let (listen_fd, port) = if opts.is_server {
+            let listener = bind_server(&opts.host, opts.port)?;
+            let port = listener.local_addr().map(|a| a.port()).unwrap_or(opts.port);
+            (listener.into_raw_fd(), port)
+        } else {
+            (-1, opts.port)
+        };
         let mut out = ptr::null_mut();
         let mut err = ptr::null_mut();
         let status = unsafe {
             ffi::tchd_store_tcp(
                 host.as_ptr(),
-                opts.port,
+                port,
                 opts.is_server as i32,
                 opts.world_size.map(|w| w as i64).unwrap_or(-1),
                 opts.wait_for_workers as i32,
                 duration_ms(opts.timeout),
+                listen_fd,
                 &mut out,
                 &mut err,
             )
@@ -141,6 +154,45 @@ impl Drop for Store {
     fn drop(&mut self) {
         unsafe { ffi::tchd_store_free(self.raw.as_ptr()) }
     }
+}
+
+/// The address a store server listens on: the loopback address for `localhost`
+/// (IPv4 first), otherwise the first address `host` resolves to, which must be one of
+/// this machine's.
+pub(crate) fn server_bind_address(host: &str, port: u16) -> Result<SocketAddr> {
+    if crate::init::is_loopback(host) && host.parse::<IpAddr>().is_err() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            DistError::invalid(format!(
+                "the rendezvous address {host:?} does not resolve ({e}): set MASTER_ADDR to this node's address"
+            ))
+        })?
+        .collect();
+    addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied().ok_or_else(|| {
+        DistError::invalid(format!("the rendezvous address {host:?} resolves to nothing: set MASTER_ADDR"))
+    })
+}
+
+fn bind_server(host: &str, port: u16) -> Result<TcpListener> {
+    let addr = server_bind_address(host, port)?;
+    TcpListener::bind(addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => DistError::new(
+            crate::ErrorKind::AddressInUse,
+            format!(
+                "hosting the rendezvous store at {host}:{port}: {e} (port {port} is taken: is another job or an earlier run still alive? choose another MASTER_PORT)"
+            ),
+        ),
+        std::io::ErrorKind::AddrNotAvailable => DistError::invalid(format!(
+            "hosting the rendezvous store at {host}:{port}: {addr} is not an address of this machine ({e}); rank 0's node must be the one MASTER_ADDR names"
+        )),
+        _ => DistError::new(
+            crate::ErrorKind::Network,
+            format!("hosting the rendezvous store at {host}:{port}: cannot listen on {addr}: {e}"),
+        ),
+    })
 }
 
 pub(crate) fn cstring(s: &str) -> Result<CString> {

@@ -216,3 +216,85 @@ fn agent_store_makes_every_rank_a_client() {
     }
     drop(store);
 }
+
+/// Ranks of one job started with different world sizes: the rank that disagrees with
+/// rank 0 says so (both sizes, and the fix) before creating the group; rank 0 gives up
+/// at its timeout instead of hanging.
+#[test]
+fn ranks_with_different_world_sizes_are_a_clear_error() {
+    let port = free_port();
+    let mut ranks = env_ranks(0..2, 2, port);
+    for (k, v) in ranks[1].env.iter_mut() {
+        if k == "WORLD_SIZE" {
+            *v = "3".into();
+        }
+    }
+    let outcomes = run_ranks("join", ranks, &[("TCHD_TIMEOUT_MS", "4000")], DEADLINE);
+    assert_all_ok(&outcomes);
+    let one = &outcomes[1].output;
+    assert_eq!(field(one, "kind="), Some("InvalidArgument"), "{one}");
+    assert!(one.contains("different world sizes: rank 1 has world size 3, rank 0 has 2"), "{one}");
+    assert!(one.contains("WORLD_SIZE"), "{one}");
+    let zero = &outcomes[0].output;
+    assert!(field(zero, "kind=").is_some(), "rank 0 must fail, not join: {zero}");
+}
+
+/// The listening sockets of this process on `port`, as (address, port) from
+/// /proc/net/tcp and /proc/net/tcp6 (state 0A = LISTEN).
+fn listening_addresses(port: u16) -> Vec<String> {
+    let mut found = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() < 4 || cols[3] != "0A" {
+                continue;
+            }
+            let (addr, p) = cols[1].split_once(':').unwrap();
+            if u16::from_str_radix(p, 16).unwrap() == port {
+                found.push(addr.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The store has no authentication: a single-node store listens on loopback only,
+/// never on every interface (c10d's own default).
+#[test]
+fn a_local_store_listens_on_loopback_only() {
+    for host in ["localhost", "127.0.0.1"] {
+        let store = Store::tcp(&TcpStoreOptions {
+            host: host.into(),
+            port: 0,
+            is_server: true,
+            world_size: Some(1),
+            wait_for_workers: false,
+            timeout: Duration::from_secs(10),
+        })
+        .unwrap();
+        let port = store.port().unwrap();
+        let addrs = listening_addresses(port);
+        eprintln!("{host}: port {port} listens on {addrs:?}");
+        // 0100007F is 127.0.0.1 in /proc's byte order.
+        assert_eq!(addrs, vec!["0100007F".to_string()], "{host}: the store must listen on 127.0.0.1 only");
+        drop(store);
+    }
+}
+
+/// A rendezvous address that is not this machine's is refused before anything waits.
+#[test]
+fn hosting_the_store_on_a_foreign_address_is_a_clear_error() {
+    let e = Store::tcp(&TcpStoreOptions {
+        host: "192.0.2.1".into(), // TEST-NET-1: never assigned to a machine
+        port: 0,
+        is_server: true,
+        world_size: Some(2),
+        wait_for_workers: false,
+        timeout: Duration::from_secs(5),
+    })
+    .err()
+    .expect("binding an address this machine does not have must fail");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("not an address of this machine"), "{e}");
+}

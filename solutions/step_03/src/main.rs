@@ -14,13 +14,13 @@ use tch_distributed as dist;
 #[command(version, about, long_about = None)]
 struct Args {
     /// Images per batch, on each rank.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = labkit::positive)]
     batch_size: usize,
     /// Most epochs to train.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
     /// Learning rate of SGD (no momentum).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.
     #[arg(long, default_value_t = 0.85)]
@@ -29,13 +29,13 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     patience: usize,
     /// Number of nodes (machines) in the job.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = labkit::node_count)]
     num_nodes: usize,
     /// Ranks per node: one per GPU (or CPU processes on a machine without GPUs).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = labkit::ranks_per_node)]
     num_gpus: usize,
     /// Index of this node, from 0 to num_nodes - 1.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = labkit::node_index)]
     node_id: usize,
     /// Every rank of the job, on every node (computed in main, not an option).
     #[arg(skip = 1usize)]
@@ -50,6 +50,8 @@ struct Args {
 fn main() -> ExitCode {
     let mut args = Args::parse();
     args.run.apply();
+    // A node outside the job is an error before anything starts.
+    labkit::check_node_id(args.node_id, args.num_nodes);
     // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
     // unless the environment (MASTER_ADDR, MASTER_PORT) says otherwise.
     args.world_size = args.num_nodes * args.num_gpus;
@@ -84,8 +86,10 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
-    let mut total_time = 0.0;
-    for epoch in 0..args.epochs {
+    // --resume: continue from the last checkpoint (weights, epoch, history), if any.
+    let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
+    let mut total_time = start.total_time;
+    for epoch in start.epoch..args.epochs {
         let t0 = Instant::now();
         labkit::train(&model, &mut optimizer, &mut train_loader)?;
         let epoch_time = t0.elapsed().as_secs_f64();
@@ -97,7 +101,10 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
         let report =
             labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
         report.print();
-        if early_stopping.record(v_accuracy) {
+        let stop = early_stopping.record(v_accuracy);
+        // --save-every N: rank 0 snapshots the run every N epochs.
+        labkit::save_checkpoint(&args.run, &vs, epoch, total_time, args.base_lr, &early_stopping)?;
+        if stop {
             break;
         }
     }

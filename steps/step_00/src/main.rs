@@ -18,13 +18,13 @@ use tch::nn::{self, OptimizerConfig};
 #[command(version, about, long_about = None)]
 struct Args {
     /// Images per batch, on each rank.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = labkit::positive)]
     batch_size: usize,
     /// Most epochs to train.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
     /// Learning rate of SGD (no momentum).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.
     #[arg(long, default_value_t = 0.85)]
@@ -61,8 +61,10 @@ fn training(args: Args) -> labkit::Result<()> {
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
-    let mut total_time = 0.0;
-    for epoch in 0..args.epochs {
+    // --resume: continue from the last checkpoint (weights, epoch, history), if any.
+    let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
+    let mut total_time = start.total_time;
+    for epoch in start.epoch..args.epochs {
         let t0 = Instant::now();
         labkit::train(&model, &mut optimizer, &mut train_loader)?;
         let epoch_time = t0.elapsed().as_secs_f64();
@@ -74,7 +76,10 @@ fn training(args: Args) -> labkit::Result<()> {
         let report =
             labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
         report.print();
-        if early_stopping.record(v_accuracy) {
+        let stop = early_stopping.record(v_accuracy);
+        // --save-every N: rank 0 snapshots the run every N epochs.
+        labkit::save_checkpoint(&args.run, &vs, epoch, total_time, args.base_lr, &early_stopping)?;
+        if stop {
             break;
         }
     }

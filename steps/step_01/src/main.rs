@@ -18,13 +18,13 @@ use tch_distributed as dist;
 #[command(version, about, long_about = None)]
 struct Args {
     /// Images per batch, on each rank.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = labkit::positive)]
     batch_size: usize,
     /// Most epochs to train.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
     /// Learning rate of SGD (no momentum).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.
     #[arg(long, default_value_t = 0.85)]
@@ -33,7 +33,8 @@ struct Args {
     #[arg(long, default_value_t = 2)]
     patience: usize,
     // TODO Step 1: add the lab's three options --num-nodes, --num-gpus and --node-id,
-    // with the lab's defaults (1, 1 and 0) and a help line each.
+    // with the lab's defaults (1, 1 and 0) and a help line each; labkit::ranks_per_node,
+    // labkit::node_count and labkit::node_index (value parsers) reject impossible values.
     #[command(flatten)]
     run: RunOptions,
 }
@@ -41,6 +42,7 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     args.run.apply();
+    // TODO Step 1: reject a --node-id that is not below --num-nodes (labkit::check_node_id).
     let result = training(args);
     labkit::finish(result)
 }
@@ -63,8 +65,10 @@ fn training(args: Args) -> labkit::Result<()> {
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
-    let mut total_time = 0.0;
-    for epoch in 0..args.epochs {
+    // --resume: continue from the last checkpoint (weights, epoch, history), if any.
+    let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
+    let mut total_time = start.total_time;
+    for epoch in start.epoch..args.epochs {
         let t0 = Instant::now();
         labkit::train(&model, &mut optimizer, &mut train_loader)?;
         let epoch_time = t0.elapsed().as_secs_f64();
@@ -76,7 +80,10 @@ fn training(args: Args) -> labkit::Result<()> {
         let report =
             labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
         report.print();
-        if early_stopping.record(v_accuracy) {
+        let stop = early_stopping.record(v_accuracy);
+        // --save-every N: rank 0 snapshots the run every N epochs.
+        labkit::save_checkpoint(&args.run, &vs, epoch, total_time, args.base_lr, &early_stopping)?;
+        if stop {
             break;
         }
     }

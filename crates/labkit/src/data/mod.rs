@@ -8,7 +8,7 @@
 mod dataset;
 mod download;
 mod error;
-mod fsutil;
+pub(crate) mod fsutil;
 mod generated;
 pub mod idx;
 mod manifest;

@@ -1,0 +1,139 @@
+//! Deliberately broken programs fail the check that names their mistake. Each variant
+//! is a reference solution with one edit a student could make, checked with
+//! `checker verify step N --crate DIR`.
+mod common;
+
+use common::{checker_with, variant};
+
+/// The variant fails with exit 1, on `check` among others only from `allowed`.
+fn fails_on(step: u8, name: &str, from: &str, to: &str, check: &str, allowed: &[&str]) {
+    let dir = variant(step, name, from, to);
+    let v = checker_with(&["verify", "step", &step.to_string(), "--seed", "4242", "--crate"], &[&dir]);
+    assert_eq!(v.code, Some(1), "{name} must fail step {step}:\n{}", v.output());
+    let failed = v.failed();
+    assert!(
+        failed.iter().any(|f| f == check),
+        "{name} must fail `{check}`; failed {failed:?}:\n{}",
+        v.output()
+    );
+    for f in &failed {
+        assert!(
+            f == check || allowed.contains(&f.as_str()),
+            "{name} failed `{f}`, which its mistake does not explain:\n{}",
+            v.output()
+        );
+    }
+}
+
+#[test]
+fn no_set_epoch_fails_sampler_set_epoch() {
+    fails_on(
+        6,
+        "no-set-epoch",
+        "train_loader.sampler.set_epoch(epoch as u64);",
+        "",
+        "sampler-set-epoch",
+        &["sampler-shares"],
+    );
+}
+
+#[test]
+fn an_unwrapped_model_fails_weights_synchronized() {
+    fails_on(
+        7,
+        "model-not-wrapped",
+        "let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;",
+        "",
+        "weights-synchronized",
+        &["matches-single-rank"],
+    );
+}
+
+#[test]
+fn rank_as_local_rank_fails_global_rank() {
+    fails_on(
+        4,
+        "rank-is-local-rank",
+        "let global_rank = args.node_id * args.num_gpus + local_rank;",
+        "let global_rank = local_rank;",
+        "global-rank",
+        &["trains", "rank0-prints", "worker-per-rank", "world-size", "rendezvous"],
+    );
+}
+
+#[test]
+fn reducing_with_max_fails_throughput_reduced() {
+    fails_on(
+        8,
+        "reduce-max",
+        "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",
+        "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Max)?;",
+        "throughput-reduced",
+        &[],
+    );
+}
+
+#[test]
+fn no_barrier_fails_epoch_barrier() {
+    fails_on(
+        8,
+        "no-epoch-barrier",
+        "        // The epoch ends when the slowest rank is done.\n        dist::barrier()?;\n",
+        "",
+        "epoch-barrier",
+        &[],
+    );
+}
+
+#[test]
+fn summed_metrics_fail_metrics_averaged() {
+    fails_on(
+        9,
+        "metrics-summed",
+        "let metrics = metrics / args.world_size as f64;",
+        "let metrics = metrics * 1.0;",
+        "metrics-averaged",
+        &[],
+    );
+}
+
+#[test]
+fn every_rank_downloading_fails_prepare_once_per_node() {
+    fails_on(
+        5,
+        "every-rank-downloads",
+        "if local_rank == 0 {\n        labkit::prepare_dataset(&data)?;",
+        "if local_rank < usize::MAX {\n        labkit::prepare_dataset(&data)?;",
+        "prepare-once-per-node",
+        &["downloads-per-node", "trains"],
+    );
+}
+
+#[test]
+fn no_spawn_fails_self_spawn() {
+    fails_on(
+        10,
+        "no-spawn",
+        "let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));",
+        "let result = worker(0, args);",
+        "self-spawn",
+        // One rank alone never forms the job: every check of what the ranks did fails
+        // too (after the rendezvous timeout); the checks of the program text, options
+        // and world do not.
+        &[
+            "trains",
+            "worker-per-rank",
+            "rank0-prints",
+            "prepare-once-per-node",
+            "downloads-per-node",
+            "sampler-shares",
+            "sampler-set-epoch",
+            "weights-synchronized",
+            "matches-single-rank",
+            "throughput-reduced",
+            "epoch-barrier",
+            "metrics-averaged",
+            "failing-rank-ends-run",
+        ],
+    );
+}

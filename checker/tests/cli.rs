@@ -1,0 +1,136 @@
+//! The checker's command line: help texts (snapshots), usage errors, and what it says
+//! about a crate that is missing, does not compile, or hangs.
+mod common;
+
+use assert_cmd::Command;
+use common::{checker, checker_with, repo, variant};
+use predicates::str::contains;
+
+fn cmd() -> Command {
+    let mut c = Command::cargo_bin("checker").unwrap();
+    c.current_dir(repo());
+    c
+}
+
+#[test]
+fn help_texts() {
+    for (name, args) in [
+        ("help", &["--help"][..]),
+        ("verify_help", &["verify", "--help"]),
+        ("grade_help", &["grade", "--help"]),
+        ("list_help", &["list", "--help"]),
+    ] {
+        let out = cmd().args(args).assert().success().get_output().stdout.clone();
+        insta::assert_snapshot!(name, String::from_utf8_lossy(&out));
+    }
+}
+
+#[test]
+fn a_step_out_of_range_is_a_usage_error() {
+    cmd()
+        .args(["verify", "step", "12"])
+        .assert()
+        .code(2)
+        .stderr(contains("there is no step 12: the steps are 0 to 11"));
+    cmd().args(["grade", "step", "x"]).assert().code(2).stderr(contains("there is no step x"));
+    cmd().args(["verify", "twelve", "steps", "please"]).assert().code(2);
+}
+
+#[test]
+fn a_missing_crate_is_a_usage_error() {
+    cmd()
+        .args(["verify", "step", "3", "--crate", "/nonexistent/crate"])
+        .assert()
+        .code(2)
+        .stderr(contains("--crate /nonexistent/crate: no such directory"));
+    let empty = std::env::temp_dir().join(format!("checker-empty-crate-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    cmd()
+        .args(["verify", "step", "3", "--crate"])
+        .arg(&empty)
+        .assert()
+        .code(2)
+        .stderr(contains("the directory must hold the step's src/main.rs"));
+    cmd()
+        .args(["verify", "all", "--crate"])
+        .arg(&empty)
+        .assert()
+        .code(2)
+        .stderr(contains("--crate checks one step"));
+}
+
+#[test]
+fn a_compile_error_is_shown_readably() {
+    let dir = variant(2, "does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
+    let v = checker_with(&["verify", "step", "2", "--seed", "1", "--crate"], &[&dir]);
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert_eq!(v.failed(), ["builds"], "{}", v.output());
+    assert!(v.stdout.contains("cannot find value `undefined_name`"), "{}", v.stdout);
+    assert!(v.stdout.contains("hint: fix the first compiler error first"), "{}", v.stdout);
+}
+
+/// Processes whose command line names `needle`.
+fn processes_named(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_hanging_rank_is_killed_at_the_timeout_and_reported() {
+    let dir = variant(
+        3,
+        "hangs",
+        "labkit::worker_started(local_rank);",
+        "labkit::worker_started(local_rank);\n    std::thread::sleep(std::time::Duration::from_secs(3600));",
+    );
+    let v = checker_with(&["verify", "step", "3", "--seed", "2", "--timeout", "20", "--crate"], &[&dir]);
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert!(v.failed().contains(&"trains".to_string()), "{}", v.output());
+    assert!(v.stdout.contains("timed out (killed)"), "{}", v.stdout);
+    // Every rank of it is gone: the checker killed their process groups.
+    let left = processes_named("target/debug/checked_step_03_");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn grade_writes_an_exercism_style_report() {
+    let json = std::env::temp_dir().join(format!("checker-grade-{}.json", std::process::id()));
+    let v = checker_with(&["grade", "step", "0", "--solutions", "--seed", "5", "--json"], &[&json]);
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    assert!(v.stdout.contains("   0   10/10  pass"), "{}", v.stdout);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["version"], 3);
+    assert_eq!(report["status"], "pass");
+    assert_eq!(report["points"], 10.0);
+    let tests = report["tests"].as_array().unwrap();
+    let names: Vec<&str> = tests.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["step 0: imports-dist", "step 0: trains"]);
+    assert!(tests.iter().all(|t| t["status"] == "pass"));
+    assert!(tests[1]["output"].as_str().unwrap().contains("Epoch ="), "{}", tests[1]["output"]);
+
+    // The untouched starter of step 1 earns nothing for step 1, and still exits 0.
+    let v = checker_with(&["grade", "step", "1", "--seed", "5", "--json"], &[&json]);
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["status"], "fail");
+    assert_eq!(report["points"], 0.0);
+    assert!(report["tests"][0]["message"].as_str().unwrap().contains("hint:"));
+    let _ = std::fs::remove_file(json);
+}
+
+#[test]
+fn the_report_of_a_passing_step() {
+    let v = checker(&["verify", "step", "2", "--solutions", "--seed", "11"]);
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    // Ports and pids change from run to run.
+    let masked = regex::Regex::new(r"127\.0\.0\.1:\d+").unwrap().replace_all(&v.stdout, "127.0.0.1:[port]");
+    insta::assert_snapshot!("report_step_2", masked);
+}

@@ -1,0 +1,66 @@
+//! Shared by the checker's integration tests: running the real binary, and making
+//! variants of the reference solutions for `verify --crate`.
+#![allow(dead_code)]
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// The solution of `step` with `from` (which must occur exactly once) replaced by
+/// `to`, as a crate directory holding only `src/main.rs`.
+pub fn variant(step: u8, name: &str, from: &str, to: &str) -> PathBuf {
+    let source =
+        std::fs::read_to_string(repo().join(format!("solutions/step_{step:02}/src/main.rs"))).unwrap();
+    assert_eq!(source.matches(from).count(), 1, "solution {step} must contain `{from}` exactly once");
+    // A stable place per variant: the checker reuses its build next time.
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("variants").join(name);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/main.rs"), source.replace(from, to)).unwrap();
+    dir
+}
+
+pub struct Verdict {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Verdict {
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+
+    /// The ids of the checks reported as failing.
+    pub fn failed(&self) -> Vec<String> {
+        self.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("FAIL step "))
+            .filter_map(|l| l.split(':').next())
+            .map(|l| l.split_whitespace().last().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+/// The checker with `args`, from the repository, keeping its verdicts out of the
+/// repository's progress file.
+pub fn checker(args: &[&str]) -> Verdict {
+    checker_with(args, &[])
+}
+
+pub fn checker_with(args: &[&str], paths: &[&Path]) -> Verdict {
+    let progress = std::env::temp_dir().join(format!("checker-test-progress-{}.json", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_checker"))
+        .current_dir(repo())
+        .args(args)
+        .args(paths)
+        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .output()
+        .expect("run the checker");
+    Verdict {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -1,0 +1,429 @@
+//! Snapshots of a training run, and resuming from them (torchrun's snapshot pattern).
+//!
+//! Rank 0 writes, every `--save-every` epochs, into `--checkpoint-dir`:
+//!
+//! - `weights-epoch-NNNN.safetensors`: every variable of the model (parameters and
+//!   BatchNorm running statistics), in safetensors, which holds raw tensors and
+//!   metadata only: loading it runs no code (unlike a pickle);
+//! - `checkpoint.json`: the format, the epoch, the learning rate, the early-stopping
+//!   history, the cumulative time, the weights file's name and its MD5.
+//!
+//! Both are written under a temporary name and renamed into place, weights first. The
+//! rename of `checkpoint.json` is the commit: a process killed at any moment leaves the
+//! previous `checkpoint.json` naming the previous, complete weights file (older weights
+//! files are removed only after the commit).
+//!
+//! `--resume` makes every rank load the checkpoint, if there is one, into its own
+//! model on its own device, and continue with the next epoch. Without a checkpoint it
+//! starts from epoch 0, so one command line serves the first run and every restart.
+//!
+//! SGD without momentum keeps no per-parameter state: the optimizer's state is its
+//! learning rate, stored as such.
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use md5::{Digest, Md5};
+use serde_json::{json, Value};
+use tch::nn::VarStore;
+use tch::{Device, Tensor};
+use thiserror::Error;
+
+use crate::data::fsutil::{self, TempFile};
+use crate::options::RunOptions;
+use crate::report::EarlyStopping;
+use crate::trace;
+
+/// The file that commits a checkpoint.
+pub const CHECKPOINT_FILE: &str = "checkpoint.json";
+/// The `format` field of [`CHECKPOINT_FILE`].
+pub const FORMAT: &str = "ddp-lab-checkpoint/1";
+/// Test hook: set to an epoch number, the process SIGKILLs itself while saving that
+/// epoch's checkpoint, after its files are written and before the commit.
+pub const CRASH_IN_SAVE_ENV: &str = "DDP_LAB_CRASH_IN_SAVE";
+
+/// What can go wrong with a checkpoint. Every message names the file and the fix.
+#[derive(Debug, Error)]
+pub enum CheckpointError {
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "checkpoint {} is unusable: {reason}. Remove the directory {} (or point --checkpoint-dir elsewhere) to start afresh, or run without --resume",
+        path.display(), dir.display()
+    )]
+    Invalid { path: PathBuf, dir: PathBuf, reason: String },
+    #[error("cannot write checkpoint {}: {source}", path.display())]
+    Tensor {
+        path: PathBuf,
+        #[source]
+        source: tch::TchError,
+    },
+}
+
+impl CheckpointError {
+    fn invalid(path: &Path, reason: impl Into<String>) -> Self {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        CheckpointError::Invalid { path: path.to_path_buf(), dir, reason: reason.into() }
+    }
+
+    fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
+        CheckpointError::Io { action, path: path.to_path_buf(), source }
+    }
+
+    /// 2 for a checkpoint that cannot be used (bad input), 1 for I/O failures.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CheckpointError::Invalid { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Where a run starts: the first epoch to train and the time already spent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Start {
+    pub epoch: usize,
+    pub total_time: f64,
+}
+
+/// The contents of [`CHECKPOINT_FILE`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// The last epoch trained (0-based); training resumes at `epoch + 1`.
+    pub epoch: usize,
+    pub total_time: f64,
+    pub learning_rate: f64,
+    pub accuracy_history: Vec<f64>,
+    /// The weights file, relative to the checkpoint directory.
+    pub weights: String,
+    pub weights_md5: String,
+}
+
+impl Checkpoint {
+    fn to_json(&self) -> Value {
+        json!({
+            "format": FORMAT,
+            "epoch": self.epoch,
+            "next_epoch": self.epoch + 1,
+            "total_time": self.total_time,
+            "optimizer": { "kind": "sgd", "momentum": 0.0, "learning_rate": self.learning_rate },
+            "early_stopping": { "accuracy_history": self.accuracy_history },
+            "weights": self.weights,
+            "weights_md5": self.weights_md5,
+        })
+    }
+
+    fn from_json(path: &Path, v: &Value) -> Result<Self, CheckpointError> {
+        if v["format"] != FORMAT {
+            return Err(CheckpointError::invalid(
+                path,
+                format!("its format is {}, this program reads {FORMAT}", v["format"]),
+            ));
+        }
+        let missing = |field: &str| CheckpointError::invalid(path, format!("the field `{field}` is missing"));
+        let history =
+            v["early_stopping"]["accuracy_history"].as_array().ok_or_else(|| missing("accuracy_history"))?;
+        Ok(Checkpoint {
+            epoch: v["epoch"].as_u64().ok_or_else(|| missing("epoch"))? as usize,
+            total_time: v["total_time"].as_f64().ok_or_else(|| missing("total_time"))?,
+            learning_rate: v["optimizer"]["learning_rate"]
+                .as_f64()
+                .ok_or_else(|| missing("learning_rate"))?,
+            accuracy_history: history.iter().filter_map(Value::as_f64).collect(),
+            weights: v["weights"].as_str().ok_or_else(|| missing("weights"))?.to_string(),
+            weights_md5: v["weights_md5"].as_str().ok_or_else(|| missing("weights_md5"))?.to_string(),
+        })
+    }
+}
+
+fn md5_of(path: &Path) -> Result<String, CheckpointError> {
+    let bytes = fs::read(path).map_err(|e| CheckpointError::io("read", path, e))?;
+    Ok(Md5::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes a checkpoint of `vs` into `dir` atomically (see the module documentation).
+pub fn write(
+    dir: &Path,
+    vs: &VarStore,
+    checkpoint_fields: &Checkpoint,
+) -> Result<Checkpoint, CheckpointError> {
+    fsutil::create_dir(dir).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    fsutil::remove_stale_temp_files(dir);
+    let mut checkpoint = checkpoint_fields.clone();
+    checkpoint.weights = format!("weights-epoch-{:04}.safetensors", checkpoint.epoch);
+    // Sorted names, CPU tensors: the same bytes whatever the rank's device.
+    let variables: BTreeMap<String, Tensor> =
+        vs.variables().into_iter().map(|(k, v)| (k, v.to_device(Device::Cpu))).collect();
+    let named: Vec<(&str, &Tensor)> = variables.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tmp = TempFile::create(dir, &checkpoint.weights)
+        .map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    let tmp_path = tmp.path().to_path_buf();
+    Tensor::write_safetensors(&named, &tmp_path)
+        .map_err(|source| CheckpointError::Tensor { path: tmp_path.clone(), source })?;
+    checkpoint.weights_md5 = md5_of(&tmp_path)?;
+    tmp.persist(dir, &checkpoint.weights).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+
+    let text = serde_json::to_string_pretty(&checkpoint.to_json()).expect("JSON of plain values");
+    let mut tmp =
+        TempFile::create(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    let tmp_path = tmp.path().to_path_buf();
+    tmp.file().write_all(text.as_bytes()).map_err(|e| CheckpointError::io("write", &tmp_path, e))?;
+    if std::env::var(CRASH_IN_SAVE_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok())
+        == Some(checkpoint.epoch)
+    {
+        eprintln!(
+            "{CRASH_IN_SAVE_ENV}: crashing while saving epoch {} (before the commit)",
+            checkpoint.epoch
+        );
+        // As a kill -9 would: no destructor runs, the temporary file stays behind.
+        // SAFETY: signalling this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    tmp.persist(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    // Committed: older weights are no longer referenced.
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with("weights-epoch-")
+                && name.ends_with(".safetensors")
+                && name != checkpoint.weights
+            {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    Ok(checkpoint)
+}
+
+/// Reads `dir`'s checkpoint, if there is one, checking the weights file's MD5.
+pub fn read(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
+    let path = dir.join(CHECKPOINT_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(CheckpointError::io("read", &path, e)),
+    };
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| CheckpointError::invalid(&path, format!("it is not valid JSON ({e})")))?;
+    let checkpoint = Checkpoint::from_json(&path, &value)?;
+    let weights = dir.join(&checkpoint.weights);
+    if !weights.is_file() {
+        return Err(CheckpointError::invalid(&weights, "the weights file it names is missing"));
+    }
+    let md5 = md5_of(&weights)?;
+    if md5 != checkpoint.weights_md5 {
+        return Err(CheckpointError::invalid(
+            &weights,
+            format!(
+                "its MD5 is {md5}, the checkpoint recorded {} (corrupt or truncated)",
+                checkpoint.weights_md5
+            ),
+        ));
+    }
+    Ok(Some(checkpoint))
+}
+
+/// Copies the checkpoint's weights into `vs`, on whatever device `vs` lives on. The
+/// names and shapes must match the model exactly (same `--width`).
+pub fn load_weights(dir: &Path, checkpoint: &Checkpoint, vs: &VarStore) -> Result<(), CheckpointError> {
+    let path = dir.join(&checkpoint.weights);
+    let saved: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
+        .map_err(|e| CheckpointError::invalid(&path, format!("it is not a readable safetensors file ({e})")))?
+        .into_iter()
+        .collect();
+    let variables = vs.variables();
+    let mut missing: Vec<&String> = variables.keys().filter(|k| !saved.contains_key(*k)).collect();
+    missing.sort();
+    let mut extra: Vec<&String> = saved.keys().filter(|k| !variables.contains_key(*k)).collect();
+    extra.sort();
+    if !missing.is_empty() || !extra.is_empty() {
+        return Err(CheckpointError::invalid(
+            &path,
+            format!(
+                "it holds a different model (missing {missing:?}, unexpected {extra:?}): was it saved with another --width?"
+            ),
+        ));
+    }
+    tch::no_grad(|| {
+        for (name, mut var) in variables {
+            let src = &saved[&name];
+            if src.size() != var.size() {
+                return Err(CheckpointError::invalid(
+                    &path,
+                    format!(
+                        "{name} has shape {:?}, the model's is {:?}: was it saved with another --width?",
+                        src.size(),
+                        var.size()
+                    ),
+                ));
+            }
+            var.f_copy_(src).map_err(|e| CheckpointError::invalid(&path, format!("copying {name}: {e}")))?;
+        }
+        Ok(())
+    })
+}
+
+/// `--resume`: loads the last checkpoint of `--checkpoint-dir` into `vs` (on every
+/// rank, onto that rank's device) and `early_stopping`, and says where to start.
+/// Without `--resume`, or without a checkpoint yet, starts at epoch 0.
+pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStopping) -> crate::Result<Start> {
+    let fresh = Start { epoch: 0, total_time: 0.0 };
+    if !run.resume {
+        return Ok(fresh);
+    }
+    let dir = &run.checkpoint_dir;
+    let Some(checkpoint) = read(dir)? else {
+        if crate::lab::is_rank_zero() {
+            println!("resume: no checkpoint in {} yet, starting at epoch 0", dir.display());
+        }
+        return Ok(fresh);
+    };
+    load_weights(dir, &checkpoint, vs)?;
+    early_stopping.restore(&checkpoint.accuracy_history);
+    let start = Start { epoch: checkpoint.epoch + 1, total_time: checkpoint.total_time };
+    crate::lab::set_epoch_counter(start.epoch);
+    if crate::lab::is_rank_zero() {
+        println!(
+            "resume: continuing at epoch {} from {} (saved after epoch {})",
+            start.epoch,
+            dir.join(&checkpoint.weights).display(),
+            checkpoint.epoch
+        );
+    }
+    if trace::enabled() {
+        // The same fingerprint as the trainer's "weights" events (trainable variables).
+        let digest = trace::fingerprint(&vs.trainable_variables()).digest;
+        trace::record(
+            "resumed",
+            json!({ "epoch": start.epoch, "weights": checkpoint.weights, "digest": digest }),
+        );
+    }
+    Ok(start)
+}
+
+/// Rank 0 saves a checkpoint after `epoch` when `--save-every N` divides the number of
+/// epochs done; every other rank, and runs without `--save-every`, do nothing.
+pub fn save(
+    run: &RunOptions,
+    vs: &VarStore,
+    epoch: usize,
+    total_time: f64,
+    learning_rate: f64,
+    early_stopping: &EarlyStopping,
+) -> crate::Result<()> {
+    let Some(every) = run.save_every else { return Ok(()) };
+    if !(epoch + 1).is_multiple_of(every) || !crate::lab::is_rank_zero() {
+        return Ok(());
+    }
+    let fields = Checkpoint {
+        epoch,
+        total_time,
+        learning_rate,
+        accuracy_history: early_stopping.history().to_vec(),
+        weights: String::new(),
+        weights_md5: String::new(),
+    };
+    let saved = write(&run.checkpoint_dir, vs, &fields)?;
+    trace::record(
+        "checkpoint_saved",
+        json!({ "epoch": epoch, "weights": saved.weights, "md5": saved.weights_md5 }),
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::nn;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("labkit-ckpt-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn model(seed: i64, width: usize) -> VarStore {
+        tch::manual_seed(seed);
+        let vs = VarStore::new(Device::Cpu);
+        let _ = nn::linear(vs.root() / "fc", 4, width as i64, Default::default());
+        let _ = nn::batch_norm1d(vs.root() / "bn", width as i64, Default::default());
+        vs
+    }
+
+    fn fields(epoch: usize) -> Checkpoint {
+        Checkpoint {
+            epoch,
+            total_time: 12.5,
+            learning_rate: 0.01,
+            accuracy_history: vec![0.5, 0.75],
+            weights: String::new(),
+            weights_md5: String::new(),
+        }
+    }
+
+    fn same(a: &VarStore, b: &VarStore) -> bool {
+        let (a, b) = (a.variables(), b.variables());
+        a.len() == b.len() && a.iter().all(|(k, v)| v.equal(&b[k]))
+    }
+
+    #[test]
+    fn round_trip_restores_every_variable_and_field() {
+        let dir = scratch("round-trip");
+        assert_eq!(read(&dir).unwrap(), None, "no checkpoint yet");
+        let saved = model(1, 3);
+        let written = write(&dir, &saved, &fields(4)).unwrap();
+        assert_eq!(written.weights, "weights-epoch-0004.safetensors");
+        let back = read(&dir).unwrap().expect("a checkpoint");
+        assert_eq!(back, written);
+        assert_eq!(
+            (back.epoch, back.learning_rate, back.accuracy_history.clone()),
+            (4, 0.01, vec![0.5, 0.75])
+        );
+        let other = model(2, 3);
+        assert!(!same(&saved, &other));
+        load_weights(&dir, &back, &other).unwrap();
+        assert!(same(&saved, &other), "weights and BatchNorm statistics restored");
+        // A newer checkpoint replaces the older weights file after its commit.
+        write(&dir, &saved, &fields(5)).unwrap();
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .collect();
+        assert!(names.contains(&"weights-epoch-0005.safetensors".to_string()), "{names:?}");
+        assert!(!names.contains(&"weights-epoch-0004.safetensors".to_string()), "{names:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn damaged_or_foreign_checkpoints_are_refused_with_the_file_and_the_fix() {
+        let dir = scratch("damaged");
+        let saved = model(1, 3);
+        let written = write(&dir, &saved, &fields(0)).unwrap();
+        // Another width: names match, shapes do not.
+        let wider = model(1, 5);
+        let e = load_weights(&dir, &written, &wider).unwrap_err();
+        assert!(e.to_string().contains("--width") && e.exit_code() == 2, "{e}");
+        // Truncated weights: the MD5 catches it.
+        let w = dir.join(&written.weights);
+        let bytes = fs::read(&w).unwrap();
+        fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+        let e = read(&dir).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("weights-epoch-0000.safetensors") && msg.contains("corrupt or truncated"),
+            "{msg}"
+        );
+        assert!(msg.contains("without --resume"), "{msg}");
+        // A JSON that is not a checkpoint.
+        fs::write(dir.join(CHECKPOINT_FILE), "{\"format\": \"pickle\"}").unwrap();
+        let e = read(&dir).unwrap_err();
+        assert!(e.to_string().contains("checkpoint.json") && e.to_string().contains("format"), "{e}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
