@@ -14,30 +14,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-
-def cbr(cin, cout):
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
-
-
-class Block(nn.Module):
-    def __init__(self, cin, cout, scale):
-        super().__init__()
-        self.main = nn.Sequential(cbr(cin, cout), nn.Dropout(0.01), cbr(cout, cout))
-        self.shortcut = nn.Conv2d(cin, cout, 1) if scale else nn.Identity()
-
-    def forward(self, x):
-        return self.main(x) + self.shortcut(x)
-
-
-def wide_resnet(widths):
-    w0, w1, w2, w3 = widths
-    return nn.Sequential(
-        cbr(1, w0),
-        Block(w0, w1, True), Block(w1, w1, False), nn.MaxPool2d(2),
-        Block(w1, w2, True), Block(w2, w2, False), nn.MaxPool2d(2),
-        Block(w2, w3, True), Block(w3, w3, False), nn.AvgPool2d(7),
-        nn.Flatten(), nn.Linear(w3, 10),
-    )
+from wideresnet import wide_resnet
 
 
 def main():

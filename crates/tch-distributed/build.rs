@@ -1,5 +1,5 @@
 //! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
-//! (shim/sync_batch_norm.cpp).
+//! (shim/sync_batch_norm.cpp), and bf16 autocast (shim/amp.cpp).
 //!
 //! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`).
 //! ProcessGroupNCCL is compiled in whenever libtorch ships its CUDA libraries and the
@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
-    for f in ["tchd.cpp", "ddp.cpp", "sync_batch_norm.cpp", "tchd.h", "tchd_internal.h"] {
+    for f in ["tchd.cpp", "ddp.cpp", "sync_batch_norm.cpp", "amp.cpp", "tchd.h", "tchd_internal.h"] {
         println!("cargo:rerun-if-changed=shim/{f}");
     }
     println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
@@ -29,6 +29,7 @@ fn main() {
         .file("shim/tchd.cpp")
         .file("shim/ddp.cpp")
         .file("shim/sync_batch_norm.cpp")
+        .file("shim/amp.cpp")
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

@@ -16,13 +16,16 @@
 //! message bytes / seconds per all_reduce. Nothing here asserts on timings.
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::net::ToSocketAddrs;
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use ddp_bench::common::{
+    free_ports, json_num, json_str, load_average, median, probe_python, write_atomically, PythonEnv, Side,
+};
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
 
@@ -90,7 +93,7 @@ fn main() -> ExitCode {
         eprintln!("error: {message}");
         return ExitCode::from(2);
     }
-    let env = match probe_python(&args) {
+    let env = match probe_python(args.python.as_deref(), "allreduce.py") {
         Ok(env) => env,
         Err(message) => {
             eprintln!("error: {message}");
@@ -197,60 +200,6 @@ fn timed_all_reduce(numel: i64, warmup: usize, iters: usize, rank: usize, world:
 // ---------------------------------------------------------------------------------------
 // The Python side: interpreter, script, libtorch.
 
-struct PythonEnv {
-    python: PathBuf,
-    script: PathBuf,
-    torch_version: String,
-    /// Canonical lib directories of the libtorch each side loads.
-    rust_libtorch: PathBuf,
-    python_libtorch: PathBuf,
-}
-
-fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
-/// Checks the interpreter imports torch with Gloo; the message says what to do if not.
-fn probe_python(args: &Args) -> Result<PythonEnv, String> {
-    let python = args.python.clone().unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/allreduce.py");
-    if !script.is_file() {
-        return Err(format!("the PyTorch rank script {} is missing", script.display()));
-    }
-    const PROBE: &str = "import os, torch, torch.distributed as d\n\
-        assert d.is_available() and d.is_gloo_available(), 'torch.distributed with Gloo is not available'\n\
-        print(torch.__version__)\n\
-        print(os.path.join(os.path.dirname(torch.__file__), 'lib'))\n";
-    let out = Command::new(&python).args(["-c", PROBE]).stdin(Stdio::null()).output().map_err(|e| {
-        format!(
-            "cannot run the Python interpreter {} ({e}): run scripts/setup.sh (it creates the workspace's .venv), or pass --python",
-            python.display()
-        )
-    })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        return Err(format!(
-            "{} cannot import torch with torch.distributed (Gloo): {last}\nrun scripts/setup.sh (it installs torch into the workspace's .venv), or pass --python",
-            python.display()
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
-    let torch_version = lines.next().unwrap_or("?").trim().to_string();
-    let python_lib = PathBuf::from(lines.next().unwrap_or("").trim());
-    let rust_lib = PathBuf::from(env!("DDP_BENCH_LIBTORCH_LIB"));
-    let canonical = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
-    Ok(PythonEnv {
-        python,
-        script,
-        torch_version,
-        rust_libtorch: canonical(rust_lib),
-        python_libtorch: canonical(python_lib),
-    })
-}
-
 /// Where each side's Gloo device binds, as c10d decides it.
 fn gloo_binding(args: &Args) -> (String, String) {
     if let Some(iface) = gloo_iface(args) {
@@ -282,21 +231,6 @@ fn gloo_iface(args: &Args) -> Option<String> {
 
 // ---------------------------------------------------------------------------------------
 // The ranks of both sides, driven over their stdin/stdout.
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Rust,
-    PyTorch,
-}
-
-impl Side {
-    fn name(self) -> &'static str {
-        match self {
-            Side::Rust => "Rust",
-            Side::PyTorch => "PyTorch",
-        }
-    }
-}
 
 struct Rank {
     side: Side,
@@ -479,18 +413,6 @@ impl Drop for Ranks {
     }
 }
 
-/// The 1-minute load average (Linux), to tell a busy machine from a slow benchmark.
-fn load_average() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
-}
-
-/// A free TCP port on loopback for each side's rendezvous (held together so they differ).
-fn free_ports(n: usize) -> Res<Vec<u16>> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
-    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
-}
-
 // ---------------------------------------------------------------------------------------
 // The run.
 
@@ -510,17 +432,6 @@ impl Samples {
         let min = self.seconds.iter().copied().fold(f64::INFINITY, f64::min);
         let max = self.seconds.iter().copied().fold(0.0, f64::max);
         (max - min) / 2.0 / self.median()
-    }
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut s = values.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
 }
 
@@ -715,32 +626,6 @@ fn print_table(args: &Args, results: &[SizeResult], same_lib: bool) {
 // ---------------------------------------------------------------------------------------
 // JSON (written by hand: the workspace has no serde).
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-fn json_num(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x}")
-    } else {
-        "null".to_string()
-    }
-}
-
 fn json_side(r: &SizeResult, side: Side) -> String {
     let s = match side {
         Side::Rust => &r.rust,
@@ -808,24 +693,4 @@ fn to_json(
     }
     out.push_str(&format!("  \"results\": [\n{}\n  ]\n}}\n", rows.join(",\n")));
     out
-}
-
-/// Writes `path` through a temporary file beside it and a rename, so readers never see
-/// half a file.
-fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
-    let name = path.file_name().ok_or_else(|| std::io::Error::other("the path names no file"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(contents.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

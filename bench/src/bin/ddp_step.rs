@@ -23,6 +23,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use ddp_bench::common::median;
 use labkit::{Norm, WideResNet, Widths};
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -196,7 +197,7 @@ fn runner(args: &Args) -> Res<()> {
                 times[side as usize].push(t);
             }
         }
-        rows.push((ws, median(&mut times[0]), median(&mut times[1]), median(&mut times[2])));
+        rows.push((ws, median(&times[0]), median(&times[1]), median(&times[2])));
     }
     let per_rank = |t: f64| args.batch_size as f64 / t;
     let (_, base_rust, base_py, base_ctl) = rows[0];
@@ -310,11 +311,6 @@ fn run_side(
         }
     }
     Ok(worst)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn parameter_count(widths: Widths) -> i64 {

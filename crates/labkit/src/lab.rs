@@ -78,7 +78,7 @@ pub fn train<M: Model, S: Sampler>(
     let bar = progress_bar(loader.len() as u64, epoch);
     for chunk in indices.chunks(loader.batch_size) {
         let (images, labels) = loader.split.batch(chunk, loader.device);
-        let logits = model.forward(&images, true)?;
+        let logits = run_forward(model, &images, true, loader.device)?;
         let loss = logits.cross_entropy_for_logits(&labels);
         optimizer.zero_grad();
         loss.f_backward()?;
@@ -109,7 +109,7 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
     let _no_grad = tch::no_grad_guard();
     for chunk in indices.chunks(loader.batch_size) {
         let (images, labels) = loader.split.batch(chunk, loader.device);
-        let logits = model.forward(&images, false)?;
+        let logits = run_forward(model, &images, false, loader.device)?;
         loss_sum += logits.cross_entropy_for_logits(&labels).double_value(&[]);
         correct += logits.argmax(-1, false).eq_tensor(&labels).sum(Kind::Int64).int64_value(&[]);
         total += chunk.len();
@@ -125,6 +125,25 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
         );
     }
     Ok((accuracy, loss))
+}
+
+/// The model's logits as float32, under the run's speed settings (`--channels-last`,
+/// `--amp bf16`; see [`crate::perf`]). Under autocast the logits come out in bf16;
+/// the loss is then taken in float32, as autocast itself does for cross-entropy.
+fn run_forward<M: Model>(model: &M, images: &Tensor, train: bool, device: tch::Device) -> Result<Tensor> {
+    let settings = crate::perf::settings();
+    let channels_last;
+    let images = if settings.channels_last {
+        channels_last = crate::perf::to_channels_last(images);
+        &channels_last
+    } else {
+        images
+    };
+    let logits = match crate::perf::autocast_on(device) {
+        Some(device) => dist::autocast_bf16(device, || model.forward(images, train))??,
+        None => model.forward(images, train)?,
+    };
+    Ok(if logits.kind() == Kind::Float { logits } else { logits.to_kind(Kind::Float) })
 }
 
 static EPOCHS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

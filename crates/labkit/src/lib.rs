@@ -7,6 +7,7 @@ mod lab;
 pub mod loader;
 pub mod model;
 mod options;
+pub mod perf;
 pub mod report;
 pub mod trace;
 
@@ -25,5 +26,6 @@ pub use model::{parameter_count, Norm, WideResNet, Widths};
 pub use options::{
     check_node_id, learning_rate, node_count, node_index, positive, ranks_per_node, DeviceChoice, RunOptions,
 };
+pub use perf::{forward_flops_per_image, Amp};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};

@@ -109,6 +109,18 @@ impl NormLayer {
     }
 }
 
+/// With `--channels-last`, stores the conv's weight in NHWC layout once, rather than
+/// letting every convolution convert it.
+fn channels_last_if_set(conv: nn::Conv2D) -> nn::Conv2D {
+    if crate::perf::settings().channels_last {
+        let nhwc = crate::perf::to_channels_last(&conv.ws);
+        let mut ws = conv.ws.shallow_clone();
+        // Same storage as the VarStore's variable: the optimizer sees the new layout.
+        tch::no_grad(|| ws.set_data(&nhwc));
+    }
+    conv
+}
+
 /// conv3×3 → norm → ReLU.
 #[derive(Debug)]
 struct Cbr {
@@ -119,7 +131,8 @@ struct Cbr {
 impl Cbr {
     fn new(p: nn::Path, cin: i64, cout: i64, norm: Norm) -> Cbr {
         let cfg = nn::ConvConfig { padding: 1, bias: false, ..torch_conv(cin * 9) };
-        Cbr { conv: nn::conv2d(&p / "conv", cin, cout, 3, cfg), norm: NormLayer::new(&p / "bn", cout, norm) }
+        let conv = channels_last_if_set(nn::conv2d(&p / "conv", cin, cout, 3, cfg));
+        Cbr { conv, norm: NormLayer::new(&p / "bn", cout, norm) }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
@@ -142,7 +155,8 @@ impl Block {
         Block {
             first: Cbr::new(&p / "cbr1", cin, cout, norm),
             second: Cbr::new(&p / "cbr2", cout, cout, norm),
-            shortcut: scale.then(|| nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin))),
+            shortcut: scale
+                .then(|| channels_last_if_set(nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin)))),
             // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
             // each process's own generator.
             dropout: if crate::lab::equivalence_run() { 0.0 } else { DROPOUT },

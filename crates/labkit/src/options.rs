@@ -12,6 +12,7 @@ use tch::Device;
 
 use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
 use crate::model::Widths;
+use crate::perf::{Amp, PerfSettings};
 
 /// Where a rank computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +135,21 @@ pub struct RunOptions {
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = timeout_seconds)]
     pub timeout: u64,
 
+    /// Mixed precision: `off`, or `bf16` (autocast: convolutions in bfloat16;
+    /// parameters, gradients and the loss stay float32). CPU and CUDA.
+    #[arg(long, default_value = "off", value_name = "MODE")]
+    pub amp: Amp,
+
+    /// Channels-last (NHWC) layout for images and convolution weights: faster
+    /// convolutions on tensor-core GPUs.
+    #[arg(long)]
+    pub channels_last: bool,
+
+    /// Peak TFLOP/s of one device, for the model-FLOP utilisation line (default: a
+    /// table of known GPUs: H100, H200, A100, T4; none on CPUs).
+    #[arg(long, value_name = "TFLOPS", value_parser = positive_tflops)]
+    pub peak_tflops: Option<f64>,
+
     /// Rank 0 saves a checkpoint (weights, epoch, learning rate, early-stopping
     /// history) every N epochs into --checkpoint-dir. Default: never.
     #[arg(long, value_name = "N", value_parser = positive)]
@@ -148,6 +164,13 @@ pub struct RunOptions {
     /// first run too, as torchrun restarts repeat the same command line.
     #[arg(long)]
     pub resume: bool,
+}
+
+fn positive_tflops(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number of TFLOP/s")),
+    }
 }
 
 /// Parses a whole number in `low..=high`, or says which range is allowed and why.
@@ -236,10 +259,24 @@ impl RunOptions {
         }
     }
 
-    /// Applies the process-wide settings (torch's thread count).
+    /// Applies the process-wide settings: torch's thread count, cuDNN's benchmark
+    /// mode when GPUs may be used (the lab's shapes never change, so autotuning each
+    /// convolution once pays off), and the speed settings `train`, `test` and the
+    /// model read ([`crate::perf`]).
     pub fn apply(&self) {
         if let Some(n) = self.threads {
             tch::set_num_threads(n.max(1) as i32);
         }
+        let gpu_allowed = self.device != DeviceChoice::Cpu;
+        if gpu_allowed && tch::Cuda::is_available() {
+            tch::Cuda::cudnn_set_benchmark(true);
+        }
+        crate::perf::configure(PerfSettings {
+            amp: self.amp,
+            channels_last: self.channels_last,
+            widths: self.width,
+            peak_tflops: self.peak_tflops,
+            gpu_allowed,
+        });
     }
 }

@@ -138,6 +138,10 @@ pub fn print_summary(target_accuracy: f64, world_size: usize) {
     let summary = Summary::from_reports(target_accuracy, world_size);
     let line = summary.line(target_accuracy);
     println!("{line}");
+    let per_device = summary.images_per_sec / world_size.max(1) as f64;
+    if let Some(mfu) = crate::perf::mfu_line(per_device) {
+        println!("{mfu}");
+    }
     crate::trace::record(
         "summary",
         json!({ "line": line, "epochs": summary.epochs, "best_accuracy": summary.best_accuracy,

@@ -84,6 +84,13 @@ int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err);
 int tchd_work_is_completed(tchd_work* work);
 void tchd_work_free(tchd_work* work);
 
+// --- bf16 autocast (amp.cpp) -----------------------------------------------------------
+// Enters a bf16 autocast region on CPU (cuda = 0) or CUDA (cuda = 1); returns whether
+// autocast was on before, or -1 with *err set.
+int tchd_autocast_enter(int cuda, char** err);
+// Leaves it, restoring `previous`.
+void tchd_autocast_exit(int cuda, int previous);
+
 // --- DistributedDataParallel pieces (ddp.cpp) ------------------------------------------
 typedef struct tchd_reducer tchd_reducer;
 

@@ -124,6 +124,8 @@ extern "C" {
     pub fn tchd_work_free(work: *mut tchd_work);
 
     pub fn tchd_grad_enabled() -> c_int;
+    pub fn tchd_autocast_enter(cuda: c_int, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_autocast_exit(cuda: c_int, previous: c_int);
     pub fn tchd_broadcast_coalesced(
         group: *mut tchd_group,
         tensors: *const *mut c_void,

@@ -53,6 +53,7 @@
 //!
 //! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
+mod amp;
 mod ddp;
 mod error;
 mod ffi;
@@ -66,6 +67,7 @@ mod sync_batch_norm;
 
 use std::time::Duration;
 
+pub use amp::autocast_bf16;
 pub use ddp::{broadcast_coalesced, DdpOptions, DistributedDataParallel};
 pub use error::{DistError, ErrorKind, Result};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};

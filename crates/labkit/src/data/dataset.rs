@@ -5,6 +5,7 @@
 //! and [`Split::batch`] turns them into a float batch on the training device.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use tch::{Device, Kind, Tensor};
 
@@ -37,6 +38,10 @@ pub struct Split {
     pub images: Tensor,
     /// Class labels, `Int64 [N]` on the CPU.
     pub labels: Tensor,
+    /// The split copied to a GPU on its first batch there, so that every later batch
+    /// is gathered on the device (an index upload and an `index_select`) instead of
+    /// being copied from host memory.
+    resident: OnceLock<(Device, Tensor, Tensor)>,
 }
 
 impl Split {
@@ -49,7 +54,7 @@ impl Split {
         let n = labels.len() as i64;
         let images = Tensor::from_slice(pixels).view([n, 1, SIDE as i64, SIDE as i64]);
         let labels = Tensor::from_slice(labels).to_kind(Kind::Int64);
-        Split { images, labels }
+        Split { images, labels, resident: OnceLock::new() }
     }
 
     /// Number of samples.
@@ -66,15 +71,19 @@ impl Split {
     /// memory with `self`. CPU runs train on such a subset to stay quick.
     pub fn subset(&self, n: usize) -> Split {
         let n = n.min(self.len()) as i64;
-        Split { images: self.images.narrow(0, 0, n), labels: self.labels.narrow(0, 0, n) }
+        Split {
+            images: self.images.narrow(0, 0, n),
+            labels: self.labels.narrow(0, 0, n),
+            resident: OnceLock::new(),
+        }
     }
 
     /// Gathers the samples at `indices` into a batch on `device`: images as
     /// `Float [B, 1, 28, 28]` scaled to [0, 1] (pixel / 255, no normalisation, as in
     /// the lab) and labels as `Int64 [B]`.
     ///
-    /// The u8 pixels travel to the device before the conversion, a quarter of the
-    /// bytes a float copy would move.
+    /// On a GPU the whole split (uint8) is copied there once, and batches are gathered
+    /// there; only the indices travel per batch.
     ///
     /// # Panics
     /// When an index is out of range (a sampler bug, not a data problem).
@@ -85,9 +94,28 @@ impl Split {
         }
         let index: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
         let index = Tensor::from_slice(&index);
-        let images = self.images.index_select(0, &index).to_device(device).to_kind(Kind::Float) / 255.0;
-        let labels = self.labels.index_select(0, &index).to_device(device);
-        (images, labels)
+        let on_host = || {
+            (
+                self.images.index_select(0, &index).to_device(device),
+                self.labels.index_select(0, &index).to_device(device),
+            )
+        };
+        let (images, labels) = match device {
+            Device::Cpu => on_host(),
+            _ => {
+                let (resident_on, images, labels) = self
+                    .resident
+                    .get_or_init(|| (device, self.images.to_device(device), self.labels.to_device(device)));
+                if *resident_on == device {
+                    let index = index.to_device(device);
+                    (images.index_select(0, &index), labels.index_select(0, &index))
+                } else {
+                    // A second device in one process (not the lab's case): from host memory.
+                    on_host()
+                }
+            }
+        };
+        (images.to_kind(Kind::Float) / 255.0, labels)
     }
 }
 

@@ -1,0 +1,179 @@
+//! What the benchmark binaries share: finding the Python side, ports, statistics, and
+//! writing results (JSON by hand, atomically).
+use std::error::Error;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+
+/// The Python side of a benchmark: the interpreter, its script, and the libtorch each
+/// side loads.
+pub struct PythonEnv {
+    pub python: PathBuf,
+    pub script: PathBuf,
+    pub torch_version: String,
+    /// Canonical lib directories of the libtorch each side loads.
+    pub rust_libtorch: PathBuf,
+    pub python_libtorch: PathBuf,
+}
+
+/// The workspace's root directory (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// Checks that `python` (default: the workspace's `.venv/bin/python`) imports torch with
+/// Gloo and that `bench/python/<script>` exists; the message says what to do if not.
+pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, String> {
+    let python = python.map(Path::to_path_buf).unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join(script);
+    if !script.is_file() {
+        return Err(format!("the PyTorch rank script {} is missing", script.display()));
+    }
+    const PROBE: &str = "import os, torch, torch.distributed as d\n\
+        assert d.is_available() and d.is_gloo_available(), 'torch.distributed with Gloo is not available'\n\
+        print(torch.__version__)\n\
+        print(os.path.join(os.path.dirname(torch.__file__), 'lib'))\n";
+    let out = Command::new(&python).args(["-c", PROBE]).stdin(Stdio::null()).output().map_err(|e| {
+        format!(
+            "cannot run the Python interpreter {} ({e}): run scripts/setup.sh (it creates the workspace's .venv), or pass --python",
+            python.display()
+        )
+    })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        return Err(format!(
+            "{} cannot import torch with torch.distributed (Gloo): {last}\nrun scripts/setup.sh (it installs torch into the workspace's .venv), or pass --python",
+            python.display()
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let torch_version = lines.next().unwrap_or("?").trim().to_string();
+    let python_lib = PathBuf::from(lines.next().unwrap_or("").trim());
+    let rust_lib = PathBuf::from(env!("DDP_BENCH_LIBTORCH_LIB"));
+    let canonical = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
+    Ok(PythonEnv {
+        python,
+        script,
+        torch_version,
+        rust_libtorch: canonical(rust_lib),
+        python_libtorch: canonical(python_lib),
+    })
+}
+
+/// The 1-minute load average (Linux), to tell a busy machine from a slow benchmark.
+pub fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// A free TCP port on loopback for each side's rendezvous (held together so they differ).
+pub fn free_ports(n: usize) -> Result<Vec<u16>, Box<dyn Error>> {
+    let listeners: Vec<TcpListener> =
+        (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
+    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
+}
+
+/// The median (the mean of the middle two for an even count); NaN for none.
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = values.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// A JSON string literal.
+pub fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON number, or null when not finite.
+pub fn json_num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".to_string()
+    }
+}
+
+/// Writes `path` through a temporary file beside it and a rename, so readers never see
+/// half a file.
+pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("the path names no file"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(contents.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Which program a measurement ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Rust,
+    PyTorch,
+}
+
+impl Side {
+    pub fn name(self) -> &'static str {
+        match self {
+            Side::Rust => "Rust",
+            Side::PyTorch => "PyTorch",
+        }
+    }
+}
+
+/// Why a runner stopped: bad input (exit status 2) or a failed run (1).
+pub enum Failure {
+    BadInput(String),
+    Run(String),
+}
+
+impl Failure {
+    /// Prints the error, if any, and gives the exit status.
+    pub fn exit(result: Result<(), Failure>) -> ExitCode {
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(Failure::BadInput(m)) => {
+                eprintln!("error: {m}");
+                ExitCode::from(2)
+            }
+            Err(Failure::Run(m)) => {
+                eprintln!("error: {m}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Running a whole lab program (the Rust finished lab, or the PyTorch reference) and
+//! reading its epoch lines. Shared by the `lab` benchmark and the scaling demo.
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One epoch line, as rank 0 prints it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochLine {
+    pub epoch: usize,
+    pub epoch_time: f64,
+    /// The whole job's images/sec (the sum over ranks).
+    pub images_per_sec: f64,
+    pub validation_loss: f64,
+    pub validation_accuracy: f64,
+}
+
+/// Parses `Epoch =  1: Cumulative Time = …, Epoch Time = …, Images/sec = …, Validation
+/// Loss = …, Validation Accuracy = …`; None for any other line.
+pub fn parse_epoch_line(line: &str) -> Option<EpochLine> {
+    let rest = line.trim().strip_prefix("Epoch =")?;
+    let (epoch, rest) = rest.split_once(':')?;
+    let field = |name: &str| -> Option<f64> {
+        let start = rest.find(&format!("{name} = "))? + name.len() + 3;
+        let value = rest[start..].split(',').next()?.trim();
+        value.parse().ok()
+    };
+    Some(EpochLine {
+        epoch: epoch.trim().parse().ok()?,
+        epoch_time: field("Epoch Time")?,
+        images_per_sec: field("Images/sec")?,
+        validation_loss: field("Validation Loss")?,
+        validation_accuracy: field("Validation Accuracy")?,
+    })
+}
+
+/// The mean images/sec of the epochs after the first (the first pays for warm-up:
+/// allocator, caches, cudnn autotuning); None with fewer than two epochs.
+pub fn steady_images_per_sec(epochs: &[EpochLine]) -> Option<f64> {
+    let steady = epochs.get(1..).filter(|s| !s.is_empty())?;
+    Some(steady.iter().map(|e| e.images_per_sec).sum::<f64>() / steady.len() as f64)
+}
+
+/// The training settings both programs get, the same on every run.
+#[derive(Debug, Clone)]
+pub struct LabSettings {
+    pub width: String,
+    pub batch_size: usize,
+    pub epochs: usize,
+    pub train_subset: Option<usize>,
+    pub test_subset: Option<usize>,
+    /// `--threads` per rank; None leaves torch's default.
+    pub threads: Option<usize>,
+    /// `cpu`, `cuda` or `auto`.
+    pub device: String,
+    pub dataset: String,
+    pub data_dir: PathBuf,
+    /// Extra options passed through to the program (e.g. `--amp bf16`).
+    pub extra: Vec<String>,
+}
+
+impl LabSettings {
+    /// The lab's command line for `world_size` ranks on this node. The target accuracy
+    /// is out of reach so that every run trains the same number of epochs.
+    pub fn args(&self, world_size: usize) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.into());
+            a.push(v.into());
+        };
+        push("--num-gpus", world_size.to_string());
+        push("--width", self.width.clone());
+        push("--batch-size", self.batch_size.to_string());
+        push("--epochs", self.epochs.to_string());
+        push("--target-accuracy", "2".into());
+        push("--device", self.device.clone());
+        push("--dataset", self.dataset.clone());
+        push("--data-dir", self.data_dir.display().to_string());
+        if let Some(n) = self.train_subset {
+            push("--train-subset", n.to_string());
+        }
+        if let Some(n) = self.test_subset {
+            push("--test-subset", n.to_string());
+        }
+        if let Some(n) = self.threads {
+            push("--threads", n.to_string());
+        }
+        a.extend(self.extra.iter().map(OsString::from));
+        a
+    }
+}
+
+/// What a finished run printed.
+#[derive(Debug, Clone)]
+pub struct LabOutput {
+    pub epochs: Vec<EpochLine>,
+    pub stdout: String,
+}
+
+/// Runs `program prefix… settings.args(world_size)` with its rendezvous on a free
+/// loopback port and `OMP_NUM_THREADS` matching `--threads`; fails when it exits
+/// non-zero, runs past `timeout` (then its whole process group is killed), or prints
+/// fewer epoch lines than asked for.
+pub fn run_lab(
+    program: &Path,
+    prefix: &[OsString],
+    settings: &LabSettings,
+    world_size: usize,
+    timeout: Duration,
+) -> Result<LabOutput, String> {
+    let port = crate::common::free_ports(1).map_err(|e| format!("no free port: {e}"))?[0];
+    let mut cmd = Command::new(program);
+    cmd.args(prefix)
+        .args(settings.args(world_size))
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env_remove("DDP_LAB_TRACE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: on a timeout every rank it started goes with it.
+        .process_group(0);
+    if let Some(n) = settings.threads {
+        cmd.env("OMP_NUM_THREADS", n.to_string());
+    }
+    let shown = format!("{} {}", program.display(), world_size);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if Instant::now() >= deadline => {
+                // SAFETY: kill(2) on the group this child leads; no memory is involved.
+                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+                let _ = child.wait();
+                break Err(format!("{shown}: still running after {} s, killed", timeout.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => break Err(format!("{shown}: {e}")),
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    let tail = |s: &str| {
+        s.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    };
+    let status = status.map_err(|e| format!("{e}\n{}", tail(&stderr)))?;
+    if !status.success() {
+        return Err(format!(
+            "{} ({world_size} ranks) failed ({status}):\n{}\n{}",
+            program.display(),
+            tail(&stdout),
+            tail(&stderr)
+        ));
+    }
+    let epochs: Vec<EpochLine> = stdout.lines().filter_map(parse_epoch_line).collect();
+    if epochs.len() != settings.epochs {
+        return Err(format!(
+            "{} ({world_size} ranks) printed {} epoch lines, expected {}:\n{}",
+            program.display(),
+            epochs.len(),
+            settings.epochs,
+            tail(&stdout)
+        ));
+    }
+    Ok(LabOutput { epochs, stdout })
+}
+
+/// The finished lab's binary (solutions/step_11) beside the running executable, in the
+/// same target directory and profile. Under `cargo run` (which sets `CARGO`) it is
+/// built first, so the benchmark never times a stale binary.
+pub fn finished_lab_binary() -> Result<PathBuf, String> {
+    sibling_binary("solution_11", "solution_11")
+}
+
+/// A binary of this workspace beside the running executable, built first when under cargo.
+pub fn sibling_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let dir = exe.parent().ok_or("this executable has no directory")?.to_path_buf();
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        let release = dir.file_name().is_some_and(|n| n == "release");
+        let mut build = Command::new(cargo);
+        build.args(["build", "-q", "-p", package, "--bin", bin]).current_dir(crate::common::workspace_root());
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().map_err(|e| format!("cannot run cargo to build {bin}: {e}"))?;
+        if !status.success() {
+            return Err(format!("building {bin} failed ({status})"));
+        }
+    }
+    let path = dir.join(bin);
+    if !path.is_file() {
+        return Err(format!(
+            "{} is missing: build it with `cargo build --release -p {package} --bin {bin}` (or start this through cargo run)",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_labs_epoch_line() {
+        let line = "Epoch =  1: Cumulative Time = 12.345, Epoch Time = 6.100, Images/sec = 652.1234, Validation Loss = 0.412, Validation Accuracy = 0.851";
+        let e = parse_epoch_line(line).unwrap();
+        assert_eq!(e.epoch, 1);
+        assert_eq!(e.epoch_time, 6.1);
+        assert_eq!(e.images_per_sec, 652.1234);
+        assert_eq!(e.validation_loss, 0.412);
+        assert_eq!(e.validation_accuracy, 0.851);
+        assert!(parse_epoch_line("World size = 2; rendezvous at localhost:9956").is_none());
+        assert!(parse_epoch_line("Epoch = x: garbage").is_none());
+    }
+
+    #[test]
+    fn steady_throughput_drops_the_first_epoch() {
+        let e = |ips| EpochLine {
+            epoch: 0,
+            epoch_time: 1.0,
+            images_per_sec: ips,
+            validation_loss: 0.0,
+            validation_accuracy: 0.0,
+        };
+        assert_eq!(steady_images_per_sec(&[e(1.0), e(10.0), e(20.0)]), Some(15.0));
+        assert_eq!(steady_images_per_sec(&[e(1.0)]), None);
+        assert_eq!(steady_images_per_sec(&[]), None);
+    }
+
+    #[test]
+    fn settings_become_the_labs_options() {
+        let s = LabSettings {
+            width: "narrow".into(),
+            batch_size: 32,
+            epochs: 3,
+            train_subset: Some(100),
+            test_subset: None,
+            threads: Some(1),
+            device: "cpu".into(),
+            dataset: "generated".into(),
+            data_dir: "data".into(),
+            extra: vec!["--channels-last".into()],
+        };
+        let args: Vec<String> = s.args(2).into_iter().map(|a| a.into_string().unwrap()).collect();
+        let joined = args.join(" ");
+        assert!(joined.starts_with("--num-gpus 2 --width narrow --batch-size 32 --epochs 3"), "{joined}");
+        assert!(joined.contains("--train-subset 100") && !joined.contains("--test-subset"));
+        assert!(joined.ends_with("--threads 1 --channels-last"), "{joined}");
+    }
+}

@@ -1,0 +1,89 @@
+//! The speed options on the CPU: --channels-last and --amp bf16 train correctly, and
+//! the options parse. One test function: the settings are process-wide, so the steps
+//! run in order in this test binary of their own.
+use clap::Parser;
+use labkit::perf::{self, Amp, PerfSettings};
+use labkit::{DataLoader, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
+use tch::nn::{self, ModuleT, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    run: labkit::RunOptions,
+}
+
+fn settings(amp: Amp, channels_last: bool) -> PerfSettings {
+    PerfSettings { amp, channels_last, widths: Widths::NARROW, peak_tflops: None, gpu_allowed: false }
+}
+
+fn model(seed: i64) -> (nn::VarStore, WideResNet) {
+    tch::manual_seed(seed);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let net = WideResNet::new(&vs.root(), Widths([4, 8, 8, 8]), Norm::BatchNorm);
+    (vs, net)
+}
+
+/// A tiny learnable split: the label is written into the image as its brightness.
+fn split(n: usize) -> labkit::data::Split {
+    let labels: Vec<u8> = (0..n).map(|i| (i % 10) as u8).collect();
+    let pixels: Vec<u8> = labels.iter().flat_map(|&l| std::iter::repeat_n(l * 25, 784)).collect();
+    labkit::data::Split::from_raw(&pixels, &labels)
+}
+
+#[test]
+fn speed_options_on_cpu() {
+    // Options: parsed into RunOptions; bad values refused with a reason.
+    let cli = Cli::try_parse_from(["lab", "--amp", "bf16", "--channels-last", "--peak-tflops", "5"]).unwrap();
+    assert_eq!(cli.run.amp, Amp::Bf16);
+    assert!(cli.run.channels_last);
+    assert_eq!(cli.run.peak_tflops, Some(5.0));
+    let defaults = Cli::try_parse_from(["lab"]).unwrap();
+    assert_eq!(
+        (defaults.run.amp, defaults.run.channels_last, defaults.run.peak_tflops),
+        (Amp::Off, false, None)
+    );
+    let err = Cli::try_parse_from(["lab", "--amp", "fp16"]).err().unwrap().to_string();
+    assert!(err.contains("bf16"), "{err}");
+    assert!(Cli::try_parse_from(["lab", "--peak-tflops", "0"]).is_err());
+
+    // Channels-last: NHWC weights, the same function as the plain model.
+    perf::configure(settings(Amp::Off, false));
+    let (_, plain) = model(5);
+    perf::configure(settings(Amp::Off, true));
+    let (vs_cl, nhwc) = model(5);
+    let w = &vs_cl.variables()["block3.cbr1.conv.weight"];
+    assert_eq!(w.size(), vec![8, 8, 3, 3]);
+    assert_eq!(w.stride(), vec![72, 1, 24, 8], "NHWC strides");
+    let x = Tensor::rand([3, 1, 28, 28], (Kind::Float, Device::Cpu));
+    let a = plain.forward_t(&x, false);
+    let b = nhwc.forward_t(&perf::to_channels_last(&x), false);
+    assert!(a.allclose(&b, 1e-4, 1e-5, false), "channels-last changes the result");
+
+    // bf16 autocast on the CPU: a training epoch runs, the parameters stay float32 and
+    // move, and validation gives finite float metrics.
+    perf::configure(settings(Amp::Bf16, true));
+    let (vs, net) = model(7);
+    let before: Vec<Tensor> = vs.trainable_variables().iter().map(|t| t.copy()).collect();
+    let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
+    let data = split(64);
+    let mut train_loader = DataLoader::new(&data, 16, RandomSampler::new(data.len()), Device::Cpu);
+    labkit::train(&net, &mut opt, &mut train_loader).unwrap();
+    let after = vs.trainable_variables();
+    assert!(after.iter().all(|t| t.kind() == Kind::Float));
+    assert!(before.iter().zip(&after).any(|(b, a)| !b.equal(a)), "training changed nothing");
+    let mut test_loader = DataLoader::new(&data, 16, SequentialSampler::new(data.len()), Device::Cpu);
+    let (accuracy, loss) = labkit::test(&net, &mut test_loader).unwrap();
+    assert!((0.0..=1.0).contains(&accuracy));
+    assert!(loss.is_finite() && loss > 0.0, "{loss}");
+    // The region ended: plain float32 again outside train/test.
+    let y = Tensor::ones([2, 2], (Kind::Float, Device::Cpu));
+    assert_eq!(y.matmul(&y).kind(), Kind::Float);
+
+    // The MFU line is printed only when a peak is known: none on a CPU run without one.
+    assert_eq!(perf::mfu_line(100.0), None);
+    perf::configure(PerfSettings { peak_tflops: Some(1.0), ..settings(Amp::Off, false) });
+    let line = perf::mfu_line(1000.0).unwrap();
+    // 3 × 38,649,344 FLOP × 1000 images/s = 0.116 TFLOP/s of 1: 11.6%.
+    assert!(line.starts_with("Model FLOP utilisation: 11.6%"), "{line}");
+}
