@@ -274,7 +274,7 @@ fn busy_rendezvous_port_is_a_clear_error() {
 
 /// `MASTER_ADDR` naming a machine that is not rank 0's: rank 0 refuses to host the
 /// store there (instead of listening everywhere), and the run ends, naming the address
-/// (exit 1: `spawn` reports any failed rank as 1).
+/// with status 2, as for any bad input: the rank exits with 2 and `spawn` passes it on.
 #[test]
 fn a_master_addr_of_another_machine_is_refused() {
     let logs = scratch("foreign-addr");
@@ -284,7 +284,7 @@ fn a_master_addr_of_another_machine_is_refused() {
     let proc = Proc::start(cmd, &logs, "lab");
     let pgid = proc.pgid;
     let finished = proc.wait(Duration::from_secs(120), "the lab with a foreign MASTER_ADDR");
-    assert!(!finished.status.success(), "{}", finished.stderr);
+    assert_eq!(finished.status.code(), Some(2), "{}", finished.stderr);
     assert!(
         finished.stderr.contains("192.0.2.1") && finished.stderr.contains("not an address of this machine"),
         "{}",

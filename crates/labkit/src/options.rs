@@ -262,8 +262,10 @@ impl RunOptions {
     /// Applies the process-wide settings: torch's thread count, cuDNN's benchmark
     /// mode when GPUs may be used (the lab's shapes never change, so autotuning each
     /// convolution once pays off), and the speed settings `train`, `test` and the
-    /// model read ([`crate::perf`]).
+    /// model read ([`crate::perf`]); and spawned ranks exit with 2 on bad input.
     pub fn apply(&self) {
+        // A spawned rank that finds bad input exits with 2, and so does the run.
+        tch_distributed::set_worker_exit_code(|e| i32::from(crate::lab::exit_code(e)));
         if let Some(n) = self.threads {
             tch::set_num_threads(n.max(1) as i32);
         }

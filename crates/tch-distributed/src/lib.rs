@@ -80,8 +80,8 @@ pub use init::{
 pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;
 pub use spawn::{
-    spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome, DEFAULT_GRACE_PERIOD,
-    SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR,
+    set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome,
+    DEFAULT_GRACE_PERIOD, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR,
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};

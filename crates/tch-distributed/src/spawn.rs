@@ -27,23 +27,55 @@ pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(20);
 
 /// What a worker returns: `()` or any `Result` whose error can be displayed (the child
-/// prints it and exits with 1).
+/// prints it and exits with 1, or with what [`set_worker_exit_code`] says).
 pub trait WorkerOutcome {
-    /// `Err` carries the text the child prints before exiting with 1.
-    fn into_outcome(self) -> std::result::Result<(), String>;
+    /// `Err` carries the text the child prints and the status it exits with.
+    fn into_outcome(self) -> std::result::Result<(), (String, i32)>;
 }
 
 impl WorkerOutcome for () {
-    fn into_outcome(self) -> std::result::Result<(), String> {
+    fn into_outcome(self) -> std::result::Result<(), (String, i32)> {
         Ok(())
     }
 }
 
-impl<T, E: Display> WorkerOutcome for std::result::Result<T, E> {
-    fn into_outcome(self) -> std::result::Result<(), String> {
-        // `{:#}` shows the whole cause chain of error types that have one (anyhow).
-        self.map(|_| ()).map_err(|e| format!("{e:#}"))
+impl<T, E: Display + 'static> WorkerOutcome for std::result::Result<T, E> {
+    fn into_outcome(self) -> std::result::Result<(), (String, i32)> {
+        self.map(|_| ()).map_err(|e| {
+            // `{:#}` shows the whole cause chain of error types that have one (anyhow).
+            let code = worker_exit_code(&e);
+            (format!("{e:#}"), code)
+        })
     }
+}
+
+/// The exit status of a child whose worker returned `e`: the registered mapping's for
+/// errors it can see (`std::error::Error` values, boxed or not), else 1.
+fn worker_exit_code<E: 'static>(e: &E) -> i32 {
+    let Some(map) = EXIT_CODE_OF.get() else { return 1 };
+    let any = e as &dyn std::any::Any;
+    if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+        return map(b.as_ref());
+    }
+    if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error>>() {
+        return map(b.as_ref());
+    }
+    if let Some(d) = any.downcast_ref::<DistError>() {
+        return map(d);
+    }
+    1
+}
+
+static EXIT_CODE_OF: OnceLock<fn(&(dyn std::error::Error + 'static)) -> i32> = OnceLock::new();
+
+/// How a spawned rank turns its worker's error into an exit status (default: 1). A
+/// program that tells bad input (status 2, by convention) from other failures
+/// registers its mapping once, before [`spawn`], in every process (the children run
+/// `main` again, so registering in `main` does it). A rank that exits with 2 makes
+/// [`spawn`] return [`ErrorKind::InvalidArgument`] instead of [`ErrorKind::RankFailed`],
+/// so the whole run can end with 2 as well.
+pub fn set_worker_exit_code(map: fn(&(dyn std::error::Error + 'static)) -> i32) {
+    let _ = EXIT_CODE_OF.set(map);
 }
 
 /// A process started by [`spawn`]: which rank it is and of how many.
@@ -71,7 +103,8 @@ pub fn spawned_rank() -> Option<SpawnedRank> {
 /// does, and waits for all of them.
 ///
 /// In the parent: `Ok(())` once every rank exited with 0; [`ErrorKind::RankFailed`]
-/// when one did not (the others are stopped first); [`ErrorKind::Interrupted`] on
+/// when one did not (the others are stopped first), or [`ErrorKind::InvalidArgument`]
+/// when that rank exited with 2 (bad input, see [`set_worker_exit_code`]); [`ErrorKind::Interrupted`] on
 /// SIGINT/SIGTERM/SIGHUP; [`ErrorKind::InvalidArgument`] for `nprocs == 0` (nothing is
 /// started). In a child this function does not return.
 ///
@@ -105,7 +138,7 @@ pub fn spawned_rank() -> Option<SpawnedRank> {
 ///   [`spawned_rank`] tells a process which role it plays.
 /// * Nothing after `spawn` runs in a child: the child exits inside `spawn` with 0 when
 ///   the worker succeeded, 1 when it returned an error (printed on stderr with its
-///   rank), 101 when it panicked.
+///   rank; another status if [`set_worker_exit_code`] says so), 101 when it panicked.
 /// * One failing rank ends the run: the parent stops the others (SIGTERM, then
 ///   SIGKILL after a grace period) and returns [`ErrorKind::RankFailed`] naming the
 ///   rank and how it ended. Ctrl-C (SIGINT), SIGTERM or SIGHUP to the parent does the
@@ -197,14 +230,19 @@ where
     IN_WORKER.store(true, Ordering::SeqCst);
     let code = match catch_unwind(AssertUnwindSafe(|| worker(local_rank).into_outcome())) {
         Ok(Ok(())) => 0,
-        Ok(Err(message)) => {
+        Ok(Err((message, code))) => {
             eprintln!("local rank {local_rank}: {message}");
             if crate::is_initialized() && crate::is_communication_failure(&message) {
                 if let Some(note) = crate::roll_call_note(ROLL_CALL_WAIT) {
                     eprintln!("local rank {local_rank}: {note}");
                 }
             }
-            1
+            // 0 would read as success: an error is never that.
+            if code == 0 {
+                1
+            } else {
+                code
+            }
         }
         Err(_) => {
             // The panic hook already printed the message and location.
@@ -301,7 +339,13 @@ fn run_parent(opts: &SpawnOptions) -> Result<()> {
         for rank in ranks.iter_mut() {
             match rank.poll() {
                 Ok(Some(status)) if !status.success() => {
-                    problem = Some((ErrorKind::RankFailed, rank.describe(status)));
+                    // 2 is how a rank says "bad input" (see set_worker_exit_code).
+                    let kind = if status.code() == Some(2) {
+                        ErrorKind::InvalidArgument
+                    } else {
+                        ErrorKind::RankFailed
+                    };
+                    problem = Some((kind, rank.describe(status)));
                     break;
                 }
                 Ok(Some(_)) => {}
@@ -530,7 +574,15 @@ mod tests {
     fn worker_outcomes() {
         assert_eq!(().into_outcome(), Ok(()));
         assert_eq!(Ok::<u8, String>(1).into_outcome(), Ok(()));
-        assert_eq!(Err::<(), _>(DistError::invalid("bad")).into_outcome(), Err("bad".to_string()));
+        // No mapping registered yet: every error exits with 1.
+        assert_eq!(Err::<(), _>(DistError::invalid("bad")).into_outcome(), Err(("bad".to_string(), 1)));
+        // The only test in this binary that registers one (it is process-wide).
+        set_worker_exit_code(|e| if e.to_string().contains("bad input") { 2 } else { 3 });
+        let boxed: Box<dyn std::error::Error + Send + Sync> = "bad input".into();
+        assert_eq!(Err::<(), _>(boxed).into_outcome(), Err(("bad input".to_string(), 2)));
+        assert_eq!(Err::<(), _>(DistError::invalid("other")).into_outcome(), Err(("other".to_string(), 3)));
+        // An error type the mapping cannot see (not a std Error) keeps 1.
+        assert_eq!(Err::<(), _>("bad input".to_string()).into_outcome(), Err(("bad input".to_string(), 1)));
     }
 
     #[test]
