@@ -88,6 +88,8 @@ impl CheckpointError {
 /// Where a run starts: the first epoch to train and the time already spent.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Start {
+    /// `usize::MAX` when the saved run had already stopped early: `start.epoch..epochs`
+    /// is then empty.
     pub epoch: usize,
     pub total_time: f64,
 }
@@ -286,6 +288,17 @@ pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStoppin
     };
     load_weights(dir, &checkpoint, vs)?;
     early_stopping.restore(&checkpoint.accuracy_history);
+    if early_stopping.should_stop() {
+        // The saved run had already stopped early: another epoch would change its result.
+        if crate::lab::is_rank_zero() {
+            println!(
+                "resume: the run saved in {} had already stopped early after epoch {} (target reached); nothing left to train",
+                dir.display(),
+                checkpoint.epoch
+            );
+        }
+        return Ok(Start { epoch: usize::MAX, total_time: checkpoint.total_time });
+    }
     let start = Start { epoch: checkpoint.epoch + 1, total_time: checkpoint.total_time };
     crate::lab::set_epoch_counter(start.epoch);
     if crate::lab::is_rank_zero() {
@@ -397,6 +410,37 @@ mod tests {
             .collect();
         assert!(names.contains(&"weights-epoch-0005.safetensors".to_string()), "{names:?}");
         assert!(!names.contains(&"weights-epoch-0004.safetensors".to_string()), "{names:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunOptions,
+    }
+
+    fn resume_options(dir: &Path) -> RunOptions {
+        use clap::Parser;
+        let dir = dir.to_str().unwrap();
+        Cli::try_parse_from(["lab", "--resume", "--save-every", "1", "--checkpoint-dir", dir]).unwrap().run
+    }
+
+    #[test]
+    fn resume_continues_after_the_saved_epoch_unless_the_run_had_stopped_early() {
+        let dir = scratch("early-stop");
+        let run = resume_options(&dir);
+        let saved = model(1, 3);
+        // Not finished: history [0.5, 0.75] is below the target 0.9.
+        write(&dir, &saved, &fields(4)).unwrap();
+        let mut early_stopping = EarlyStopping::new(0.9, 2);
+        let start = resume(&run, &model(2, 3), &mut early_stopping).unwrap();
+        assert_eq!(start, Start { epoch: 5, total_time: 12.5 });
+        assert_eq!(early_stopping.history(), &[0.5, 0.75]);
+        // Stopped early: both accuracies reached 0.5, patience 2.
+        let mut early_stopping = EarlyStopping::new(0.5, 2);
+        let start = resume(&run, &model(2, 3), &mut early_stopping).unwrap();
+        assert!((start.epoch..10).is_empty(), "trains again after an early stop: {start:?}");
+        assert_eq!(start.total_time, 12.5);
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -3,6 +3,7 @@
 //! lines, and the trace the checker reads.
 pub mod checkpoint;
 pub mod data;
+pub mod dropout;
 mod lab;
 pub mod loader;
 pub mod model;

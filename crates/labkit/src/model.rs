@@ -164,8 +164,10 @@ impl Block {
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let main =
-            self.second.forward_t(&self.first.forward_t(xs, train).dropout(self.dropout, train), train);
+        let main = self.second.forward_t(
+            &crate::dropout::dropout(&self.first.forward_t(xs, train), self.dropout, train),
+            train,
+        );
         let residual = match &self.shortcut {
             Some(conv) => xs.apply(conv),
             None => xs.shallow_clone(),
