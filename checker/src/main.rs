@@ -6,6 +6,7 @@ mod progress;
 mod spinner;
 mod standalone;
 mod verify;
+mod watch;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -91,6 +92,28 @@ enum Command {
         #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
     },
+    /// Verify a step, then again each time you save a file of its src/: `checker watch step 7`.
+    ///
+    /// Keep it running in a second terminal while you edit; Ctrl-C stops it. One seed
+    /// serves the whole session, so a check fails or passes because of your edit, not
+    /// because of a new hidden variation.
+    Watch {
+        /// `step N` (N from 0 to 11).
+        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+        /// The seed of the hidden variations (default: a new one for the session, printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Longest time one run of the program may take, in seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+        /// Watch and check the crate in DIR instead of steps/step_NN.
+        #[arg(long = "crate", value_name = "DIR")]
+        krate: Option<PathBuf>,
+        /// Stop after this many verifications (scripts and tests); the exit status is the last one's.
+        #[arg(long, value_name = "N", hide = true)]
+        runs: Option<usize>,
+    },
 }
 
 /// Whose program a verification checks.
@@ -148,6 +171,10 @@ fn main() -> ExitCode {
             let subject = if solutions { Subject::Solution } else { Subject::Step };
             grade(&target, subject, seed, Duration::from_secs(timeout), json)
         }
+        Command::Watch { target, seed, timeout, krate, runs } => match one_step(&target) {
+            Err(msg) => usage_error(&msg),
+            Ok(step) => watch_step(step, krate.as_deref(), seed.unwrap_or_else(new_seed), timeout, runs),
+        },
         Command::Verify { target, solutions, seed, timeout, keep, krate } => {
             let steps: Vec<u8> = match parse_target(&target) {
                 Ok(s) => s,
@@ -182,6 +209,59 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+    }
+}
+
+/// `checker watch`: verify, wait for a saved change under the crate's src/, repeat.
+fn watch_step(step: u8, krate: Option<&Path>, seed: u64, timeout: u64, runs: Option<usize>) -> ExitCode {
+    let root = repo_root();
+    let crate_dir = match krate {
+        Some(dir) => dir.to_path_buf(),
+        None => root.join(format!("steps/step_{step:02}")),
+    };
+    let src = crate_dir.join("src");
+    if !src.join("main.rs").is_file() {
+        return usage_error(&format!(
+            "{} has no src/main.rs to watch{}",
+            crate_dir.display(),
+            if krate.is_none() {
+                format!("; restore it with `checker reset step {step}`")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let subject = match krate {
+        Some(dir) => Subject::Elsewhere(dir),
+        None => Subject::Step,
+    };
+    let clear = std::io::stdout().is_terminal();
+    let mut snapshot = watch::Snapshot::of(&src);
+    let mut done = 0usize;
+    loop {
+        let passed = match verify_step(&root, step, subject, seed, Duration::from_secs(timeout), false) {
+            Ok(passed) => passed,
+            Err(msg) => {
+                // A file mid-rename, a manifest being edited: say so and wait for the next save.
+                eprintln!("error: {msg}");
+                false
+            }
+        };
+        done += 1;
+        if runs.is_some_and(|n| done >= n) {
+            return if passed { ExitCode::SUCCESS } else { ExitCode::from(1) };
+        }
+        println!(
+            "== {}; watching {} (seed {seed}): save a file to verify again, Ctrl-C to stop",
+            if passed { "all checks pass" } else { "some checks fail" },
+            src.display()
+        );
+        snapshot = watch::wait_for_change(&src, &snapshot);
+        if clear {
+            // Each run on a clean screen, as `cargo watch -c` does.
+            print!("\x1b[2J\x1b[H");
+        }
+        println!("== change in {}: verifying step {step} again", src.display());
     }
 }
 

@@ -19,6 +19,7 @@ fn help_texts() {
         ("verify_help", &["verify", "--help"]),
         ("grade_help", &["grade", "--help"]),
         ("list_help", &["list", "--help"]),
+        ("watch_help", &["watch", "--help"]),
     ] {
         let out = cmd().args(args).assert().success().get_output().stdout.clone();
         insta::assert_snapshot!(name, String::from_utf8_lossy(&out));
@@ -135,4 +136,63 @@ fn the_report_of_a_passing_step() {
     // CPU ranks here; GPU ranks on a machine with two GPUs.
     let masked = regex::Regex::new(r" (CPU|GPU) rank").unwrap().replace_all(&masked, " [device] rank");
     insta::assert_snapshot!("report_step_2", masked);
+}
+
+#[test]
+fn watch_verifies_again_after_a_save() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = variant(2, "watched", "args.world_size = ", "args.world_size = ");
+    let progress =
+        std::env::temp_dir().join(format!("checker-test-watch-progress-{}.json", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_checker"))
+        .current_dir(repo())
+        .args(["watch", "step", "2", "--seed", "1", "--runs", "2", "--crate"])
+        .arg(&dir)
+        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines, received) = mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let mut output = Vec::new();
+    let next_line = |output: &mut Vec<String>| -> Option<String> {
+        let line = received.recv_timeout(Duration::from_secs(300)).ok()?;
+        output.push(line.clone());
+        Some(line)
+    };
+    // The first run passes, then the checker waits for a save.
+    while let Some(line) = next_line(&mut output) {
+        if line.contains("watching") {
+            break;
+        }
+    }
+    if !output.last().is_some_and(|l| l.starts_with("== all checks pass; watching")) {
+        let _ = child.kill();
+        panic!("the first run did not pass and wait:\n{}", output.join("\n"));
+    }
+    // A save that breaks the build: the second run fails on `builds`, and the checker stops
+    // (--runs 2) with the second run's status.
+    let main_rs = dir.join("src/main.rs");
+    let source = std::fs::read_to_string(&main_rs).unwrap();
+    std::fs::write(&main_rs, source.replace("args.world_size = ", "args.world_size = undefined_name + "))
+        .unwrap();
+    while next_line(&mut output).is_some() {}
+    let status = child.wait().unwrap();
+    reader.join().unwrap();
+    let text = output.join("\n");
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(text.contains("== change in") && text.contains("verifying step 2 again"), "{text}");
+    let after = text.split("== change in").nth(1).unwrap();
+    assert!(after.contains("FAIL step  0 builds"), "{text}");
+    assert!(after.contains("cannot find value `undefined_name`"), "{text}");
 }
