@@ -59,12 +59,8 @@ enum Command {
         /// Grade the reference solutions (solutions/step_NN) instead of your steps.
         #[arg(long)]
         solutions: bool,
-        /// The seed of the hidden variations (default: a new one, recorded in the report).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Longest time one run of the program may take, in seconds.
-        #[arg(long, default_value_t = 300)]
-        timeout: u64,
+        #[command(flatten)]
+        runs: RunArgs,
         /// Also write the report here, as JSON (atomically: a temporary file, then a rename).
         #[arg(long, value_name = "PATH")]
         json: Option<PathBuf>,
@@ -77,13 +73,8 @@ enum Command {
         /// Check the reference solutions (solutions/step_NN) instead of your steps.
         #[arg(long)]
         solutions: bool,
-        /// The seed of the hidden variations (default: a new one each run; printed, so a
-        /// failing run can be repeated exactly).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Longest time one run of the program may take, in seconds.
-        #[arg(long, default_value_t = 300)]
-        timeout: u64,
+        #[command(flatten)]
+        runs: RunArgs,
         /// Keep the run's files (outputs, trace) and print where they are.
         #[arg(long)]
         keep: bool,
@@ -101,19 +92,37 @@ enum Command {
         /// `step N` (N from 0 to 11).
         #[arg(value_name = "step N", num_args = 1..=2, required = true)]
         target: Vec<String>,
-        /// The seed of the hidden variations (default: a new one for the session, printed).
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Longest time one run of the program may take, in seconds.
-        #[arg(long, default_value_t = 300)]
-        timeout: u64,
+        #[command(flatten)]
+        runs: RunArgs,
         /// Watch and check the crate in DIR instead of steps/step_NN.
         #[arg(long = "crate", value_name = "DIR")]
         krate: Option<PathBuf>,
         /// Stop after this many verifications (scripts and tests); the exit status is the last one's.
         #[arg(long, value_name = "N", hide = true)]
-        runs: Option<usize>,
+        max_runs: Option<usize>,
     },
+}
+
+/// How the programs are run: shared by `verify`, `watch` and `grade`.
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// The seed of the hidden variations (default: a new one, printed, so that a run can
+    /// be repeated exactly; `watch` keeps one for its session).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Longest time one run of the program may take, in seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+impl RunArgs {
+    fn seed(&self) -> u64 {
+        self.seed.unwrap_or_else(new_seed)
+    }
+
+    fn limit(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
 }
 
 /// Whose program a verification checks.
@@ -167,15 +176,15 @@ fn main() -> ExitCode {
             Err(msg) => usage_error(&msg),
             Ok(step) => reset(step, yes),
         },
-        Command::Grade { target, solutions, seed, timeout, json } => {
+        Command::Grade { target, solutions, runs, json } => {
             let subject = if solutions { Subject::Solution } else { Subject::Step };
-            grade(&target, subject, seed, Duration::from_secs(timeout), json)
+            grade(&target, subject, runs.seed(), runs.limit(), json)
         }
-        Command::Watch { target, seed, timeout, krate, runs } => match one_step(&target) {
+        Command::Watch { target, runs, krate, max_runs } => match one_step(&target) {
             Err(msg) => usage_error(&msg),
-            Ok(step) => watch_step(step, krate.as_deref(), seed.unwrap_or_else(new_seed), timeout, runs),
+            Ok(step) => watch_step(step, krate.as_deref(), runs.seed(), runs.limit(), max_runs),
         },
-        Command::Verify { target, solutions, seed, timeout, keep, krate } => {
+        Command::Verify { target, solutions, runs, keep, krate } => {
             let steps: Vec<u8> = match parse_target(&target) {
                 Ok(s) => s,
                 Err(msg) => {
@@ -191,11 +200,11 @@ fn main() -> ExitCode {
                 (None, true) => Subject::Solution,
                 (None, false) => Subject::Step,
             };
-            let seed = seed.unwrap_or_else(new_seed);
+            let seed = runs.seed();
             let root = repo_root();
             let mut all_passed = true;
             for step in steps {
-                match verify_step(&root, step, subject, seed, Duration::from_secs(timeout), keep) {
+                match verify_step(&root, step, subject, seed, runs.limit(), keep) {
                     Ok(passed) => all_passed &= passed,
                     Err(msg) => {
                         eprintln!("error: {msg}");
@@ -213,7 +222,13 @@ fn main() -> ExitCode {
 }
 
 /// `checker watch`: verify, wait for a saved change under the crate's src/, repeat.
-fn watch_step(step: u8, krate: Option<&Path>, seed: u64, timeout: u64, runs: Option<usize>) -> ExitCode {
+fn watch_step(
+    step: u8,
+    krate: Option<&Path>,
+    seed: u64,
+    limit: Duration,
+    max_runs: Option<usize>,
+) -> ExitCode {
     let root = repo_root();
     let crate_dir = match krate {
         Some(dir) => dir.to_path_buf(),
@@ -239,7 +254,7 @@ fn watch_step(step: u8, krate: Option<&Path>, seed: u64, timeout: u64, runs: Opt
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
     loop {
-        let passed = match verify_step(&root, step, subject, seed, Duration::from_secs(timeout), false) {
+        let passed = match verify_step(&root, step, subject, seed, limit, false) {
             Ok(passed) => passed,
             Err(msg) => {
                 // A file mid-rename, a manifest being edited: say so and wait for the next save.
@@ -248,7 +263,7 @@ fn watch_step(step: u8, krate: Option<&Path>, seed: u64, timeout: u64, runs: Opt
             }
         };
         done += 1;
-        if runs.is_some_and(|n| done >= n) {
+        if max_runs.is_some_and(|n| done >= n) {
             return if passed { ExitCode::SUCCESS } else { ExitCode::from(1) };
         }
         println!(
@@ -269,19 +284,12 @@ fn new_seed() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
 }
 
-fn grade(
-    target: &[String],
-    subject: Subject,
-    seed: Option<u64>,
-    limit: Duration,
-    json: Option<PathBuf>,
-) -> ExitCode {
+fn grade(target: &[String], subject: Subject, seed: u64, limit: Duration, json: Option<PathBuf>) -> ExitCode {
     let steps = if target.is_empty() { Ok((0..12).collect()) } else { parse_target(target) };
     let steps = match steps {
         Ok(s) => s,
         Err(msg) => return usage_error(&msg),
     };
-    let seed = seed.unwrap_or_else(new_seed);
     let root = repo_root();
     let mut graded = Vec::new();
     for step in steps {

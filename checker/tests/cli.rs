@@ -150,7 +150,7 @@ fn watch_verifies_again_after_a_save() {
         std::env::temp_dir().join(format!("checker-test-watch-progress-{}.json", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_checker"))
         .current_dir(repo())
-        .args(["watch", "step", "2", "--seed", "1", "--runs", "2", "--crate"])
+        .args(["watch", "step", "2", "--seed", "1", "--max-runs", "2", "--crate"])
         .arg(&dir)
         .env("DDP_LAB_PROGRESS_FILE", &progress)
         .stdout(Stdio::piped())
@@ -181,7 +181,7 @@ fn watch_verifies_again_after_a_save() {
         panic!("the first run did not pass and wait:\n{}", output.join("\n"));
     }
     // A save that breaks the build: the second run fails on `builds`, and the checker stops
-    // (--runs 2) with the second run's status.
+    // (--max-runs 2) with the second run's status.
     let main_rs = dir.join("src/main.rs");
     let source = std::fs::read_to_string(&main_rs).unwrap();
     std::fs::write(&main_rs, source.replace("args.world_size = ", "args.world_size = undefined_name + "))
