@@ -288,6 +288,7 @@ pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStoppin
     };
     load_weights(dir, &checkpoint, vs)?;
     early_stopping.restore(&checkpoint.accuracy_history);
+    crate::report::restore(&checkpoint.accuracy_history, checkpoint.total_time);
     if early_stopping.should_stop() {
         // The saved run had already stopped early: another epoch would change its result.
         if crate::lab::is_rank_zero() {
@@ -387,6 +388,7 @@ mod tests {
 
     #[test]
     fn round_trip_restores_every_variable_and_field() {
+        let _rng = crate::torch_rng_lock();
         let dir = scratch("round-trip");
         assert_eq!(read(&dir).unwrap(), None, "no checkpoint yet");
         let saved = model(1, 3);
@@ -427,6 +429,7 @@ mod tests {
 
     #[test]
     fn resume_continues_after_the_saved_epoch_unless_the_run_had_stopped_early() {
+        let _rng = crate::torch_rng_lock();
         let dir = scratch("early-stop");
         let run = resume_options(&dir);
         let saved = model(1, 3);
@@ -446,6 +449,7 @@ mod tests {
 
     #[test]
     fn damaged_or_foreign_checkpoints_are_refused_with_the_file_and_the_fix() {
+        let _rng = crate::torch_rng_lock();
         let dir = scratch("damaged");
         let saved = model(1, 3);
         let written = write(&dir, &saved, &fields(0)).unwrap();

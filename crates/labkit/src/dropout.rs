@@ -75,6 +75,7 @@ impl SplitMix64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::torch_rng_lock;
 
     fn zeros_of(mask: &Tensor) -> Vec<bool> {
         Vec::<f32>::try_from(mask.flatten(0, -1)).unwrap().iter().map(|v| *v == 0.0).collect()
@@ -82,6 +83,7 @@ mod tests {
 
     #[test]
     fn drops_each_element_with_probability_p_and_scales_the_rest() {
+        let _rng = torch_rng_lock();
         tch::manual_seed(11);
         let n = 2_000_000usize;
         let p = 0.01;
@@ -114,6 +116,7 @@ mod tests {
 
     #[test]
     fn backward_multiplies_by_the_same_mask() {
+        let _rng = torch_rng_lock();
         tch::manual_seed(3);
         let xs = Tensor::randn([8, 4, 6, 6], (Kind::Float, Device::Cpu)).set_requires_grad(true);
         let out = dropout(&xs, 0.2, true);
@@ -125,6 +128,7 @@ mod tests {
 
     #[test]
     fn repeatable_under_manual_seed_and_different_otherwise() {
+        let _rng = torch_rng_lock();
         let draw = |seed| {
             tch::manual_seed(seed);
             zeros_of(&dropout(&Tensor::ones([100_000], (Kind::Float, Device::Cpu)), 0.01, true))
@@ -139,6 +143,7 @@ mod tests {
 
     #[test]
     fn evaluation_and_rate_zero_leave_the_input_alone() {
+        let _rng = torch_rng_lock();
         let xs = Tensor::randn([3, 5], (Kind::Float, Device::Cpu));
         assert!(dropout(&xs, 0.01, false).equal(&xs));
         assert!(dropout(&xs, 0.0, true).equal(&xs));
@@ -146,6 +151,7 @@ mod tests {
 
     #[test]
     fn other_dtypes_and_large_rates_use_libtorch() {
+        let _rng = torch_rng_lock();
         tch::manual_seed(1);
         let bf16 = Tensor::ones([10_000], (Kind::BFloat16, Device::Cpu));
         let out = dropout(&bf16, 0.01, true);

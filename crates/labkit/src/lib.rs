@@ -30,3 +30,11 @@ pub use options::{
 pub use perf::{forward_flops_per_image, Amp};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
+
+/// Tests that seed or draw from libtorch's global generator hold this, so that tests
+/// running in parallel threads do not draw from each other's seeds.
+#[cfg(test)]
+pub(crate) fn torch_rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}

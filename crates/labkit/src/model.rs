@@ -245,15 +245,11 @@ pub fn parameter_count(vs: &nn::VarStore) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Mutex, MutexGuard};
     use tch::{Device, Kind};
 
     /// tch's random generator is process-wide and these tests run on parallel threads:
     /// every test that draws from it holds this lock, so seeds mean what they say.
-    fn rng_lock() -> MutexGuard<'static, ()> {
-        static LOCK: Mutex<()> = Mutex::new(());
-        LOCK.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    use crate::torch_rng_lock as rng_lock;
 
     fn count(widths: Widths) -> i64 {
         let vs = nn::VarStore::new(Device::Cpu);

@@ -78,6 +78,25 @@ fn history() -> MutexGuard<'static, Vec<EpochReport>> {
     HISTORY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a resumed run brought from its checkpoint: the validation accuracy of every
+/// epoch trained before (epoch i at index i) and the time they took.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Restored {
+    pub accuracies: Vec<f64>,
+    pub total_time: f64,
+}
+
+fn restored() -> MutexGuard<'static, Restored> {
+    static RESTORED: Mutex<Restored> = Mutex::new(Restored { accuracies: Vec::new(), total_time: 0.0 });
+    RESTORED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Called by `resume`: the summary then speaks for the whole run, not only for the
+/// epochs this process trained.
+pub(crate) fn restore(accuracies: &[f64], total_time: f64) {
+    *restored() = Restored { accuracies: accuracies.to_vec(), total_time };
+}
+
 /// What the quick evaluation concludes from the epoch reports of this process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
@@ -93,23 +112,39 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// From this process's epoch reports so far.
+    /// From this process's epoch reports so far, and the epochs a resumed run restored.
     pub fn from_reports(target_accuracy: f64, world_size: usize) -> Summary {
-        let reports = history();
-        let best_accuracy = reports.iter().map(|r| r.validation_accuracy).fold(0.0, f64::max);
-        let reached_at = reports.iter().find(|r| r.validation_accuracy >= target_accuracy).map(|r| r.epoch);
+        Summary::of(&history(), &restored(), target_accuracy, world_size)
+    }
+
+    /// The summary of `reports`, after the `restored` epochs of an earlier process.
+    /// Images/sec comes from this process's epochs only: the checkpoint does not keep it.
+    pub fn of(
+        reports: &[EpochReport],
+        restored: &Restored,
+        target_accuracy: f64,
+        world_size: usize,
+    ) -> Summary {
+        let accuracies =
+            restored.accuracies.iter().copied().chain(reports.iter().map(|r| r.validation_accuracy));
+        let best_accuracy = accuracies.fold(0.0, f64::max);
+        let reached_at =
+            restored.accuracies.iter().position(|a| *a >= target_accuracy).or_else(|| {
+                reports.iter().find(|r| r.validation_accuracy >= target_accuracy).map(|r| r.epoch)
+            });
         let steady: Vec<f64> = reports.iter().skip(1).map(|r| r.images_per_sec).collect();
         let steady =
             if steady.is_empty() { reports.iter().map(|r| r.images_per_sec).collect() } else { steady };
         let images_per_sec =
             if steady.is_empty() { 0.0 } else { steady.iter().sum::<f64>() / steady.len() as f64 };
         Summary {
-            epochs: reports.len(),
+            epochs: restored.accuracies.len() + reports.len(),
             world_size,
             best_accuracy,
             reached_at,
             images_per_sec,
-            total_time: reports.last().map(|r| r.cumulative_time).unwrap_or(0.0),
+            // A resumed run's cumulative time continues the restored one.
+            total_time: reports.last().map(|r| r.cumulative_time).unwrap_or(restored.total_time),
         }
     }
 
@@ -211,6 +246,34 @@ impl EarlyStopping {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(epoch: usize, cumulative_time: f64, images_per_sec: f64, accuracy: f64) -> EpochReport {
+        EpochReport {
+            epoch,
+            cumulative_time,
+            epoch_time: 10.0,
+            images_per_sec,
+            validation_loss: 0.5,
+            validation_accuracy: accuracy,
+        }
+    }
+
+    #[test]
+    fn the_summary_of_a_resumed_run_covers_the_restored_epochs() {
+        let fresh = [report(0, 10.0, 100.0, 0.80), report(1, 20.0, 300.0, 0.86)];
+        let s = Summary::of(&fresh, &Restored::default(), 0.85, 2);
+        assert_eq!((s.epochs, s.reached_at, s.best_accuracy, s.total_time), (2, Some(1), 0.86, 20.0));
+        assert_eq!(s.images_per_sec, 300.0, "the first epoch is left out");
+        // Resumed after epochs 0 and 1 (target reached at 1), trained epoch 2.
+        let restored = Restored { accuracies: vec![0.80, 0.87], total_time: 20.0 };
+        let s = Summary::of(&[report(2, 30.0, 250.0, 0.84)], &restored, 0.85, 2);
+        assert_eq!((s.epochs, s.reached_at, s.best_accuracy, s.total_time), (3, Some(1), 0.87, 30.0));
+        assert_eq!(s.images_per_sec, 250.0);
+        // Resumed after an early stop: nothing trained, the saved result stands.
+        let s = Summary::of(&[], &restored, 0.85, 2);
+        assert_eq!((s.epochs, s.reached_at, s.total_time), (2, Some(1), 20.0));
+        assert!(s.line(0.85).contains("2 epochs in 20.0 s") && s.line(0.85).contains("reached at epoch 1"));
+    }
 
     #[test]
     fn epoch_line_matches_the_labs_format() {
