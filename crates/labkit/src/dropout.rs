@@ -11,6 +11,8 @@
 //! repeatable. GPUs, other dtypes and large rates go to libtorch's dropout.
 use tch::{Device, Kind, Tensor};
 
+use crate::rng::Rng;
+
 /// Rates above this go to libtorch: skipping gains little when most elements drop.
 const SKIP_SAMPLING_MAX_RATE: f64 = 0.25;
 
@@ -33,7 +35,7 @@ fn mask(shape: &[i64], p: f64) -> Tensor {
     // SAFETY: `mask` was just allocated here as a contiguous CPU float tensor of `len`
     // elements; nothing else refers to its storage while this slice lives.
     let values = unsafe { std::slice::from_raw_parts_mut(mask.data_ptr() as *mut f32, len) };
-    let mut rng = SplitMix64(torch_seed());
+    let mut rng = Rng::new(torch_seed());
     let log_keep = (1.0 - p).ln();
     let mut position = 0usize;
     loop {
@@ -52,24 +54,6 @@ fn mask(shape: &[i64], p: f64) -> Tensor {
 /// A seed drawn from libtorch's default CPU generator.
 fn torch_seed() -> u64 {
     Tensor::randint(i64::MAX, [1], (Kind::Int64, Device::Cpu)).int64_value(&[0]) as u64
-}
-
-/// Steele, Lea and Flood's SplitMix64: fast, and ample for choosing dropped elements.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in (0, 1]: never 0, whose logarithm would be infinite.
-    fn unit_open_closed(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod model;
 mod options;
 pub mod perf;
 pub mod report;
+mod rng;
 pub mod trace;
 
 pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, Start};

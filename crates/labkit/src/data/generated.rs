@@ -20,6 +20,7 @@ use super::fsutil::{self, DirLock};
 use super::idx::{self, PIXELS, SIDE};
 use super::manifest::{md5_hex, Manifest};
 use super::{DataError, TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS};
+use crate::rng::Rng;
 
 /// What to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,50 +131,6 @@ fn mix(seed: u64, split: u64, index: u64) -> u64 {
     let a = r.next_u64() ^ split.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let mut r = Rng::new(a);
     r.next_u64() ^ index.wrapping_mul(0xd1b5_4a32_d192_ed03)
-}
-
-/// SplitMix64: tiny, fast, and fully specified, so the stream is the same everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1), 24 bits.
-    fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    /// Uniform in [lo, hi).
-    fn range(&mut self, lo: f32, hi: f32) -> f32 {
-        lo + (hi - lo) * self.unit()
-    }
-
-    fn chance(&mut self, p: f32) -> bool {
-        self.unit() < p
-    }
-
-    /// Uniform integer in [0, n).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    /// Roughly normal with mean 0 and standard deviation 1: the sum of four 16-bit
-    /// uniforms, all cut from one draw (this runs once per lit pixel).
-    fn normalish(&mut self) -> f32 {
-        let r = self.next_u64();
-        let sum = (r & 0xffff) + ((r >> 16) & 0xffff) + ((r >> 32) & 0xffff) + (r >> 48);
-        (sum as f32 / 65536.0 - 2.0) * 1.732
-    }
 }
 
 type Poly = Vec<(f32, f32)>;
