@@ -204,7 +204,9 @@ fn main() -> ExitCode {
             let root = repo_root();
             let mut all_passed = true;
             for step in steps {
-                match verify_step(&root, step, subject, seed, runs.limit(), keep) {
+                match run_step(&root, step, subject, seed, runs.limit(), keep)
+                    .map(|run| print_run(&root, step, seed, &run))
+                {
                     Ok(passed) => all_passed &= passed,
                     Err(msg) => {
                         eprintln!("error: {msg}");
@@ -254,7 +256,9 @@ fn watch_step(
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
     loop {
-        let passed = match verify_step(&root, step, subject, seed, limit, false) {
+        let passed = match run_step(&root, step, subject, seed, limit, false)
+            .map(|run| print_run(&root, step, seed, &run))
+        {
             Ok(passed) => passed,
             Err(msg) => {
                 // A file mid-rename, a manifest being edited: say so and wait for the next save.
@@ -490,21 +494,13 @@ fn run_step(
 }
 
 /// `verify`: one step's full report; true when every check passed.
-fn verify_step(
-    root: &Path,
-    step: u8,
-    subject: Subject,
-    seed: u64,
-    limit: Duration,
-    keep: bool,
-) -> Result<bool, String> {
-    let run = run_step(root, step, subject, seed, limit, keep)?;
+fn print_run(root: &Path, step: u8, seed: u64, run: &StepRun) -> bool {
     println!("== step {step} ({}): {}", run.package, run.variation.describe());
     println!("   (repeat exactly with --seed {seed})");
     if let Some(dir) = &run.kept {
         println!("   run files kept in {}", dir.display());
     }
-    Ok(report(root, step, &run.results))
+    report(root, step, &run.results)
 }
 
 /// Prints every check; true when all passed.

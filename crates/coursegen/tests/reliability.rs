@@ -153,6 +153,17 @@ fn kill_group(pgid: i32) {
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
 }
 
+/// Runs the lab to its end within 2 minutes, which must be a failure that leaves no
+/// process of it behind.
+fn run_to_failure(cmd: Command, logs: &Path, what: &str) -> Finished {
+    let proc = Proc::start(cmd, logs, "lab");
+    let pgid = proc.pgid;
+    let finished = proc.wait(Duration::from_secs(120), what);
+    assert!(!finished.status.success(), "{what} succeeded:\n{}", finished.stdout);
+    assert!(!group_alive(pgid), "{what}: processes left behind");
+    finished
+}
+
 /// Whether any process of group `pgid` still exists.
 fn group_alive(pgid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
@@ -260,16 +271,13 @@ fn busy_rendezvous_port_is_a_clear_error() {
     let port = holder.local_addr().unwrap().port();
     let logs = scratch("busy-port");
     let args = lab_args(&["--num-gpus", "2", "--epochs", "1", "--timeout", "10"]);
-    let proc = Proc::start(lab_command(11, &args, port, &logs.join("trace")), &logs, "lab");
-    let pgid = proc.pgid;
-    let finished = proc.wait(Duration::from_secs(120), "the lab on a busy port");
-    assert!(!finished.status.success());
+    let cmd = lab_command(11, &args, port, &logs.join("trace"));
+    let finished = run_to_failure(cmd, &logs, "the lab on a busy port");
     assert!(
         finished.stderr.contains(&format!("port {port} is taken")) && finished.stderr.contains("MASTER_PORT"),
         "{}",
         finished.stderr
     );
-    assert!(!group_alive(pgid), "processes left behind");
 }
 
 /// `MASTER_ADDR` naming a machine that is not rank 0's: rank 0 refuses to host the
@@ -281,16 +289,13 @@ fn a_master_addr_of_another_machine_is_refused() {
     let args = lab_args(&["--num-gpus", "2", "--epochs", "1", "--timeout", "10"]);
     let mut cmd = lab_command(11, &args, free_port(), &logs.join("trace"));
     cmd.env("MASTER_ADDR", "192.0.2.1"); // TEST-NET-1: nobody's address
-    let proc = Proc::start(cmd, &logs, "lab");
-    let pgid = proc.pgid;
-    let finished = proc.wait(Duration::from_secs(120), "the lab with a foreign MASTER_ADDR");
+    let finished = run_to_failure(cmd, &logs, "the lab with a foreign MASTER_ADDR");
     assert_eq!(finished.status.code(), Some(2), "{}", finished.stderr);
     assert!(
         finished.stderr.contains("192.0.2.1") && finished.stderr.contains("not an address of this machine"),
         "{}",
         finished.stderr
     );
-    assert!(!group_alive(pgid), "processes left behind");
 }
 
 // ------------------------------------------------------------------ faults
