@@ -8,7 +8,15 @@
 use std::path::{Path, PathBuf};
 
 fn main() {
-    for f in ["tchd.cpp", "ddp.cpp", "sync_batch_norm.cpp", "amp.cpp", "tchd.h", "tchd_internal.h"] {
+    for f in [
+        "tchd.cpp",
+        "ddp.cpp",
+        "sync_batch_norm.cpp",
+        "amp.cpp",
+        "cuda_anchor.cpp",
+        "tchd.h",
+        "tchd_internal.h",
+    ] {
         println!("cargo:rerun-if-changed=shim/{f}");
     }
     println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
@@ -58,10 +66,15 @@ fn main() {
         }
     }
     build.compile("tchd");
+    if has_cuda_libs {
+        link_libtorch_cuda_everywhere();
+    }
 
     println!("cargo:rustc-link-search=native={}", lib.display());
-    if has_cuda_libs && nccl_headers.is_some() {
+    if has_cuda_libs {
         println!("cargo:rustc-link-lib=dylib=torch_cuda");
+    }
+    if has_cuda_libs && nccl_headers.is_some() {
         println!("cargo:rustc-link-lib=dylib=c10_cuda");
     }
     for l in ["torch", "torch_cpu", "c10"] {
@@ -71,6 +84,30 @@ fn main() {
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     // Dependents read this as DEP_TCH_DISTRIBUTED_LIBTORCH_LIB to set their own rpath.
     println!("cargo:libtorch_lib={}", lib.display());
+}
+
+/// Makes every binary that depends on this crate load libtorch_cuda.so, so that it
+/// sees the node's GPUs.
+///
+/// The linker's `--as-needed` drops a shared library that no linked object refers
+/// to, and a binary that calls nothing of libtorch_cuda.so directly (step 0, the demo,
+/// the checker) then runs without libtorch's CUDA hooks: `tch::Cuda::device_count()`
+/// is 0 on a GPU node. `rustc-link-arg=-Wl,--no-as-needed` would only reach this
+/// crate's own targets, and the `-as-needed` link modifier is unstable, so instead a
+/// one-object archive whose constructor refers to a symbol of libtorch_cuda.so is
+/// linked whole (`+whole-archive`) into every dependent binary. `-bundle` keeps it out
+/// of the rlib (rustc refuses `+whole-archive` with bundling) and lets the final link
+/// find it in OUT_DIR, whose search path propagates to dependents.
+fn link_libtorch_cuda_everywhere() {
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .file("shim/cuda_anchor.cpp")
+        .flag("-std=c++20")
+        .link_lib_modifier("+whole-archive")
+        .link_lib_modifier("-bundle")
+        .compile("tchd_cuda_anchor");
 }
 
 /// The CUDA runtime, CCCL and NCCL include directories of the pip wheels, if present.

@@ -85,13 +85,18 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err) {
 
 int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
-                   tchd_group** out, char** err) {
+                   int bound_cuda_device, tchd_group** out, char** err) {
   return guarded(err, [&] {
     TORCH_CHECK_VALUE(size >= 1, "world size must be at least 1, got ", size);
     TORCH_CHECK_VALUE(rank >= 0 && rank < size, "rank ", rank, " is outside 0..", size);
     auto timeout = std::chrono::milliseconds(timeout_ms);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), store->store);
     auto pg = c10::make_intrusive<c10d::ProcessGroup>(prefixed, rank, size);
+    // init_process_group(device_id=...): the group, and through setBackend each backend,
+    // knows its rank's GPU, so NCCL need not guess it from the global rank.
+    if (bound_cuda_device >= 0) {
+      pg->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(bound_cuda_device)));
+    }
     if (backend == TCHD_GLOO) {
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
       if (gloo_interface != nullptr) {
@@ -127,6 +132,11 @@ int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank,
 }
 
 void tchd_group_free(tchd_group* group) { delete group; }
+
+int tchd_group_bound_device(tchd_group* group) {
+  auto bound = group->pg->getBoundDeviceId();
+  return bound.has_value() ? static_cast<int>(bound->index()) : -1;
+}
 
 int tchd_group_shutdown(tchd_group* group, char** err) {
   return guarded(err, [&] { group->pg->shutdown(); });

@@ -63,10 +63,14 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err);
 // prefix: key prefix in the store, so several groups can share one store.
 // gloo_hostname / gloo_interface (either may be NULL): where Gloo binds its sockets;
 // both NULL means c10d's default device (this host's name, else loopback).
+// bound_cuda_device: the CUDA device index this rank uses (init_process_group's
+// device_id), or -1 for none.
 int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
-                   tchd_group** out, char** err);
+                   int bound_cuda_device, tchd_group** out, char** err);
 void tchd_group_free(tchd_group* group);
+// The CUDA device index the group is bound to, or -1.
+int tchd_group_bound_device(tchd_group* group);
 // Aborts NCCL communicators / shuts the backend down (destroy_process_group).
 int tchd_group_shutdown(tchd_group* group, char** err);
 

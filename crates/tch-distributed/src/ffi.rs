@@ -80,10 +80,12 @@ extern "C" {
         gloo_hostname: *const c_char,
         gloo_interface: *const c_char,
         timeout_ms: i64,
+        bound_cuda_device: c_int,
         out: *mut *mut tchd_group,
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn tchd_group_free(group: *mut tchd_group);
+    pub fn tchd_group_bound_device(group: *mut tchd_group) -> c_int;
     pub fn tchd_group_shutdown(group: *mut tchd_group, err: *mut *mut c_char) -> c_int;
 
     pub fn tchd_all_reduce(

@@ -126,11 +126,15 @@ pub struct GroupOptions {
     pub gloo_hostname: Option<String>,
     /// Network interface for Gloo (as `GLOO_SOCKET_IFNAME`); wins over the host name.
     pub gloo_interface: Option<String>,
+    /// The GPU this rank computes on, as `init_process_group(device_id=...)`: NCCL then
+    /// uses it instead of guessing one from the global rank (c10d's "Guessing device ID
+    /// based on global rank" warning). `None`, or a CPU device: not bound.
+    pub device_id: Option<Device>,
 }
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        Self { timeout: crate::DEFAULT_TIMEOUT, gloo_hostname: None, gloo_interface: None }
+        Self { timeout: crate::DEFAULT_TIMEOUT, gloo_hostname: None, gloo_interface: None, device_id: None }
     }
 }
 
@@ -185,6 +189,10 @@ impl ProcessGroup {
                 host.as_ref().map_or(ptr::null(), |h| h.as_ptr()),
                 iface.as_ref().map_or(ptr::null(), |i| i.as_ptr()),
                 duration_ms(opts.timeout),
+                match opts.device_id {
+                    Some(Device::Cuda(index)) => index as i32,
+                    _ => -1,
+                },
                 &mut out,
                 &mut err,
             )
@@ -222,6 +230,12 @@ impl ProcessGroup {
 
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The GPU the group is bound to ([`GroupOptions::device_id`]), if any.
+    pub fn bound_device(&self) -> Option<Device> {
+        let index = unsafe { ffi::tchd_group_bound_device(self.raw.as_ptr()) };
+        (index >= 0).then(|| Device::Cuda(index as usize))
     }
 
     /// Combines `tensor` across all ranks with `op`; every rank ends with the result.

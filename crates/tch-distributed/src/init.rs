@@ -162,8 +162,23 @@ fn connect_with_store(
         // A single-machine run stays on loopback instead of this host's public name.
         opts.gloo_hostname = Some("127.0.0.1".to_string());
     }
+    if backend == Backend::Nccl {
+        opts.device_id = nccl_device_of_this_rank();
+    }
     let group = ProcessGroup::new(&store, backend, rdzv.rank, rdzv.world_size, &opts)?;
     Ok((group, store))
+}
+
+/// The GPU an NCCL rank binds its default group to: `cuda:<local rank>`, the one-GPU-
+/// per-rank placement of torchrun, `spawn` and the lab (PyTorch programs pass the same
+/// as `init_process_group(device_id=torch.device("cuda", local_rank))`). Without a
+/// known local rank the group stays unbound and c10d picks, as PyTorch does.
+pub(crate) fn nccl_device_of_this_rank() -> Option<tch::Device> {
+    let local_rank = match crate::spawned_rank() {
+        Some(me) => Some(me.local_rank),
+        None => crate::local_rank().ok().flatten(),
+    };
+    local_rank.map(tch::Device::Cuda)
 }
 
 /// Ranks of one job started with different world sizes would wait on each other until
@@ -274,6 +289,10 @@ pub fn unresponsive_ranks(wait: Duration) -> Option<Vec<usize>> {
 /// * `init`: [`Init::Env`] (torchrun, or the lab's MASTER_ADDR/MASTER_PORT) or [`Init::Tcp`];
 /// * `world_size`, `rank`: `None` reads `WORLD_SIZE` / `RANK` from the environment;
 /// * `timeout`: the rendezvous and every collective fail after this instead of hanging.
+///
+/// An NCCL group is bound to `cuda:<local rank>` (`LOCAL_RANK`, or the rank [`crate::spawn`]
+/// started), as PyTorch's `device_id=` argument binds it; [`ProcessGroup::new`] with
+/// [`GroupOptions::device_id`] binds any other placement.
 ///
 /// Returns once all `world_size` ranks have joined. Bad arguments fail before any
 /// network activity with [`ErrorKind::InvalidArgument`].
