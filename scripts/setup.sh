@@ -43,22 +43,6 @@ if [ ! -f /usr/include/gloo/algorithm.h ]; then
     fi
 fi
 
-# --- 1b. a TTF font for the scaling demo's PNG chart (DejaVu Sans) ------------------
-# Only the demo's PNG needs it, so a failure here warns instead of stopping the setup.
-if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
-    say "installing a font for the demo's PNG chart (fonts-dejavu-core) with apt-get"
-    SUDO=""
-    [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && SUDO=sudo
-    if command -v apt-get >/dev/null; then
-        $SUDO apt-get install -y -q fonts-dejavu-core >>/tmp/ddp-lab-apt.log 2>&1 ||
-            { $SUDO apt-get update -q >>/tmp/ddp-lab-apt.log 2>&1 || true
-              $SUDO apt-get install -y -q fonts-dejavu-core >>/tmp/ddp-lab-apt.log 2>&1; } ||
-            say "warning: could not install fonts-dejavu-core; the demo needs --font PATH for its PNG"
-    else
-        say "warning: no apt-get: install DejaVu Sans (or pass the demo --font PATH) for its PNG chart"
-    fi
-fi
-
 # --- 1c. iproute2 (optional) -------------------------------------------------------
 # The two-node reliability test builds network namespaces with `ip`; without it the
 # test says SKIPPED. Best effort, as root only: never a reason for setup to fail.

@@ -1,5 +1,6 @@
 //! The scaling chart: measured images/sec per world size against ideal linear scaling,
-//! as SVG (text as SVG text, no font needed) and PNG (text rendered from a TTF file).
+//! as SVG (text as SVG text, no font needed) and PNG (text rendered from a TTF font:
+//! DejaVu Sans, embedded, or `--font`).
 use std::path::Path;
 
 use plotters::coord::Shift;
@@ -7,26 +8,24 @@ use plotters::prelude::*;
 
 use crate::Row;
 
-const FONT_CANDIDATES: [&str; 3] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-];
+/// DejaVu Sans (Bitstream Vera licence: demo/fonts/LICENSE-DejaVu.txt), in the binary:
+/// GPU nodes often have no fonts installed, and the chart must render there.
+const EMBEDDED_FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
 
 /// Registers a TTF font as plotters' "sans-serif" for bitmap output: `explicit`, or the
-/// first DejaVu Sans found (Debian package fonts-dejavu-core; scripts/setup.sh installs it).
+/// embedded DejaVu Sans.
 pub fn register_font(explicit: Option<&Path>) -> Result<(), String> {
-    let path = match explicit {
-        Some(p) => p.to_path_buf(),
-        None => FONT_CANDIDATES.iter().map(Path::new).find(|p| p.is_file()).map(Path::to_path_buf).ok_or_else(
-            || "no TTF font for the PNG chart: install fonts-dejavu-core (scripts/setup.sh does) or pass --font PATH".to_string(),
-        )?,
+    let (bytes, name): (&'static [u8], String) = match explicit {
+        Some(path) => {
+            let bytes =
+                std::fs::read(path).map_err(|e| format!("cannot read the font {}: {e}", path.display()))?;
+            // plotters keeps the font for the whole process, so it must be 'static.
+            (Box::leak(bytes.into_boxed_slice()), path.display().to_string())
+        }
+        None => (EMBEDDED_FONT, "the embedded DejaVu Sans".to_string()),
     };
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read the font {}: {e}", path.display()))?;
-    // plotters keeps the font for the whole process, so it must be 'static.
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
     plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| format!("{} is not a usable TTF font", path.display()))
+        .map_err(|_| format!("{name} is not a usable TTF font"))
 }
 
 pub fn write_svg(path: &Path, rows: &[Row], title: &str) -> Result<(), String> {

@@ -47,7 +47,7 @@ struct Args {
     /// `auto` (GPUs when there are any), `cpu` or `cuda`.
     #[arg(long, default_value = "auto")]
     device: String,
-    /// WideResNet widths [default: lab on GPUs, narrow on CPUs].
+    /// WideResNet widths [default: lab on GPUs and with --predict, narrow on CPUs].
     #[arg(long)]
     width: Option<String>,
     /// Images per batch on each rank [default: 512 on GPUs, as the lab's measurements; 32 on CPUs].
@@ -74,9 +74,13 @@ struct Args {
     /// Where scaling.json, scaling.svg and scaling.png go.
     #[arg(long, default_value = "demo-out")]
     out_dir: PathBuf,
-    /// TTF font for the PNG's text [default: DejaVu Sans from fonts-dejavu-core].
+    /// TTF font for the PNG's text [default: DejaVu Sans, embedded in the demo].
     #[arg(long)]
     font: Option<PathBuf>,
+    /// Redraw scaling.svg and scaling.png into --out-dir from a scaling.json this demo
+    /// wrote (one copied off a GPU node, say), without training.
+    #[arg(long, value_name = "FILE", conflicts_with = "predict")]
+    chart_from: Option<PathBuf>,
     /// Extra options for the lab, e.g. --lab-args=--amp,bf16.
     #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
     lab_args: Vec<String>,
@@ -165,7 +169,8 @@ fn plan(a: &Args) -> Result<Plan, String> {
     if a.epochs < 2 {
         return Err("--epochs must be at least 2: the first epoch is dropped".into());
     }
-    let width = a.width.clone().unwrap_or_else(|| if cuda { "lab" } else { "narrow" }.into());
+    // --predict is about GPU nodes: the lab's model unless --width says otherwise.
+    let width = a.width.clone().unwrap_or_else(|| if cuda || a.predict { "lab" } else { "narrow" }.into());
     width.parse::<labkit::Widths>()?;
     let batch_size = a.batch_size.unwrap_or(if cuda { 512 } else { 32 });
     if batch_size == 0 || a.threads == Some(0) {
@@ -206,6 +211,9 @@ fn plan(a: &Args) -> Result<Plan, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(json) = &args.chart_from {
+        return Failure::exit(redraw_charts(json, &args.out_dir, args.font.as_deref()));
+    }
     let result = plan(&args).map_err(Failure::BadInput).and_then(|p| {
         if args.predict {
             run_predict(&args, &p)
@@ -321,17 +329,10 @@ fn run_demo(a: &Args, plan: &Plan) -> Result<(), Failure> {
     println!("Scaling of the finished lab — {about}");
     println!();
     print!("{}", table(&rows));
-    let title = format!(
-        "Finished lab, {} width {}: images/sec per world size",
-        if plan.cuda { "GPU" } else { "CPU" },
-        plan.settings.width
-    );
-    let svg = a.out_dir.join("scaling.svg");
-    let png = a.out_dir.join("scaling.png");
+    let (svg, png) =
+        write_charts(&a.out_dir, &rows, &chart_title(&plan.settings.device, &plan.settings.width))
+            .map_err(Failure::Run)?;
     let json_path = a.out_dir.join("scaling.json");
-    // Charts go to a temporary name and are renamed, like the JSON: no half files.
-    write_via_temp(&svg, |tmp| chart::write_svg(tmp, &rows, &title)).map_err(Failure::Run)?;
-    write_via_temp(&png, |tmp| chart::write_png(tmp, &rows, &title)).map_err(Failure::Run)?;
     let json = json!({
         "demo": "scaling",
         "about": about,
@@ -356,6 +357,46 @@ fn run_demo(a: &Args, plan: &Plan) -> Result<(), Failure> {
         .map_err(|e| Failure::Run(format!("writing {}: {e}", json_path.display())))?;
     println!();
     println!("wrote {}, {} and {}", json_path.display(), svg.display(), png.display());
+    Ok(())
+}
+
+fn chart_title(device: &str, width: &str) -> String {
+    let device = if device == "cuda" { "GPU" } else { "CPU" };
+    format!("Finished lab, {device} width {width}: images/sec per world size")
+}
+
+/// scaling.svg and scaling.png in `dir`. Each goes to a temporary name and is renamed,
+/// like the JSON: no half files.
+fn write_charts(dir: &Path, rows: &[Row], title: &str) -> Result<(PathBuf, PathBuf), String> {
+    let svg = dir.join("scaling.svg");
+    let png = dir.join("scaling.png");
+    write_via_temp(&svg, |tmp| chart::write_svg(tmp, rows, title))?;
+    write_via_temp(&png, |tmp| chart::write_png(tmp, rows, title))?;
+    Ok((svg, png))
+}
+
+/// `--chart-from`: the charts of a scaling.json written earlier (perhaps elsewhere).
+fn redraw_charts(json_path: &Path, out_dir: &Path, font: Option<&Path>) -> Result<(), Failure> {
+    let bad = |why: String| Failure::BadInput(format!("--chart-from {}: {why}", json_path.display()));
+    let text = std::fs::read_to_string(json_path).map_err(|e| bad(e.to_string()))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let results = json["results"]
+        .as_array()
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| bad("no \"results\" list: give a scaling.json that this demo wrote".into()))?;
+    let mut measured = Vec::new();
+    for r in results {
+        match (r["world_size"].as_u64(), r["images_per_sec"].as_f64()) {
+            (Some(ws), Some(ips)) if ws >= 1 => measured.push((ws as usize, ips, Vec::new())),
+            _ => return Err(bad(format!("a result without world_size and images_per_sec: {r}"))),
+        }
+    }
+    chart::register_font(font).map_err(Failure::BadInput)?;
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| Failure::BadInput(format!("cannot create --out-dir {}: {e}", out_dir.display())))?;
+    let title = chart_title(json["device"].as_str().unwrap_or("cpu"), json["width"].as_str().unwrap_or("?"));
+    let (svg, png) = write_charts(out_dir, &rows_from(&measured), &title).map_err(Failure::Run)?;
+    println!("wrote {} and {}", svg.display(), png.display());
     Ok(())
 }
 
@@ -403,6 +444,15 @@ fn run_predict(a: &Args, plan: &Plan) -> Result<(), Failure> {
         Some(p) => p,
         None => parameter_count(&plan.settings.width),
     };
+    if a.step_ms.is_none()
+        && !plan.cuda
+        && plan.settings.width.parse::<labkit::Widths>().ok() == Some(labkit::Widths::LAB)
+    {
+        return Err(Failure::BadInput(format!(
+            "--predict needs --step-ms on a node without a GPU: measuring the {} width here on the CPU would take hours and say little about a GPU; pass the step time of a GPU (14.3 ms for the lab width at batch 512 in bf16 on an H100, see README), or --width narrow to measure the narrow model here",
+            plan.settings.width
+        )));
+    }
     let step_seconds = match a.step_ms {
         Some(ms) if ms.is_finite() && ms > 0.0 => ms / 1e3,
         Some(ms) => return Err(Failure::BadInput(format!("--step-ms must be a positive number, got {ms}"))),

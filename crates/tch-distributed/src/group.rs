@@ -235,7 +235,7 @@ impl ProcessGroup {
     /// The GPU the group is bound to ([`GroupOptions::device_id`]), if any.
     pub fn bound_device(&self) -> Option<Device> {
         let index = unsafe { ffi::tchd_group_bound_device(self.raw.as_ptr()) };
-        (index >= 0).then(|| Device::Cuda(index as usize))
+        (index >= 0).then_some(Device::Cuda(index as usize))
     }
 
     /// Combines `tensor` across all ranks with `op`; every rank ends with the result.
