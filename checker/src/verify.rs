@@ -94,11 +94,9 @@ impl Variation {
 
     pub fn describe(&self) -> String {
         format!(
-            "seed {}: {} node(s) x {} {} rank(s), {} training and {} validation images, batch {}, {} epochs",
+            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs",
             self.seed,
-            self.nodes,
-            self.ranks_per_node,
-            if device_for(self.nodes, self.ranks_per_node) == "cuda" { "GPU" } else { "CPU" },
+            placement(self.nodes, self.ranks_per_node, gpus()).describe(self.nodes, self.ranks_per_node),
             self.train_subset,
             self.test_subset,
             self.batch_size,
@@ -169,14 +167,50 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29_500)
 }
 
-/// Where the ranks of a run compute: on GPUs (NCCL) when this machine has one for each
-/// rank of a single node, otherwise on the CPU (Gloo). Simulated nodes share one
-/// machine, so their local ranks would land on the same GPUs, which NCCL refuses.
-pub fn device_for(nodes: usize, ranks_per_node: usize) -> &'static str {
-    if nodes == 1 && ranks_per_node >= 2 && gpus() >= ranks_per_node {
-        "cuda"
+/// Where the ranks of a run compute, and through which backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// CPU processes, Gloo.
+    Cpu,
+    /// A GPU of its own for every rank, NCCL.
+    GpuPerRank,
+    /// More ranks on a node than GPUs: they share them (`--share-gpus`), Gloo on CUDA
+    /// tensors, so a one-GPU machine still checks every step on GPU tensors.
+    SharedGpus { gpus: usize },
+}
+
+/// A GPU per rank when this machine has one for each rank of a single node; shared
+/// GPUs otherwise (simulated nodes share one machine, so their local ranks land on the
+/// same GPUs, which NCCL refuses); the CPU without GPUs.
+pub fn placement(nodes: usize, ranks_per_node: usize, gpus: usize) -> Placement {
+    if gpus == 0 {
+        Placement::Cpu
+    } else if nodes == 1 && gpus >= ranks_per_node {
+        Placement::GpuPerRank
     } else {
-        "cpu"
+        Placement::SharedGpus { gpus }
+    }
+}
+
+impl Placement {
+    /// The program's options that ask for it.
+    pub fn options(self) -> Vec<String> {
+        match self {
+            Placement::Cpu => vec!["--device".into(), "cpu".into()],
+            Placement::GpuPerRank => vec!["--device".into(), "cuda".into()],
+            Placement::SharedGpus { .. } => vec!["--device".into(), "cuda".into(), "--share-gpus".into()],
+        }
+    }
+
+    /// e.g. "2 node(s) x 2 GPU rank(s) sharing 1 GPU, Gloo".
+    pub fn describe(self, nodes: usize, ranks_per_node: usize) -> String {
+        match self {
+            Placement::Cpu => format!("{nodes} node(s) x {ranks_per_node} CPU rank(s), Gloo"),
+            Placement::GpuPerRank => format!("{nodes} node(s) x {ranks_per_node} GPU rank(s), NCCL"),
+            Placement::SharedGpus { gpus } => {
+                format!("{nodes} node(s) x {ranks_per_node} GPU rank(s) sharing {gpus} GPU(s), Gloo")
+            }
+        }
     }
 }
 
@@ -204,9 +238,8 @@ fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
         "--timeout".into(),
         // Generous: on a loaded 2-core machine a rank can start seconds after another.
         "60".into(),
-        "--device".into(),
-        device_for(v.nodes, v.ranks_per_node).into(),
     ];
+    args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
     if step >= 1 {
         args.extend([
             "--num-nodes".into(),
@@ -294,20 +327,10 @@ pub fn observe(
             .map(String::from)
             .collect();
         args.extend(
-            [
-                "--num-gpus",
-                "2",
-                "--width",
-                "narrow",
-                "--threads",
-                "1",
-                "--device",
-                device_for(1, 2),
-                "--dataset",
-                "generated",
-            ]
-            .map(String::from),
+            ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
+                .map(String::from),
         );
+        args.extend(placement(1, 2, gpus()).options());
         args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
         let env =
             vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), free_port().to_string())];
@@ -1121,6 +1144,20 @@ fn expected_indices(len: usize, world: usize, rank: usize, epoch: u64) -> Vec<u6
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn ranks_share_the_gpus_when_there_are_too_few() {
+        assert_eq!(placement(1, 2, 0), Placement::Cpu);
+        assert_eq!(placement(1, 2, 2), Placement::GpuPerRank);
+        assert_eq!(placement(1, 3, 1), Placement::SharedGpus { gpus: 1 });
+        // Simulated nodes share one machine's GPUs.
+        assert_eq!(placement(2, 2, 4), Placement::SharedGpus { gpus: 4 });
+        let shared = placement(2, 2, 1);
+        assert_eq!(shared.describe(2, 2), "2 node(s) x 2 GPU rank(s) sharing 1 GPU(s), Gloo");
+        assert!(shared.options().contains(&"--share-gpus".to_string()));
+        assert_eq!(placement(1, 2, 0).options(), ["--device", "cpu"]);
+    }
+
     use super::*;
 
     fn not_started() -> Ended {

@@ -133,8 +133,10 @@ fn the_report_of_a_passing_step() {
     assert_eq!(v.code, Some(0), "{}", v.output());
     // Ports and pids change from run to run.
     let masked = regex::Regex::new(r"127\.0\.0\.1:\d+").unwrap().replace_all(&v.stdout, "127.0.0.1:[port]");
-    // CPU ranks here; GPU ranks on a machine with two GPUs.
-    let masked = regex::Regex::new(r" (CPU|GPU) rank").unwrap().replace_all(&masked, " [device] rank");
+    // CPU ranks over Gloo here; GPU ranks (NCCL, or sharing a GPU over Gloo) on a GPU machine.
+    let masked = regex::Regex::new(r" (CPU|GPU) rank\(s\)( sharing \d+ GPU\(s\))?, (Gloo|NCCL)")
+        .unwrap()
+        .replace_all(&masked, " [device] rank(s), [backend]");
     insta::assert_snapshot!("report_step_2", masked);
 }
 

@@ -140,7 +140,7 @@ fn training(args: Args) -> labkit::Result<()> {
     // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
     // num_gpus, and so on.
     let global_rank = args.node_id * args.num_gpus + local_rank;
-    let backend = dist::Backend::for_device(args.run.device.for_local_rank(local_rank));
+    let backend = args.run.backend(local_rank);
     dist::init_process_group(
         backend,
         args.rendezvous.clone(),
@@ -151,7 +151,8 @@ fn training(args: Args) -> labkit::Result<()> {
     //@ todo
     // TODO Step 4: compute this process's global rank (from the node id, the ranks per
     // node and the local rank) and join the default process group: Gloo for CPU ranks,
-    // NCCL for GPU ranks, with the world size, the rendezvous and --timeout.
+    // NCCL for GPU ranks (args.run.backend(local_rank) picks it), with the world size,
+    // the rendezvous and --timeout.
     //@ end
 
     //@ step 7

@@ -26,7 +26,8 @@ pub use lab::{
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Norm, WideResNet, Widths};
 pub use options::{
-    check_node_id, learning_rate, node_count, node_index, positive, ranks_per_node, DeviceChoice, RunOptions,
+    check_gpus, check_node_id, learning_rate, node_count, node_index, positive, ranks_per_node, DeviceChoice,
+    RunOptions,
 };
 pub use perf::{forward_flops_per_image, Amp};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};

@@ -56,7 +56,9 @@ impl DeviceChoice {
         let gpus = tch::Cuda::device_count().max(0) as usize;
         match self {
             DeviceChoice::Cpu => Device::Cpu,
-            DeviceChoice::Cuda => Device::Cuda(local_rank),
+            // More ranks than GPUs only gets this far with --share-gpus (see
+            // `RunOptions::apply`): the ranks then take the GPUs in turn.
+            DeviceChoice::Cuda => Device::Cuda(if gpus == 0 { local_rank } else { local_rank % gpus }),
             DeviceChoice::Auto => match ranks_on_this_node() {
                 Some(ranks) if gpus >= ranks.max(local_rank + 1) => Device::Cuda(local_rank),
                 Some(_) => Device::Cpu,
@@ -144,6 +146,13 @@ pub struct RunOptions {
     /// convolutions on tensor-core GPUs.
     #[arg(long)]
     pub channels_last: bool,
+
+    /// With --device cuda: let this node's ranks share its GPUs when it has fewer GPUs
+    /// than ranks (local rank mod GPUs). They then talk through Gloo on CUDA tensors,
+    /// since NCCL refuses two ranks on one GPU: slower than a GPU per rank, but a
+    /// multi-rank program runs on a one-GPU machine.
+    #[arg(long)]
+    pub share_gpus: bool,
 
     /// Peak TFLOP/s of one device, for the model-FLOP utilisation line (default: a
     /// table of known GPUs: H100, H200, A100, T4; none on CPUs).
@@ -240,7 +249,54 @@ pub fn check_node_id(node_id: usize, num_nodes: usize) {
     }
 }
 
+/// Whether `ranks` ranks of one node can run on `device` with `gpus` GPUs: the
+/// problem and what to do when they cannot. Too few GPUs is bad input unless the ranks
+/// may share them (`--share-gpus`).
+pub fn check_gpus(device: DeviceChoice, share_gpus: bool, gpus: usize, ranks: usize) -> Result<(), String> {
+    if device != DeviceChoice::Cuda || ranks <= gpus && gpus > 0 {
+        return Ok(());
+    }
+    if gpus == 0 {
+        return Err(
+            "--device cuda, but libtorch sees no GPU on this node: run on the CPU (--device cpu, or --device auto, which uses GPUs where there are enough)"
+                .into(),
+        );
+    }
+    if share_gpus {
+        return Ok(());
+    }
+    Err(format!(
+        "--device cuda with {ranks} ranks on this node, which has {gpus} GPU(s) (NCCL needs one per rank): ask for at most {gpus} rank(s) per node (--num-gpus {gpus}), or add --share-gpus to let ranks share a GPU (Gloo on CUDA tensors)"
+    ))
+}
+
 impl RunOptions {
+    /// The backend of this rank's process group: PyTorch's rule (NCCL for a GPU,
+    /// Gloo for the CPU; `Backend::for_device`), except that ranks sharing a GPU
+    /// (`--share-gpus` with fewer GPUs than ranks) use Gloo, which allows it.
+    pub fn backend(&self, local_rank: usize) -> tch_distributed::Backend {
+        let device = self.device.for_local_rank(local_rank);
+        let gpus = tch::Cuda::device_count().max(0) as usize;
+        let ranks = ranks_on_this_node().unwrap_or(1);
+        if device.is_cuda() && self.share_gpus && ranks > gpus {
+            return tch_distributed::Backend::Gloo;
+        }
+        tch_distributed::Backend::for_device(device)
+    }
+
+    /// Refuses `--device cuda` with fewer GPUs than this node's ranks (see
+    /// [`check_gpus`]): prints the problem and what to do, and exits with 2 before
+    /// anything starts. Called by [`RunOptions::apply`] in ranks that know how many ranks
+    /// their node has (spawned, or launched with `LOCAL_WORLD_SIZE`), and by `spawn`
+    /// before it starts any rank.
+    fn check_gpus_or_exit(&self, ranks: usize) {
+        let gpus = tch::Cuda::device_count().max(0) as usize;
+        if let Err(problem) = check_gpus(self.device, self.share_gpus, gpus, ranks) {
+            eprintln!("error: {problem}");
+            std::process::exit(2);
+        }
+    }
+
     /// The rendezvous and collective timeout.
     pub fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout.max(1))
@@ -269,6 +325,15 @@ impl RunOptions {
         if let Some(n) = self.threads {
             tch::set_num_threads(n.max(1) as i32);
         }
+        // Too few GPUs: refused once per node, in the process that starts the ranks
+        // (spawn) or, for launched ranks, in each rank before it does anything.
+        if tch_distributed::spawned_rank().is_none() {
+            self.check_gpus_or_exit(ranks_on_this_node().unwrap_or(1));
+        }
+        let (device, share) = (self.device, self.share_gpus);
+        tch_distributed::set_spawn_check(move |nprocs| {
+            check_gpus(device, share, tch::Cuda::device_count().max(0) as usize, nprocs)
+        });
         let gpu_allowed = self.device != DeviceChoice::Cpu;
         if gpu_allowed && tch::Cuda::is_available() {
             tch::Cuda::cudnn_set_benchmark(true);
@@ -280,5 +345,36 @@ impl RunOptions {
             peak_tflops: self.peak_tflops,
             gpu_allowed,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check_gpus, DeviceChoice};
+
+    #[test]
+    fn more_ranks_than_gpus_is_refused_unless_shared() {
+        let refused = check_gpus(DeviceChoice::Cuda, false, 1, 2).unwrap_err();
+        for part in ["2 ranks", "1 GPU", "--num-gpus 1", "--share-gpus"] {
+            assert!(refused.contains(part), "{refused}");
+        }
+        assert_eq!(check_gpus(DeviceChoice::Cuda, true, 1, 2), Ok(()));
+        assert_eq!(check_gpus(DeviceChoice::Cuda, false, 2, 2), Ok(()));
+        assert_eq!(check_gpus(DeviceChoice::Cuda, false, 8, 1), Ok(()));
+    }
+
+    #[test]
+    fn no_gpu_at_all_is_refused_even_when_shared() {
+        for share in [false, true] {
+            let refused = check_gpus(DeviceChoice::Cuda, share, 0, 1).unwrap_err();
+            assert!(refused.contains("no GPU") && refused.contains("--device cpu"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn cpu_and_auto_need_no_gpu() {
+        for device in [DeviceChoice::Cpu, DeviceChoice::Auto] {
+            assert_eq!(check_gpus(device, false, 0, 4), Ok(()));
+        }
     }
 }

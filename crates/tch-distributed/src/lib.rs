@@ -80,7 +80,7 @@ pub use init::{
 pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;
 pub use spawn::{
-    set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome,
+    set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome,
     DEFAULT_GRACE_PERIOD, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR,
 };
 pub use store::{Store, TcpStoreOptions};

@@ -78,6 +78,19 @@ pub fn set_worker_exit_code(map: fn(&(dyn std::error::Error + 'static)) -> i32) 
     let _ = EXIT_CODE_OF.set(map);
 }
 
+/// What a program checks before [`spawn`] starts its ranks, see [`set_spawn_check`].
+type SpawnCheck = Box<dyn Fn(usize) -> std::result::Result<(), String> + Send + Sync>;
+static SPAWN_CHECK: OnceLock<SpawnCheck> = OnceLock::new();
+
+/// Registers a check of the rank count that [`spawn`] runs in the parent before it
+/// starts any rank (e.g. that the node has a GPU for each). Its `Err` text becomes
+/// the [`ErrorKind::InvalidArgument`] that [`spawn`] returns, and nothing is started:
+/// one message for the node, instead of one from every rank. The first registration
+/// in a process counts.
+pub fn set_spawn_check(check: impl Fn(usize) -> std::result::Result<(), String> + Send + Sync + 'static) {
+    let _ = SPAWN_CHECK.set(Box::new(check));
+}
+
 /// A process started by [`spawn`]: which rank it is and of how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpawnedRank {
@@ -214,6 +227,9 @@ impl SpawnOptions {
         }
         if self.nprocs == 0 {
             return Err(DistError::invalid("spawn: nprocs must be at least 1"));
+        }
+        if let Some(check) = SPAWN_CHECK.get() {
+            check(self.nprocs).map_err(DistError::invalid)?;
         }
         run_parent(self)
     }

@@ -73,7 +73,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
     // num_gpus, and so on.
     let global_rank = args.node_id * args.num_gpus + local_rank;
-    let backend = dist::Backend::for_device(args.run.device.for_local_rank(local_rank));
+    let backend = args.run.backend(local_rank);
     dist::init_process_group(
         backend,
         args.rendezvous.clone(),

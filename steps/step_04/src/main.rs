@@ -74,7 +74,8 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     labkit::worker_started(local_rank);
     // TODO Step 4: compute this process's global rank (from the node id, the ranks per
     // node and the local rank) and join the default process group: Gloo for CPU ranks,
-    // NCCL for GPU ranks, with the world size, the rendezvous and --timeout.
+    // NCCL for GPU ranks (args.run.backend(local_rank) picks it), with the world size,
+    // the rendezvous and --timeout.
 
     let device = args.run.device.first();
 
