@@ -301,3 +301,45 @@ fn labkit_quick_args() -> Vec<&'static str> {
     let text = std::fs::read_to_string(root().join("scripts/quick-evaluation.args")).unwrap();
     text.leak().lines().filter(|l| !l.trim_start().starts_with('#')).flat_map(str::split_whitespace).collect()
 }
+
+/// The metrics of a run with `--seed seed`: per epoch, rank 0's validation loss and
+/// accuracy at full precision (the epoch lines round them) and its weights' digest.
+fn seeded_metrics(seed: &str) -> Vec<(f64, f64, String)> {
+    let mut args = TINY.to_vec();
+    args.extend(["--seed", seed]);
+    let run = run_solution(11, &args);
+    assert_eq!(epoch_lines(&run.stdout).len(), 2, "{}", run.stdout);
+    let rank0 = |kind: &str| -> Vec<Value> {
+        run.trace.iter().filter(|e| e["event"] == kind && e["rank"] == 0).cloned().collect()
+    };
+    let (reports, weights) = (rank0("epoch_report"), rank0("weights"));
+    assert_eq!((reports.len(), weights.len()), (2, 2), "rank 0's reports and weights per epoch");
+    reports
+        .iter()
+        .zip(&weights)
+        .map(|(r, w)| {
+            (
+                r["validation_loss"].as_f64().unwrap(),
+                r["validation_accuracy"].as_f64().unwrap(),
+                w["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `--seed`: the finished lab twice with one seed gives the same metrics and weights
+/// (on CPU, one thread per rank); another seed gives different ones.
+#[test]
+fn same_seed_same_metrics_other_seed_other_metrics() {
+    let first = seeded_metrics("1");
+    let again = seeded_metrics("1");
+    assert_eq!(first, again, "the same seed must repeat the run exactly");
+    let other = seeded_metrics("2");
+    for (a, b) in first.iter().zip(&other) {
+        assert_ne!(
+            (a.0, a.2.as_str()),
+            (b.0, b.2.as_str()),
+            "another seed, another run: {first:?} vs {other:?}"
+        );
+    }
+}

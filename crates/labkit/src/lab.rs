@@ -339,9 +339,30 @@ pub(crate) fn equivalence_run() -> bool {
     std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
-/// Applies [`INIT_SEED_ENV`] before a model is built.
+/// The run's `--seed`, once [`crate::RunOptions::apply`] has set it.
+static RUN_SEED: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
+
+/// Seeds libtorch's generators (CPU and CUDA) with `--seed` and remembers it for
+/// [`apply_init_seed`] and [`run_seed`].
+pub(crate) fn set_run_seed(seed: u64) {
+    *RUN_SEED.lock().unwrap_or_else(|p| p.into_inner()) = Some(seed);
+    tch::manual_seed(seed as i64);
+}
+
+/// The run's `--seed`; `None` outside a step program (library use, unit tests).
+pub(crate) fn run_seed() -> Option<u64> {
+    *RUN_SEED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Seeds libtorch's generators just before a model is built, so that its initial
+/// weights and the dropout draws after them depend on the seed alone, not on what
+/// was drawn before: [`INIT_SEED_ENV`] + local rank when the checker sets it (a
+/// different model on every rank), else `--seed` (the same on every rank, as
+/// `torch.manual_seed(seed)` at the top of a PyTorch script). Neither: untouched.
 pub(crate) fn apply_init_seed() {
     if let Some(seed) = std::env::var(INIT_SEED_ENV).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
         tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
+    } else if let Some(seed) = run_seed() {
+        tch::manual_seed(seed as i64);
     }
 }

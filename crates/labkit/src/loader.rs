@@ -52,7 +52,9 @@ pub struct RandomSampler {
 
 impl RandomSampler {
     pub fn new(dataset_len: usize) -> Self {
-        RandomSampler { len: dataset_len, seed: 0, epochs_drawn: 0 }
+        // PyTorch's RandomSampler draws its order from the global generator, which
+        // torch.manual_seed sets: here `--seed` (0 outside a step program).
+        RandomSampler { len: dataset_len, seed: crate::lab::run_seed().unwrap_or(0), epochs_drawn: 0 }
     }
 }
 
@@ -63,9 +65,16 @@ impl Sampler for RandomSampler {
     fn epoch_indices(&mut self) -> Vec<usize> {
         // One replica of PyTorch's shuffle with seed + epoch: a fresh order per epoch,
         // reproducible from run to run.
-        let order = dist::DistributedSampler::new(self.len, 1, 0, true, self.seed + self.epochs_drawn, false)
-            .map(|s| s.indices())
-            .unwrap_or_else(|_| (0..self.len).collect());
+        let order = dist::DistributedSampler::new(
+            self.len,
+            1,
+            0,
+            true,
+            self.seed.wrapping_add(self.epochs_drawn),
+            false,
+        )
+        .map(|s| s.indices())
+        .unwrap_or_else(|_| (0..self.len).collect());
         self.epochs_drawn += 1;
         order
     }

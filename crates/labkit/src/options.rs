@@ -132,6 +132,13 @@ pub struct RunOptions {
     #[arg(long, value_name = "N", value_parser = threads)]
     pub threads: Option<usize>,
 
+    /// Seeds everything random in a rank: the initial weights, dropout, and the order
+    /// of the plain RandomSampler (steps before 6); the same seed on every rank. The
+    /// DistributedSampler's order is its own seed (0) plus the epoch, as in PyTorch.
+    /// Same seed, options, world size and thread count: the same metrics on CPU.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub seed: u64,
+
     /// Seconds to wait for the other ranks (rendezvous and every collective) before
     /// failing instead of hanging.
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = timeout_seconds)]
@@ -315,7 +322,7 @@ impl RunOptions {
         }
     }
 
-    /// Applies the process-wide settings: torch's thread count, cuDNN's benchmark
+    /// Applies the process-wide settings: torch's thread count, the seed, cuDNN's benchmark
     /// mode when GPUs may be used (the lab's shapes never change, so autotuning each
     /// convolution once pays off), and the speed settings `train`, `test` and the
     /// model read ([`crate::perf`]); and spawned ranks exit with 2 on bad input.
@@ -334,6 +341,7 @@ impl RunOptions {
         tch_distributed::set_spawn_check(move |nprocs| {
             check_gpus(device, share, tch::Cuda::device_count().max(0) as usize, nprocs)
         });
+        crate::lab::set_run_seed(self.seed);
         let gpu_allowed = self.device != DeviceChoice::Cpu;
         if gpu_allowed && tch::Cuda::is_available() {
             tch::Cuda::cudnn_set_benchmark(true);
