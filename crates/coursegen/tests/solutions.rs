@@ -287,12 +287,15 @@ solution_tests! {
     solution_11_runs: 11,
 }
 
-/// The quick evaluation `scripts/main.sh` runs (same options): on the generated set,
-/// the narrow model on 2 CPU ranks reaches the lab's 0.85 validation accuracy within
-/// its 4 epochs. Measured: 0.851 after the first epoch of 8,000 images.
+/// The quick evaluation `scripts/main.sh` runs (same options, the default seed): on
+/// the generated set, the narrow model on 2 CPU ranks reaches the lab's 0.85
+/// validation accuracy. Measured with --seed 0: 0.871 and 0.916 after epochs 0 and 1
+/// (then it stops); every seed of 0-19 first reached 0.85 at epoch 0 or 1. The output
+/// is printed, so `--nocapture` shows that the metrics repeat from run to run.
 #[test]
 fn quick_evaluation_reaches_the_target_accuracy() {
     let run = run_solution(11, &labkit_quick_args());
+    println!("{}", run.stdout);
     let summary = run.stdout.lines().find(|l| l.starts_with("Quick evaluation:")).expect("a summary line");
     assert!(summary.contains("target 0.850 reached at epoch"), "{}", run.stdout);
 }
