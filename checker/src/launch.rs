@@ -1,12 +1,12 @@
 //! Building a step crate and starting its ranks: one process per rank with
 //! `LOCAL_RANK` before step 10 (as torchrun does), one self-spawning invocation from
-//! step 10. Every process leads its own process group, so that a timeout or a failure
-//! kills everything it started (spawned ranks included) and nothing is left behind.
+//! step 10. Every process is started through the `launcher` crate: it leads its own
+//! process group, so that a timeout or a failure kills everything it started (spawned
+//! ranks included), and it dies with the checker, however the checker ends.
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// What building a crate gave.
@@ -24,7 +24,7 @@ pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "--color", "never", "-p", package]).stdin(Stdio::null());
+    cmd.args(["build", "--quiet", "--color", "never", "-p", package]);
     match manifest_dir {
         Some(dir) => cmd
             .current_dir(dir)
@@ -33,9 +33,10 @@ pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io
             .env("CARGO_TARGET_DIR", &target),
         None => cmd.current_dir(root),
     };
-    let out = cmd.output()?;
-    if !out.status.success() {
-        return Ok(Build::Failed(String::from_utf8_lossy(&out.stderr).into_owned()));
+    // Through the launcher too: a checker stopped mid-build stops cargo and its rustcs.
+    let out = launcher::output(cmd, None)?;
+    if !out.success() {
+        return Ok(Build::Failed(out.stderr));
     }
     Ok(Build::Binary(target.join("debug").join(package)))
 }
@@ -66,15 +67,11 @@ impl Ended {
         self.status.is_some_and(|s| s.success())
     }
 
-    /// e.g. "exit code 1", "killed by signal 9", "timed out".
+    /// e.g. "exit code 1", "killed by signal 9 (SIGKILL)", "timed out (killed)".
     pub fn describe(&self) -> String {
         match (self.timed_out, self.status) {
             (true, _) => "timed out (killed)".to_string(),
-            (false, Some(s)) => match (s.code(), s.signal()) {
-                (Some(c), _) => format!("exit code {c}"),
-                (None, Some(sig)) => format!("killed by signal {sig}"),
-                _ => "ended".to_string(),
-            },
+            (false, Some(status)) => launcher::describe(status),
             (false, None) => "did not start".to_string(),
         }
     }
@@ -86,7 +83,7 @@ impl Ended {
 /// before they are killed too.
 pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, grace: Duration) -> Vec<Ended> {
     let start = Instant::now();
-    let mut running: Vec<(usize, Child, PathBuf, PathBuf)> = Vec::new();
+    let mut running: Vec<(usize, launcher::Child, PathBuf, PathBuf)> = Vec::new();
     let mut ended: Vec<Option<Ended>> = launches.iter().map(|_| None).collect();
     for (i, launch) in launches.iter().enumerate() {
         let out_path = dir.join(format!("{}.stdout", launch.name));
@@ -98,9 +95,8 @@ pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, gra
                 .envs(launch.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(out)
-                .stderr(err)
-                .process_group(0);
-            cmd.spawn()
+                .stderr(err);
+            launcher::spawn(cmd)
         });
         match spawned {
             Ok(child) => running.push((i, child, out_path, err_path)),
@@ -124,15 +120,12 @@ pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, gra
         for (i, mut child, out, err) in running {
             match child.try_wait() {
                 Ok(Some(status)) => {
-                    // The rank is gone; anything it started in its group goes too.
-                    let left_behind = group_alive(child.id());
-                    kill_group(child.id());
                     if !status.success() && first_failure.is_none() {
                         first_failure = Some(Instant::now());
                     }
                     let mut e =
                         finished(&launches[i].name, child.id(), Some(status), false, &out, &err, start);
-                    e.left_behind = left_behind;
+                    e.left_behind = child.left_behind();
                     ended[i] = Some(e);
                 }
                 _ => still.push((i, child, out, err)),
@@ -143,8 +136,7 @@ pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, gra
         let over_grace = first_failure.is_some_and(|t| t.elapsed() > grace);
         if over_limit || over_grace {
             for (i, mut child, out, err) in running.drain(..) {
-                kill_group(child.id());
-                let status = child.wait().ok();
+                let status = child.kill().ok();
                 ended[i] = Some(finished(&launches[i].name, child.id(), status, true, &out, &err, start));
             }
         }
@@ -172,18 +164,4 @@ fn finished(
         elapsed: start.elapsed(),
         left_behind: false,
     }
-}
-
-/// SIGKILL to the whole process group led by `pid`.
-fn kill_group(pid: u32) {
-    // SAFETY: kill with a negative pid signals a process group; no memory involved.
-    unsafe {
-        libc::kill(-(pid as i32), libc::SIGKILL);
-    }
-}
-
-/// Whether any process of the group `pgid` is still alive.
-pub fn group_alive(pgid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(-(pgid as i32), 0) == 0 }
 }

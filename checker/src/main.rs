@@ -153,6 +153,8 @@ fn repo_root() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // Ctrl-C or SIGTERM stops every rank and build this run started, then exits 130/143.
+    launcher::stop_children_on_signals();
     let cli = Cli::parse();
     match cli.command {
         Command::List => {

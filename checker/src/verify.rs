@@ -1,7 +1,6 @@
 //! `checker verify step N`: build the step, run it on several ranks with hidden
 //! variations, and judge what happened against the checks of steps 0..=N.
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -164,7 +163,7 @@ pub struct CheckResult {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(29_500)
+    launcher::free_port().unwrap_or(29_500)
 }
 
 /// Where the ranks of a run compute, and through which backend.

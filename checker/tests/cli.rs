@@ -150,15 +150,15 @@ fn watch_verifies_again_after_a_save() {
     let dir = variant(2, "watched", "args.world_size = ", "args.world_size = ");
     let progress =
         std::env::temp_dir().join(format!("checker-test-watch-progress-{}.json", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_checker"))
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_checker"));
+    watch
         .current_dir(repo())
         .args(["watch", "step", "2", "--seed", "1", "--max-runs", "2", "--crate"])
         .arg(&dir)
         .env("DDP_LAB_PROGRESS_FILE", &progress)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    let mut child = launcher::spawn(watch).unwrap();
     let (lines, received) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {

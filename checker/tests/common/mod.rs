@@ -51,16 +51,9 @@ pub fn checker(args: &[&str]) -> Verdict {
 
 pub fn checker_with(args: &[&str], paths: &[&Path]) -> Verdict {
     let progress = std::env::temp_dir().join(format!("checker-test-progress-{}.json", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_checker"))
-        .current_dir(repo())
-        .args(args)
-        .args(paths)
-        .env("DDP_LAB_PROGRESS_FILE", &progress)
-        .output()
-        .expect("run the checker");
-    Verdict {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
+    cmd.current_dir(repo()).args(args).args(paths).env("DDP_LAB_PROGRESS_FILE", &progress);
+    // Through the launcher: a test binary that dies takes the checker and its ranks along.
+    let out = launcher::output(cmd, None).expect("run the checker");
+    Verdict { code: out.status.code(), stdout: out.stdout, stderr: out.stderr }
 }

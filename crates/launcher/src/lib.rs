@@ -298,6 +298,25 @@ pub fn processes_with_env(key: &str, value: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Waits up to `limit` until no running process has `key=value` in its environment;
+/// returns the command lines of those still running then (empty: all gone).
+pub fn wait_until_no_process_with_env(key: &str, value: &str, limit: Duration) -> Vec<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = processes_with_env(key, value);
+        if left.is_empty() || Instant::now() >= deadline {
+            return left
+                .iter()
+                .map(|pid| {
+                    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                    format!("{pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ").trim_end())
+                })
+                .collect();
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 // ------------------------------------------------------------------ the registry
 
 /// The process groups this process started that may still have members, and the

@@ -70,29 +70,12 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 
 /// Polls /proc for up to 5 s until no process of the run is left.
 fn assert_nothing_left(marker: &str, after: &str) {
-    let start = Instant::now();
-    loop {
-        let left = launcher::processes_with_env(MARK, marker);
-        if left.is_empty() {
-            return;
-        }
-        if start.elapsed() > Duration::from_secs(5) {
-            let names: Vec<String> = left
-                .iter()
-                .map(|p| {
-                    std::fs::read_to_string(format!("/proc/{p}/cmdline"))
-                        .unwrap_or_default()
-                        .replace('\0', " ")
-                })
-                .collect();
-            for &pid in &left {
-                // SAFETY: kill(2) of a process this test started (through its launcher).
-                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            }
-            panic!("{after}, processes were left after 5 s: {names:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let left = launcher::wait_until_no_process_with_env(MARK, marker, Duration::from_secs(5));
+    for pid in left.iter().filter_map(|l| l.split(':').next()?.parse::<i32>().ok()) {
+        // SAFETY: kill(2) of a process this test started (through its launcher).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+    assert!(left.is_empty(), "{after}, processes were left after 5 s: {left:?}");
 }
 
 fn signal(child: &std::process::Child, signal: i32) {
