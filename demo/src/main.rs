@@ -205,6 +205,7 @@ fn plan(a: &Args) -> Result<Plan, String> {
 }
 
 fn main() -> ExitCode {
+    launcher::stop_children_on_signals();
     let args = Args::parse();
     let result = plan(&args).map_err(Failure::BadInput).and_then(|p| {
         if args.predict {
