@@ -1,10 +1,8 @@
 //! What the benchmark binaries share: finding the Python side, ports, statistics, and
 //! writing results (JSON by hand, atomically).
-use std::error::Error;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 
 /// The Python side of a benchmark: the interpreter, its script, and the libtorch each
 /// side loads.
@@ -35,22 +33,23 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
         assert d.is_available() and d.is_gloo_available(), 'torch.distributed with Gloo is not available'\n\
         print(torch.__version__)\n\
         print(os.path.join(os.path.dirname(torch.__file__), 'lib'))\n";
-    let out = Command::new(&python).args(["-c", PROBE]).stdin(Stdio::null()).output().map_err(|e| {
+    let mut probe = Command::new(&python);
+    probe.args(["-c", PROBE]);
+    let out = launcher::output(probe, None).map_err(|e| {
         format!(
             "cannot run the Python interpreter {} ({e}): run scripts/setup.sh (it creates the workspace's .venv), or pass --python",
             python.display()
         )
     })?;
     if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = &out.stderr;
         let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
         return Err(format!(
             "{} cannot import torch with torch.distributed (Gloo): {last}\nrun scripts/setup.sh (it installs torch into the workspace's .venv), or pass --python",
             python.display()
         ));
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
+    let mut lines = out.stdout.lines();
     let torch_version = lines.next().unwrap_or("?").trim().to_string();
     let python_lib = PathBuf::from(lines.next().unwrap_or("").trim());
     let rust_lib = PathBuf::from(env!("DDP_BENCH_LIBTORCH_LIB"));
@@ -67,13 +66,6 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
 /// The 1-minute load average (Linux), to tell a busy machine from a slow benchmark.
 pub fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
-}
-
-/// A free TCP port on loopback for each side's rendezvous (held together so they differ).
-pub fn free_ports(n: usize) -> Result<Vec<u16>, Box<dyn Error>> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
-    Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
 }
 
 /// The median (the mean of the middle two for an even count); NaN for none.

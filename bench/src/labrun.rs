@@ -1,11 +1,9 @@
 //! Running a whole lab program (the Rust finished lab, or the PyTorch reference) and
 //! reading its epoch lines. Shared by the `lab` benchmark and the scaling demo.
 use std::ffi::OsString;
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// One epoch line, as rank 0 prints it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -111,58 +109,37 @@ pub fn run_lab(
     world_size: usize,
     timeout: Duration,
 ) -> Result<LabOutput, String> {
-    let port = crate::common::free_ports(1).map_err(|e| format!("no free port: {e}"))?[0];
+    let port = launcher::free_port().map_err(|e| format!("no free port: {e}"))?;
     let mut cmd = Command::new(program);
     cmd.args(prefix)
         .args(settings.args(world_size))
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
-        .env_remove("DDP_LAB_TRACE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: on a timeout every rank it started goes with it.
-        .process_group(0);
+        .env_remove("DDP_LAB_TRACE");
     if let Some(n) = settings.threads {
         cmd.env("OMP_NUM_THREADS", n.to_string());
     }
     let shown = format!("{} {}", program.display(), world_size);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", program.display()))?;
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out = drain(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Ok(status),
-            Ok(None) if Instant::now() >= deadline => {
-                // SAFETY: kill(2) on the group this child leads; no memory is involved.
-                unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-                let _ = child.wait();
-                break Err(format!("{shown}: still running after {} s, killed", timeout.as_secs()));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => break Err(format!("{shown}: {e}")),
-        }
-    };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
+    // Its own process group, dying with this process: on a timeout, a Ctrl-C or a crash
+    // here every rank it started goes with it.
+    let out = launcher::output(cmd, Some(timeout))
+        .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+    let (stdout, stderr) = (out.stdout, out.stderr);
     let tail = |s: &str| {
         s.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     };
-    let status = status.map_err(|e| format!("{e}\n{}", tail(&stderr)))?;
-    if !status.success() {
+    if out.timed_out {
         return Err(format!(
-            "{} ({world_size} ranks) failed ({status}):\n{}\n{}",
+            "{shown}: still running after {} s, killed\n{}",
+            timeout.as_secs(),
+            tail(&stderr)
+        ));
+    }
+    if !out.status.success() {
+        return Err(format!(
+            "{} ({world_size} ranks) failed ({}):\n{}\n{}",
             program.display(),
+            launcher::describe(out.status),
             tail(&stdout),
             tail(&stderr)
         ));
@@ -198,7 +175,9 @@ pub fn sibling_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
         if release {
             build.arg("--release");
         }
-        let status = build.status().map_err(|e| format!("cannot run cargo to build {bin}: {e}"))?;
+        let status = launcher::spawn(build)
+            .and_then(|mut cargo| cargo.wait())
+            .map_err(|e| format!("cannot run cargo to build {bin}: {e}"))?;
         if !status.success() {
             return Err(format!("building {bin} failed ({status})"));
         }

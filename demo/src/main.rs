@@ -210,6 +210,7 @@ fn plan(a: &Args) -> Result<Plan, String> {
 }
 
 fn main() -> ExitCode {
+    launcher::stop_children_on_signals();
     let args = Args::parse();
     if let Some(json) = &args.chart_from {
         return Failure::exit(redraw_charts(json, &args.out_dir, args.font.as_deref()));

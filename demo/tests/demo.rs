@@ -115,3 +115,68 @@ fn help_explains_the_demo() {
         assert!(stdout.contains(needle), "{needle} missing from --help:\n{stdout}");
     }
 }
+
+/// The demo running the finished lab on one rank, stuck on purpose after its first
+/// epoch (labkit's `DDP_LAB_STALL_RANK`) so that the run cannot end on its own while
+/// the test watches. It returns once the rank sleeps in that stall: from then on
+/// neither process writes to the demo's pipes, so neither can die of a broken pipe
+/// when the demo goes; only the launcher can end them. Every process of the run
+/// inherits `DEMO_TEST_RUN=marker`, which is how /proc tells it from anything else.
+fn demo_with_a_stuck_rank(marker: &str, out_dir: &std::path::Path) -> std::process::Child {
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .args(["--device", "cpu", "--world-sizes", "1", "--width", "4,8,8,8", "--train-subset", "256"])
+        .args(["--test-subset", "64", "--epochs", "2", "--dataset", "generated", "--out-dir"])
+        .arg(out_dir)
+        .env("DDP_LAB_STALL_RANK", "0")
+        .env("DEMO_TEST_RUN", marker)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let lab: Vec<u32> = launcher::processes_with_env("DEMO_TEST_RUN", marker)
+            .into_iter()
+            // The program itself, not a build that links it (its path is the first word).
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    c.split(|&b| b == 0).next().is_some_and(|argv0| argv0.ends_with(b"/solution_11"))
+                })
+            })
+            .collect();
+        // The parent and its rank; the rank (it has the spawn variables) asleep.
+        let rank_asleep = lab.iter().any(|pid| {
+            launcher::processes_with_env("TCHD_SPAWN_LOCAL_RANK", "0").contains(pid)
+                && std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+                    .is_ok_and(|w| w.contains("nanosleep"))
+        });
+        if lab.len() >= 2 && rank_asleep {
+            return demo;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(300) || demo.try_wait().unwrap().is_some() {
+            let _ = demo.kill();
+            panic!("the demo's lab run never got stuck");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn no_process_outlives_the_demo_killed_or_interrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    for (signal, code) in [(libc::SIGKILL, None), (libc::SIGINT, Some(130))] {
+        let marker = format!("demo-{signal}-{}", std::process::id());
+        let mut demo = demo_with_a_stuck_rank(&marker, dir.path());
+        // SAFETY: kill(2) of our own unreaped child.
+        unsafe { libc::kill(demo.id() as i32, signal) };
+        let status = demo.wait().unwrap();
+        assert_eq!(status.code(), code, "{status}");
+        let left = launcher::wait_until_no_process_with_env(
+            "DEMO_TEST_RUN",
+            &marker,
+            std::time::Duration::from_secs(5),
+        );
+        assert!(left.is_empty(), "after signal {signal} to the demo, still running after 5 s: {left:#?}");
+    }
+}

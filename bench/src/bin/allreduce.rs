@@ -18,13 +18,13 @@ use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::process::{ChildStdin, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ddp_bench::common::{
-    free_ports, json_num, json_str, load_average, median, probe_python, write_atomically, PythonEnv, Side,
+    json_num, json_str, load_average, median, probe_python, write_atomically, PythonEnv, Side,
 };
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
@@ -79,6 +79,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Ctrl-C or SIGTERM stops every rank first (the ranks themselves never start any).
+    launcher::stop_children_on_signals();
     let args = Args::parse();
     if args.rank_process {
         return match rank_main(&args) {
@@ -235,7 +237,7 @@ fn gloo_iface(args: &Args) -> Option<String> {
 struct Rank {
     side: Side,
     rank: usize,
-    child: Child,
+    child: launcher::Child,
     stdin: Option<ChildStdin>,
     reaped: bool,
 }
@@ -252,8 +254,8 @@ struct Event {
     line: Option<String>,
 }
 
-/// Every rank process. Dropping it kills and reaps whatever is still running, so no
-/// error path leaves processes behind.
+/// Every rank process. Dropping it kills and reaps whatever is still running (each
+/// rank is a `launcher::Child`), so no error path leaves processes behind.
 struct Ranks {
     ranks: Vec<Rank>,
     tx: Sender<Event>,
@@ -268,7 +270,8 @@ impl Ranks {
 
     fn spawn(&mut self, side: Side, rank: usize, mut cmd: Command) -> Res<()> {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| format!("cannot start {} rank {rank}: {e}", side.name()))?;
+        let mut child =
+            launcher::spawn(cmd).map_err(|e| format!("cannot start {} rank {rank}: {e}", side.name()))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let index = self.ranks.len();
@@ -385,7 +388,6 @@ impl Ranks {
                     Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
                     Ok(None) | Err(_) => {
                         let _ = r.child.kill();
-                        let _ = r.child.wait();
                         r.reaped = true;
                         failures.push(format!("{} did not exit within {within:?}; killed", r.label()));
                         break;
@@ -397,18 +399,6 @@ impl Ranks {
             Ok(())
         } else {
             Err(format!("shutting the ranks down: {}", failures.join("; ")).into())
-        }
-    }
-}
-
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for r in &mut self.ranks {
-            if !r.reaped {
-                let _ = r.child.kill();
-                let _ = r.child.wait();
-                r.reaped = true;
-            }
         }
     }
 }
@@ -484,7 +474,7 @@ fn run(args: &Args, env: &PythonEnv) -> Res<()> {
         }
     }
 
-    let ports = free_ports(2)?;
+    let ports = launcher::free_ports(2)?;
     let exe = std::env::current_exe()?;
     let threads = args.threads.to_string();
     let timeout = args.timeout.to_string();

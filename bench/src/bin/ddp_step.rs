@@ -17,9 +17,8 @@
 //! processes at once costs here, DDP or not. Nothing here asserts on timings.
 use std::error::Error;
 use std::io::Read;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -75,6 +74,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
+    launcher::stop_children_on_signals();
     let args = Args::parse();
     let result = if args.rank_process { rank_main(&args) } else { runner(&args) };
     match result {
@@ -141,8 +142,9 @@ fn runner(args: &Args) -> Res<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = args.python.clone().unwrap_or_else(|| root.join(".venv/bin/python"));
     let script = root.join("bench/python/ddp_step.py");
-    let ok = Command::new(&python).args(["-c", "import torch"]).stderr(Stdio::null()).status();
-    if !matches!(ok, Ok(s) if s.success()) {
+    let mut probe = Command::new(&python);
+    probe.args(["-c", "import torch"]);
+    if !launcher::output(probe, None).is_ok_and(|out| out.success()) {
         return Err(format!(
             "{} cannot import torch: run scripts/setup.sh (or pass --python)",
             python.display()
@@ -238,8 +240,8 @@ fn run_side(
     common: &[String],
     threads: usize,
 ) -> Res<f64> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut children: Vec<Child> = Vec::new();
+    let port = launcher::free_port()?;
+    let mut children: Vec<launcher::Child> = Vec::new();
     for rank in 0..ws {
         let mut cmd = match side {
             Side::Rust | Side::Control => {
@@ -265,7 +267,7 @@ fn run_side(
             // The same Gloo device on both sides: loopback.
             .env("GLOO_SOCKET_IFNAME", "lo")
             .stdout(Stdio::piped());
-        children.push(cmd.spawn()?);
+        children.push(launcher::spawn(cmd)?);
     }
     // Read each rank's stdout on a thread, so that polling below never blocks.
     let readers: Vec<_> = children
@@ -290,8 +292,7 @@ fn run_side(
             // One rank failed: the others would only wait for it until the timeout.
             for (rank, child) in children.iter_mut().enumerate() {
                 if statuses[rank].is_none() {
-                    let _ = child.kill();
-                    statuses[rank] = Some(child.wait()?);
+                    statuses[rank] = Some(child.kill()?);
                 }
             }
         }

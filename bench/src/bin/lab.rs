@@ -123,6 +123,8 @@ fn validate(a: &Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
+    launcher::stop_children_on_signals();
     let args = Args::parse();
     if let Err(message) = validate(&args) {
         eprintln!("error: {message}");
@@ -319,14 +321,15 @@ fn measure_allreduce(a: &Args) -> Result<AllReduce, Failure> {
         cmd.arg("--python").arg(p);
     }
     eprintln!("all_reduce: running the allreduce benchmark at {} MB", a.allreduce_mb);
-    let out = cmd.output().map_err(|e| Failure::Run(format!("cannot run the allreduce benchmark: {e}")))?;
+    let out = launcher::output(cmd, None)
+        .map_err(|e| Failure::Run(format!("cannot run the allreduce benchmark: {e}")))?;
     let text = std::fs::read_to_string(&json_path);
     let _ = std::fs::remove_file(&json_path);
     if !out.status.success() {
         return Err(Failure::Run(format!(
             "the allreduce benchmark failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            out.describe(),
+            out.stderr
         )));
     }
     let text = text.map_err(|e| Failure::Run(format!("the allreduce benchmark wrote no JSON: {e}")))?;

@@ -2,14 +2,14 @@
 //! where a launcher starts the ranks as torchrun does): faults, bad input,
 //! checkpoints and resume, a restart under torchrun, two nodes over real TCP.
 //!
-//! Every process is started in its own process group and killed with it when a test
-//! ends early, so that a failing test never leaves ranks behind. Time limits here
+//! Every process is started through the launcher (its own process group, dying with
+//! this test binary) and killed with its group when a test ends early, so that a
+//! failing test never leaves ranks behind. Time limits here
 //! bound hangs; none of them measures speed.
 use std::io::ErrorKind as IoErrorKind;
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,7 @@ fn data_dir() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    launcher::free_port().unwrap()
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -82,10 +82,10 @@ fn lab_args(extra: &[&str]) -> Vec<String> {
     args
 }
 
-/// A started process that leads its own process group; dropping it kills the group.
+/// A process started through the launcher: it leads its own process group and dies
+/// with this test binary; dropping it kills the group.
 struct Proc {
-    child: Option<Child>,
-    pgid: i32,
+    child: launcher::Child,
     out_path: PathBuf,
     err_path: PathBuf,
 }
@@ -94,6 +94,8 @@ struct Finished {
     status: ExitStatus,
     stdout: String,
     stderr: String,
+    /// Processes of its group were still alive when it ended (they were killed then).
+    left_behind: bool,
 }
 
 impl Proc {
@@ -102,11 +104,10 @@ impl Proc {
         let err_path = logs.join(format!("{name}.err"));
         cmd.stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
             .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()))
-            .stdin(Stdio::null())
-            .process_group(0);
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
-        let pgid = child.id() as i32;
-        Proc { child: Some(child), pgid, out_path, err_path }
+            .stdin(Stdio::null());
+        let shown = format!("{cmd:?}");
+        let child = launcher::spawn(cmd).unwrap_or_else(|e| panic!("start {shown}: {e}"));
+        Proc { child, out_path, err_path }
     }
 
     fn stdout(&self) -> String {
@@ -115,59 +116,30 @@ impl Proc {
 
     /// Waits for the process, failing the test (and killing the group) after `limit`.
     fn wait(mut self, limit: Duration, what: &str) -> Finished {
-        let start = Instant::now();
-        let mut child = self.child.take().unwrap();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return Finished {
-                    status,
-                    stdout: std::fs::read_to_string(&self.out_path).unwrap_or_default(),
-                    stderr: std::fs::read_to_string(&self.err_path).unwrap_or_default(),
-                };
-            }
-            if start.elapsed() > limit {
-                kill_group(self.pgid);
-                let _ = child.wait();
-                panic!(
-                    "{what} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                    std::fs::read_to_string(&self.out_path).unwrap_or_default(),
-                    std::fs::read_to_string(&self.err_path).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let Some(status) = self.child.wait_timeout(limit).unwrap() else {
+            let _ = self.child.kill();
+            panic!(
+                "{what} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                std::fs::read_to_string(&self.out_path).unwrap_or_default(),
+                std::fs::read_to_string(&self.err_path).unwrap_or_default()
+            );
+        };
+        Finished {
+            status,
+            stdout: std::fs::read_to_string(&self.out_path).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.err_path).unwrap_or_default(),
+            left_behind: self.child.left_behind(),
         }
     }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            kill_group(self.pgid);
-            let _ = child.wait();
-        }
-    }
-}
-
-fn kill_group(pgid: i32) {
-    // SAFETY: kill(2) on a process group this test created.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
 }
 
 /// Runs the lab to its end within 2 minutes, which must be a failure that leaves no
 /// process of it behind.
 fn run_to_failure(cmd: Command, logs: &Path, what: &str) -> Finished {
-    let proc = Proc::start(cmd, logs, "lab");
-    let pgid = proc.pgid;
-    let finished = proc.wait(Duration::from_secs(120), what);
+    let finished = Proc::start(cmd, logs, "lab").wait(Duration::from_secs(120), what);
     assert!(!finished.status.success(), "{what} succeeded:\n{}", finished.stdout);
-    assert!(!group_alive(pgid), "{what}: processes left behind");
+    assert!(!finished.left_behind, "{what}: processes left behind");
     finished
-}
-
-/// Whether any process of group `pgid` still exists.
-fn group_alive(pgid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(-pgid, 0) == 0 }
 }
 
 fn pid_alive(pid: i32) -> bool {
@@ -318,7 +290,6 @@ fn a_rank_killed_mid_epoch_ends_the_run_and_leaves_nothing() {
         &timeout.to_string(),
     ]);
     let proc = Proc::start(lab_command(11, &args, free_port(), &trace), &logs, "lab");
-    let pgid = proc.pgid;
     let victim = wait_for_training(&trace, 1, Duration::from_secs(120));
     let survivor = wait_for_training(&trace, 0, Duration::from_secs(120));
     std::thread::sleep(Duration::from_millis(300));
@@ -336,7 +307,7 @@ fn a_rank_killed_mid_epoch_ends_the_run_and_leaves_nothing() {
         finished.stderr
     );
     assert!(!pid_alive(survivor), "local rank 0 ({survivor}) is still running");
-    assert!(!group_alive(pgid), "processes of the run are left behind");
+    assert!(!finished.left_behind, "processes of the run are left behind");
 }
 
 /// Ranks started by a launcher (as torchrun starts them), one of them SIGKILLed mid
@@ -404,7 +375,6 @@ fn a_stuck_rank_times_the_others_out_naming_the_collective() {
     let mut cmd = lab_command(11, &args, free_port(), &trace);
     cmd.env("DDP_LAB_STALL_RANK", "1");
     let proc = Proc::start(cmd, &logs, "lab");
-    let pgid = proc.pgid;
     let finished = proc.wait(Duration::from_secs(120), "the lab with a stuck rank");
     eprintln!("{}\n{}", finished.status, finished.stderr);
     assert!(!finished.status.success());
@@ -420,7 +390,7 @@ fn a_stuck_rank_times_the_others_out_naming_the_collective() {
         "the message must name the stuck rank: {}",
         finished.stderr
     );
-    assert!(!group_alive(pgid), "the stuck rank was left behind");
+    assert!(!finished.left_behind, "the stuck rank was left behind");
 }
 
 // ------------------------------------------------------------------ checkpoints

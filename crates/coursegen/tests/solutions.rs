@@ -6,11 +6,10 @@
 //! ranks' shares of the data (step 6), identical weights (step 7), the printed
 //! throughput (step 8) and the averaged metrics (step 9).
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -45,7 +44,7 @@ fn data_dir() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    launcher::free_port().unwrap()
 }
 
 struct Run {
@@ -55,25 +54,16 @@ struct Run {
     trace: Vec<Value>,
 }
 
-/// Waits for `child`, killing it after `limit` so that a hang fails the test instead
-/// of blocking it.
-fn wait_with_limit(mut child: Child, limit: Duration, what: &str) -> Output {
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{what} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Waits for `child`, killing its group after `limit` so that a hang fails the test
+/// instead of blocking it.
+fn wait_with_limit(child: launcher::Child, limit: Duration, what: &str) -> launcher::Output {
+    let out = child.wait_with_output(Some(limit)).unwrap();
+    assert!(
+        !out.timed_out,
+        "{what} did not finish within {limit:?}\nstdout:\n{}\nstderr:\n{}",
+        out.stdout, out.stderr
+    );
+    out
 }
 
 /// Runs solution `step` on two CPU ranks: two launched processes with `LOCAL_RANK`
@@ -104,7 +94,8 @@ fn run_solution(step: u8, extra: &[&str]) -> Run {
     }
     args.extend(extra.iter().map(|s| s.to_string()));
     let processes: Vec<Option<usize>> = if step >= 10 { vec![None] } else { vec![Some(0), Some(1)] };
-    let children: Vec<(Option<usize>, Child)> = processes
+    // Through the launcher: no rank outlives this test binary.
+    let children: Vec<(Option<usize>, launcher::Child)> = processes
         .into_iter()
         .map(|local_rank| {
             let mut cmd = Command::new(&bin);
@@ -118,21 +109,21 @@ fn run_solution(step: u8, extra: &[&str]) -> Run {
             if let Some(r) = local_rank {
                 cmd.env("LOCAL_RANK", r.to_string());
             }
-            (local_rank, cmd.spawn().unwrap())
+            (local_rank, launcher::spawn(cmd).unwrap())
         })
         .collect();
     let mut stdout = String::new();
     for (local_rank, child) in children {
         let what = format!("solution {step} (local rank {local_rank:?})");
         let out = wait_with_limit(child, Duration::from_secs(600), &what);
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
             out.status.success(),
-            "{what} failed with {}\nstdout:\n{text}\nstderr:\n{}",
+            "{what} failed with {}\nstdout:\n{}\nstderr:\n{}",
             out.status,
-            String::from_utf8_lossy(&out.stderr)
+            out.stdout,
+            out.stderr
         );
-        stdout.push_str(&text);
+        stdout.push_str(&out.stdout);
     }
     let mut trace = Vec::new();
     for entry in std::fs::read_dir(&trace_dir).unwrap() {

@@ -2,8 +2,7 @@
 //! machine, joins them in a Gloo group, and has each print what its collectives got.
 //!
 //!     cargo run -p tch-distributed --example hello_ranks -- --world-size 4
-use std::net::TcpListener;
-use std::process::{Child, Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
@@ -19,9 +18,6 @@ struct Args {
     /// Seconds before a missing rank or a stuck collective is an error.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
-    /// Internal: run as one rank (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set).
-    #[arg(long, hide = true)]
-    rank_process: bool,
 }
 
 fn main() -> ExitCode {
@@ -30,77 +26,32 @@ fn main() -> ExitCode {
         eprintln!("error: --world-size must be between 1 and 64, got {}", args.world_size);
         return ExitCode::from(2);
     }
-    if args.rank_process {
-        return match rank_main(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("rank error: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    // One process per rank through dist::spawn: a failing rank stops the others, and no
+    // rank outlives this process. Only the parent picks the port (the ranks re-run main).
+    let mut options = dist::SpawnOptions::new(args.world_size);
+    if dist::spawned_rank().is_none() {
+        let port = launcher::free_port().expect("a free port");
+        println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.world_size);
+        options = options.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string());
     }
-    launch(&args)
-}
-
-/// Starts one process per rank and waits; if one fails the rest are killed.
-fn launch(args: &Args) -> ExitCode {
-    let port =
-        TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port");
-    println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.world_size);
-    let exe = std::env::current_exe().expect("own path");
-    let mut children: Vec<Child> = (0..args.world_size)
-        .map(|rank| {
-            Command::new(&exe)
-                .args(["--rank-process", "--world-size", &args.world_size.to_string()])
-                .args(["--timeout", &args.timeout.to_string()])
-                .env("RANK", rank.to_string())
-                .env("WORLD_SIZE", args.world_size.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
-                .spawn()
-                .expect("start a rank")
-        })
-        .collect();
-    let mut ok = true;
-    let mut done = vec![false; children.len()];
-    while done.iter().any(|d| !d) {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if done[rank] {
-                continue;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                done[rank] = true;
-                if !status.success() {
-                    eprintln!("rank {rank} failed ({status}); stopping the others");
-                    ok = false;
-                }
-            }
+    match options.spawn(|rank| rank_main(rank, &args)) {
+        Ok(()) => {
+            println!("all {} ranks agree", args.world_size);
+            ExitCode::SUCCESS
         }
-        if !ok {
-            for (rank, child) in children.iter_mut().enumerate() {
-                if !done[rank] {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    done[rank] = true;
-                }
-            }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if ok {
-        println!("all {} ranks agree", args.world_size);
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 
-fn rank_main(args: &Args) -> dist::Result<()> {
+fn rank_main(local_rank: usize, args: &Args) -> dist::Result<()> {
     dist::init_process_group(
         dist::Backend::Gloo,
         dist::Init::Env,
-        None,
-        None,
+        Some(args.world_size),
+        Some(local_rank),
         Duration::from_secs(args.timeout),
     )?;
     let rank = dist::get_rank()?;

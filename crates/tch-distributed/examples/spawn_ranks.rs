@@ -7,7 +7,6 @@
 //! the ranks already exist and `LaunchEnv` says which one this is. Each rank joins a
 //! Gloo group and all-reduces. `--hold-secs` keeps the ranks busy afterwards, to try
 //! Ctrl-C or `kill` by hand.
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -42,10 +41,7 @@ fn main() -> ExitCode {
             // them: only the parent's choice counts, handed over in the environment.
             let mut options = dist::SpawnOptions::new(args.nprocs);
             if dist::spawned_rank().is_none() {
-                let port = TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .map(|a| a.port())
-                    .expect("a free port");
+                let port = launcher::free_port().expect("a free port");
                 println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.nprocs);
                 options = options.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string());
             }

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use launcher::signal_name;
+
 use crate::error::{DistError, ErrorKind, Result};
 
 /// Set in a child: its local rank.
@@ -424,27 +426,10 @@ fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> 
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: runs between fork and exec; prctl and getppid are async-signal-safe and
-        // nothing here allocates.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The kernel SIGKILLs this child when the thread that forked it ends, which
-                // also covers a parent killed by SIGKILL. (That thread is the one blocked in
-                // spawn, so it lives as long as the run.)
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent may have died before the request above took effect.
-                if libc::getppid() != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-    }
+    // The kernel SIGKILLs this child when the thread that forks it ends, which also
+    // covers a parent killed by SIGKILL. That thread is the one blocked in spawn, so it
+    // lives as long as the run. The ranks stay in the parent's process group (see spawn).
+    launcher::die_with_parent(&mut cmd);
     cmd.spawn()
 }
 
@@ -484,24 +469,6 @@ fn describe_status(status: ExitStatus) -> String {
     } else {
         format!("ended with {status}")
     }
-}
-
-fn signal_name(signal: i32) -> String {
-    let name = match signal {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => return format!("signal {signal}"),
-    };
-    name.to_string()
 }
 
 /// The last stop signal the parent received during spawn (0: none) and how many.

@@ -4,8 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::Read;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Name of the `#[ignore]`d test every rank process runs.
@@ -51,7 +50,7 @@ pub fn torch_required() -> bool {
 
 /// A port nobody listens on right now (the OS picks it; tests run in parallel).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    launcher::free_port().unwrap()
 }
 
 #[derive(Debug)]
@@ -97,7 +96,8 @@ pub fn run_ranks(
 ) -> Vec<RankOutcome> {
     let exe = std::env::current_exe().unwrap();
     let start = Instant::now();
-    let mut children: Vec<(usize, Child)> = ranks
+    // Through the launcher: a rank never outlives this test binary.
+    let mut children: Vec<(usize, launcher::Child)> = ranks
         .into_iter()
         .map(|spec| {
             let mut cmd = Command::new(&exe);
@@ -117,7 +117,7 @@ pub fn run_ranks(
             for (k, v) in &spec.env {
                 cmd.env(k, v);
             }
-            (spec.rank, cmd.spawn().expect("start a rank process"))
+            (spec.rank, launcher::spawn(cmd).expect("start a rank process"))
         })
         .collect();
     // Drain pipes on threads so a chatty rank never blocks on a full pipe.
@@ -147,8 +147,7 @@ pub fn run_ranks(
         if start.elapsed() > deadline {
             for (i, (_, child)) in children.iter_mut().enumerate() {
                 if finished[i].is_none() {
-                    let _ = child.kill();
-                    let status = child.wait().unwrap();
+                    let status = child.kill().unwrap();
                     finished[i] = Some((status, start.elapsed()));
                 }
             }
