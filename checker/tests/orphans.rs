@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 
 const MARK: &str = "CHECKER_TEST_RUN";
 
+/// One checker at a time: two checkers verifying the same step side by side share the
+/// repository's run and data directories, and a killed one could disturb the other's
+/// run, which then ends on its own with 1 instead of 130.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The checker verifying solution 11, once at least three `solution_11` processes of
 /// it run (the self-spawning parent and two or more ranks).
 fn checker_with_ranks_running(marker: &str) -> Child {
@@ -71,6 +76,7 @@ fn assert_nothing_left(marker: &str, after: &str) {
 
 #[test]
 fn kill_9_of_the_checker_leaves_no_rank_running() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let marker = format!("kill9-{}", std::process::id());
     let mut checker = checker_with_ranks_running(&marker);
     // SAFETY: kill(2) of our own unreaped child.
@@ -81,6 +87,7 @@ fn kill_9_of_the_checker_leaves_no_rank_running() {
 
 #[test]
 fn ctrl_c_stops_every_rank_and_exits_130() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let marker = format!("sigint-{}", std::process::id());
     let mut checker = checker_with_ranks_running(&marker);
     // SAFETY: kill(2) of our own unreaped child.
