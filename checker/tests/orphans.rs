@@ -22,17 +22,26 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// it run (the self-spawning parent and two or more ranks).
 fn checker_with_ranks_running(marker: &str) -> Child {
     let progress = std::env::temp_dir().join(format!("checker-test-progress-{marker}.json"));
-    let mut checker = Command::new(env!("CARGO_BIN_EXE_checker"))
-        .current_dir(common::repo())
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
+    cmd.current_dir(common::repo())
         .args(["verify", "step", "11", "--solutions", "--seed", "3"])
         .env("DDP_LAB_PROGRESS_FILE", progress)
         .env(labkit::STALL_RANK_ENV, "1")
         .env(MARK, marker)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    // As from a terminal: a test run in the background (bash `&`, nohup) inherits SIGINT
+    // and SIGHUP ignored, and a launcher rightly keeps an ignored signal ignored.
+    // SAFETY: signal(2) between fork and exec is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut checker = cmd.spawn().unwrap();
     let start = Instant::now();
     loop {
         let ranks = launcher::processes_with_env(MARK, marker)
@@ -85,13 +94,7 @@ fn kill_9_of_the_checker_leaves_no_rank_running() {
     assert_nothing_left(&marker, "after kill -9 of the checker");
 }
 
-// Passes alone and beside the kill -9 test (25 s), but ended with 1 instead of 130 in
-// both full-suite runs of 2026-11-22, for a reason not yet found: ignored until it is
-// (issue 18). `cargo test -p checker --test orphans -- --ignored` runs it. SIGINT to
-// a launcher is covered meanwhile by crates/launcher/tests/orphans.rs and the demo's
-// tests.
 #[test]
-#[ignore = "ended with 1 instead of 130 in full-suite runs; see issue 18"]
 fn ctrl_c_stops_every_rank_and_exits_130() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let marker = format!("sigint-{}", std::process::id());

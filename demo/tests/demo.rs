@@ -123,17 +123,26 @@ fn help_explains_the_demo() {
 /// when the demo goes; only the launcher can end them. Every process of the run
 /// inherits `DEMO_TEST_RUN=marker`, which is how /proc tells it from anything else.
 fn demo_with_a_stuck_rank(marker: &str, out_dir: &std::path::Path) -> std::process::Child {
-    let mut demo = Command::new(env!("CARGO_BIN_EXE_demo"))
-        .args(["--device", "cpu", "--world-sizes", "1", "--width", "4,8,8,8", "--train-subset", "256"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_demo"));
+    cmd.args(["--device", "cpu", "--world-sizes", "1", "--width", "4,8,8,8", "--train-subset", "256"])
         .args(["--test-subset", "64", "--epochs", "2", "--dataset", "generated", "--out-dir"])
         .arg(out_dir)
         .env("DDP_LAB_STALL_RANK", "0")
         .env("DEMO_TEST_RUN", marker)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::null());
+    // As from a terminal: a test run in the background (bash `&`, nohup) inherits SIGINT
+    // and SIGHUP ignored, and a launcher rightly keeps an ignored signal ignored.
+    // SAFETY: signal(2) between fork and exec is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut demo = cmd.spawn().unwrap();
     let start = std::time::Instant::now();
     loop {
         let lab: Vec<u32> = launcher::processes_with_env("DEMO_TEST_RUN", marker)

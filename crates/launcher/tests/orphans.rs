@@ -44,13 +44,22 @@ fn marker(name: &str) -> String {
 
 /// Starts this binary as the launcher; returns once its tree (sh and two sleeps) runs.
 fn start_launcher(role: &str, marker: &str) -> std::process::Child {
-    let mut launcher = Command::new(std::env::current_exe().unwrap())
-        .args(["launcher_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["launcher_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env("LAUNCHER_TEST_MARKER", marker)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stdout(Stdio::piped());
+    // As from a terminal: a test run in the background (bash `&`, nohup) inherits SIGINT
+    // and SIGHUP ignored, and the launcher rightly keeps an ignored signal ignored.
+    // SAFETY: signal(2) between fork and exec is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut launcher = cmd.spawn().unwrap();
     let stdout = launcher.stdout.take().unwrap();
     let started = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("started "));
     assert!(started, "the launcher did not start its child");
