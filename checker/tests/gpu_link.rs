@@ -60,7 +60,9 @@ fn every_workspace_binary_links_libtorch_cuda() {
     if !libtorch_has_cuda() {
         return;
     }
-    let status = cargo().args(["build", "-q", "--workspace", "--bins"]).status().expect("run cargo build");
+    let mut build = cargo();
+    build.args(["build", "-q", "--workspace", "--bins"]);
+    let status = launcher::status(build).expect("run cargo build");
     assert!(status.success(), "cargo build --workspace --bins failed");
     let bins = workspace_binaries();
     // Every binary that loads libtorch (all but the course generator) must load its

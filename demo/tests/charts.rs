@@ -1,14 +1,19 @@
 //! The charts render on a node without fonts (the demo embeds DejaVu Sans), redrawn
 //! from a saved scaling.json; and `--predict` models the lab's model by default.
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
+use launcher::Output;
+
+/// The demo, through the launcher: if this test binary dies, the demo goes too.
 fn demo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_demo")).args(args).output().expect("run the demo")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_demo"));
+    cmd.args(args);
+    launcher::output(cmd, None).expect("run the demo")
 }
 
 fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!("{}{}", out.stdout, out.stderr)
 }
 
 /// A scaling.json as the demo writes it, 1 and 2 ranks.
@@ -61,12 +66,11 @@ exec "$@""#;
         eprintln!("SKIPPED: no mount namespace here (unshare --mount needs root) or no /usr/share/fonts");
         return;
     }
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
         .arg(env!("CARGO_BIN_EXE_demo"))
-        .args(["--chart-from", json.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .args(["--chart-from", json.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()]);
+    let out = launcher::output(cmd, None).unwrap();
     assert_ne!(out.status.code(), Some(77), "could not mount a tmpfs over /usr/share/fonts: {}", text(&out));
     assert!(out.status.success(), "with no fonts installed: {}", text(&out));
     assert_png(&out_dir.join("scaling.png"));

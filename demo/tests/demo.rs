@@ -1,13 +1,18 @@
 //! The demo binary end to end: a tiny CPU run writes its table, JSON and charts;
 //! --predict answers from the cost model; bad input exits 2 with a message.
-use std::process::{Command, Output};
+use std::process::Command;
 
+use launcher::Output;
+
+/// The demo, through the launcher: if this test binary dies, the demo and its ranks go too.
 fn demo(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_demo")).args(args).output().expect("run the demo")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_demo"));
+    cmd.args(args);
+    launcher::output(cmd, None).expect("run the demo")
 }
 
 fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (out.stdout.clone(), out.stderr.clone())
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! without a GPU every count is too many; the wording for 1 GPU and 2 ranks is
 //! checked in labkit's unit tests.)
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
+
+use launcher::Output;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
@@ -11,8 +13,9 @@ fn root() -> PathBuf {
 
 fn built(package: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status =
-        Command::new(cargo).current_dir(root()).args(["build", "-q", "-p", package]).status().unwrap();
+    let mut build = Command::new(cargo);
+    build.current_dir(root()).args(["build", "-q", "-p", package]);
+    let status = launcher::status(build).unwrap();
     assert!(status.success(), "building {package} failed");
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
@@ -23,8 +26,7 @@ fn built(package: &str) -> PathBuf {
 const RANKS: &str = "64";
 
 fn assert_refused(out: &Output, what: &str) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (stdout, stderr) = (&out.stdout, &out.stderr);
     assert_eq!(out.status.code(), Some(2), "{what}: {stdout}{stderr}");
     assert!(!stdout.contains("Worker started"), "{what}: a rank started: {stdout}");
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
@@ -39,12 +41,11 @@ fn assert_refused(out: &Output, what: &str) {
 fn too_few_gpus_is_refused_before_the_ranks_of_a_spawning_program_start() {
     let lab = built("solution_11");
     let ranks = RANKS;
-    let out = Command::new(&lab)
-        .args(["--device", "cuda", "--num-gpus", ranks, "--width", "narrow", "--dataset", "generated"])
+    let mut cmd = Command::new(&lab);
+    cmd.args(["--device", "cuda", "--num-gpus", ranks, "--width", "narrow", "--dataset", "generated"])
         .env_remove("LOCAL_RANK")
-        .env_remove("LOCAL_WORLD_SIZE")
-        .output()
-        .unwrap();
+        .env_remove("LOCAL_WORLD_SIZE");
+    let out = launcher::output(cmd, None).unwrap();
     assert_refused(&out, "solution_11 --device cuda");
 }
 
@@ -52,36 +53,34 @@ fn too_few_gpus_is_refused_before_the_ranks_of_a_spawning_program_start() {
 fn too_few_gpus_is_refused_in_a_launched_rank() {
     let step = built("solution_03");
     let ranks = RANKS;
-    let out = Command::new(&step)
-        .args(["--device", "cuda", "--num-gpus", ranks, "--width", "narrow", "--dataset", "generated"])
+    let mut cmd = Command::new(&step);
+    cmd.args(["--device", "cuda", "--num-gpus", ranks, "--width", "narrow", "--dataset", "generated"])
         .env("LOCAL_RANK", "0")
-        .env("LOCAL_WORLD_SIZE", ranks)
-        .output()
-        .unwrap();
+        .env("LOCAL_WORLD_SIZE", ranks);
+    let out = launcher::output(cmd, None).unwrap();
     assert_refused(&out, "solution_03 launched with --device cuda");
 }
 
 #[test]
 fn sharing_needs_a_gpu_to_share() {
-    let out = Command::new(built("solution_11"))
-        .args([
-            "--device",
-            "cuda",
-            "--share-gpus",
-            "--num-gpus",
-            "2",
-            "--width",
-            "narrow",
-            "--dataset",
-            "generated",
-        ])
-        .args(["--epochs", "1", "--train-subset", "64", "--test-subset", "64"])
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(built("solution_11"));
+    cmd.args([
+        "--device",
+        "cuda",
+        "--share-gpus",
+        "--num-gpus",
+        "2",
+        "--width",
+        "narrow",
+        "--dataset",
+        "generated",
+    ])
+    .args(["--epochs", "1", "--train-subset", "64", "--test-subset", "64"]);
+    let out = launcher::output(cmd, None).unwrap();
     if out.status.success() {
         eprintln!("SKIPPED: this machine has a GPU, and two ranks shared it");
         return;
     }
     assert_refused(&out, "solution_11 --device cuda --share-gpus");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no GPU"));
+    assert!(out.stderr.contains("no GPU"));
 }

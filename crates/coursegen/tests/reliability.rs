@@ -28,11 +28,9 @@ fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .current_dir(root())
-            .args(["build", "-q", "-p", "solution_09", "-p", "solution_11"])
-            .status()
-            .expect("run cargo build");
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(root()).args(["build", "-q", "-p", "solution_09", "-p", "solution_11"]);
+        let status = launcher::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
         target_dir().join("debug")
     })

@@ -31,7 +31,7 @@ fn solutions_built() -> &'static Path {
         for n in 0..12 {
             cmd.args(["-p", &format!("solution_{n:02}")]);
         }
-        let status = cmd.status().expect("run cargo build");
+        let status = launcher::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
         target_dir().join("debug")
     })

@@ -56,6 +56,12 @@ pub fn output(mut cmd: Command, timeout: Option<Duration>) -> io::Result<Output>
     spawn(cmd)?.wait_with_output(timeout)
 }
 
+/// Runs `cmd` to its end with the caller's stdio, as [`Command::status`] does, but in
+/// its own process group and dying with this process.
+pub fn status(cmd: Command) -> io::Result<ExitStatus> {
+    spawn(cmd)?.wait()
+}
+
 /// Asks the kernel to SIGKILL the child `cmd` starts when the thread that starts it
 /// ends (the process dying included), and refuses to start it if this process is
 /// already gone. [`spawn`] does this itself; this is for a caller that keeps its
@@ -445,23 +451,43 @@ pub fn stop_children_on_signals() {
         if started.is_err() {
             return;
         }
-        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            // SAFETY: plain sigaction calls with zero-initialized, then filled, structs.
-            unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(signal, std::ptr::null(), &mut old) != 0
-                    || old.sa_sigaction == libc::SIG_IGN
-                {
-                    continue;
-                }
-                let mut new: libc::sigaction = std::mem::zeroed();
-                new.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                new.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut new.sa_mask);
-                libc::sigaction(signal, &new, std::ptr::null_mut());
+        catch_stop_signals(on_stop_signal);
+    });
+}
+
+/// SIGINT, SIGTERM and SIGHUP: the signals that ask a launcher to stop.
+pub const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Installs `handler` for each of [`STOP_SIGNALS`] that is not ignored, and returns the
+/// dispositions it replaced, for [`restore_signals`]. A signal that was ignored stays
+/// ignored: under `nohup`, or in a background job, the user asked for exactly that.
+pub fn catch_stop_signals(handler: extern "C" fn(libc::c_int)) -> Vec<(libc::c_int, libc::sigaction)> {
+    let mut previous = Vec::new();
+    for signal in STOP_SIGNALS {
+        // SAFETY: plain sigaction calls with zero-initialized, then filled, structs.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 || old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = handler as libc::sighandler_t;
+            new.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut new.sa_mask);
+            if libc::sigaction(signal, &new, &mut old) == 0 {
+                previous.push((signal, old));
             }
         }
-    });
+    }
+    previous
+}
+
+/// Puts back the dispositions [`catch_stop_signals`] replaced.
+pub fn restore_signals(previous: &[(libc::c_int, libc::sigaction)]) {
+    for (signal, old) in previous {
+        // SAFETY: restores a disposition saved by catch_stop_signals.
+        unsafe { libc::sigaction(*signal, old, std::ptr::null_mut()) };
+    }
 }
 
 extern "C" fn on_stop_signal(signal: libc::c_int) {

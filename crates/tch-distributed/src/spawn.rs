@@ -489,31 +489,11 @@ struct SignalGuard {
     previous: Vec<(libc::c_int, libc::sigaction)>,
 }
 
-const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
 impl SignalGuard {
     fn install() -> SignalGuard {
         CAUGHT_SIGNAL.store(0, Ordering::SeqCst);
         CAUGHT_COUNT.store(0, Ordering::SeqCst);
-        let mut previous = Vec::new();
-        for signal in STOP_SIGNALS {
-            // SAFETY: plain sigaction calls with zero-initialized, then filled, structs.
-            unsafe {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(signal, std::ptr::null(), &mut old) != 0
-                    || old.sa_sigaction == libc::SIG_IGN
-                {
-                    continue;
-                }
-                let mut new: libc::sigaction = std::mem::zeroed();
-                new.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                new.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut new.sa_mask);
-                if libc::sigaction(signal, &new, &mut old) == 0 {
-                    previous.push((signal, old));
-                }
-            }
-        }
+        let previous = launcher::catch_stop_signals(on_stop_signal);
         SignalGuard { previous }
     }
 
@@ -531,10 +511,7 @@ impl SignalGuard {
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
-        for (signal, old) in &self.previous {
-            // SAFETY: restores the disposition saved by install.
-            unsafe { libc::sigaction(*signal, old, std::ptr::null_mut()) };
-        }
+        launcher::restore_signals(&self.previous);
     }
 }
 
