@@ -32,7 +32,10 @@ fn sink() -> Option<&'static Mutex<File>> {
         let opened = std::fs::create_dir_all(&dir)
             .and_then(|_| OpenOptions::new().create(true).append(true).open(&path));
         match opened {
-            Ok(f) => Some(Mutex::new(f)),
+            Ok(f) => {
+                dist::debug::set_collective_observer(record_collective);
+                Some(Mutex::new(f))
+            }
             Err(e) => {
                 eprintln!("warning: cannot write the trace file {}: {e}", path.display());
                 None
@@ -40,6 +43,17 @@ fn sink() -> Option<&'static Mutex<File>> {
         }
     })
     .as_ref()
+}
+
+/// One `collective` event per collective the program issues (the checker judges steps
+/// 8 and 9 from them: what was asked of the library, not what Gloo left in a buffer).
+fn record_collective(call: &dist::debug::CollectiveCall) {
+    record(
+        "collective",
+        json!({ "op": call.op, "reduce_op": call.reduce_op.map(dist::debug::reduce_op_name),
+                "root": call.root, "dtype": call.dtype.map(|k| format!("{k:?}")), "numel": call.numel,
+                "seq": call.seq, "group": call.group, "values": call.values }),
+    );
 }
 
 /// Whether `DDP_LAB_TRACE` is on for this process.

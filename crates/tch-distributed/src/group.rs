@@ -145,6 +145,10 @@ pub struct ProcessGroup {
     world_size: usize,
     backend: Backend,
     timeout: Duration,
+    /// Which group of this process, in creation order (also its store prefix).
+    id: u64,
+    /// Collectives issued so far, for [`crate::debug`]'s sequence numbers.
+    issued: AtomicU64,
 }
 
 // SAFETY: c10d process groups are thread-safe: collectives are enqueued under locks.
@@ -206,6 +210,8 @@ impl ProcessGroup {
             world_size,
             backend,
             timeout: opts.timeout,
+            id,
+            issued: AtomicU64::new(0),
         })
     }
 
@@ -246,6 +252,7 @@ impl ProcessGroup {
     pub fn all_reduce_async(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "all_reduce")?;
         self.check_op(op, "all_reduce")?;
+        self.observe("all_reduce", Some(op), None, Some(tensor));
         let ptrs = [tensor.as_mut_ptr() as *mut c_void];
         self.start("all_reduce", |out, err| unsafe {
             ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, op.raw(), out, err)
@@ -261,6 +268,7 @@ impl ProcessGroup {
         self.check_tensor(tensor, "reduce")?;
         self.check_op(op, "reduce")?;
         self.check_peer(dst, "reduce", "destination")?;
+        self.observe("reduce", Some(op), Some(dst), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start("reduce", |out, err| unsafe {
             ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, op.raw(), out, err)
@@ -275,6 +283,7 @@ impl ProcessGroup {
     pub fn broadcast_async(&self, tensor: &mut Tensor, src: usize) -> Result<Work> {
         self.check_tensor(tensor, "broadcast")?;
         self.check_peer(src, "broadcast", "source")?;
+        self.observe("broadcast", None, Some(src), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start("broadcast", |out, err| unsafe {
             ffi::tchd_broadcast(self.raw.as_ptr(), ptr, src as i32, out, err)
@@ -310,6 +319,7 @@ impl ProcessGroup {
                 )));
             }
         }
+        self.observe("all_gather", None, None, Some(input));
         let ptrs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
         // c10d only reads the input; the shim's signature is not const-correct.
         let input_ptr = input.as_ptr() as *mut c_void;
@@ -331,6 +341,7 @@ impl ProcessGroup {
     }
 
     pub fn barrier_async(&self) -> Result<Work> {
+        self.observe("barrier", None, None, None);
         self.start("barrier", |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
     }
 
@@ -356,6 +367,34 @@ impl ProcessGroup {
             world_size: self.world_size,
             timeout: self.timeout,
         })
+    }
+
+    /// Numbers every collective (as every rank numbers the same calls) and describes it
+    /// to [`crate::debug`] when someone listens.
+    fn observe(
+        &self,
+        op: &'static str,
+        reduce_op: Option<ReduceOp>,
+        root: Option<usize>,
+        input: Option<&Tensor>,
+    ) {
+        let seq = self.issued.fetch_add(1, Ordering::SeqCst);
+        if !crate::debug::wanted() {
+            return;
+        }
+        let call = crate::debug::CollectiveCall {
+            op,
+            reduce_op,
+            root,
+            dtype: input.map(Tensor::kind),
+            numel: input.map_or(0, |t| t.numel() as i64),
+            seq,
+            group: self.id,
+            rank: self.rank,
+            world_size: self.world_size,
+            values: None,
+        };
+        crate::debug::issued(call, input);
     }
 
     fn explain(&self, e: DistError, what: &str) -> DistError {

@@ -55,6 +55,7 @@
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
 mod amp;
 mod ddp;
+pub mod debug;
 mod error;
 mod ffi;
 mod group;

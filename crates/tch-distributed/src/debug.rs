@@ -1,0 +1,150 @@
+//! What a program asks of the library, call by call: PyTorch's
+//! `TORCH_DISTRIBUTED_DEBUG=DETAIL` for the collectives issued through this crate.
+//!
+//! Each collective a [`ProcessGroup`](crate::ProcessGroup) starts is described by a
+//! [`CollectiveCall`]: the operation, its reduce op and root, the tensor's dtype and
+//! element count, and the group's sequence number (every rank of a group numbers its
+//! collectives the same way, so the same number on two ranks must be the same call).
+//!
+//! - `TORCH_DISTRIBUTED_DEBUG=DETAIL` in the environment prints one line per call on
+//!   standard error, as PyTorch logs them.
+//! - [`set_collective_observer`] hands every call to a function: the lab's trace uses
+//!   it so that the checker can judge what a program asked for, not only what one
+//!   backend happened to leave in a buffer (Gloo's `reduce` leaves the sum on every
+//!   rank; NCCL's does not).
+//!
+//! The collectives DDP's Reducer runs inside backward are c10d's own and are not
+//! described here.
+use std::sync::OnceLock;
+
+use tch::{Kind, Tensor};
+
+use crate::ReduceOp;
+
+/// Tensors up to this many elements have their values copied into
+/// [`CollectiveCall::values`] (only while an observer is installed: on a GPU the copy
+/// waits for the device).
+pub const OBSERVED_VALUES_MAX: i64 = 16;
+
+/// One collective as the program issued it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectiveCall {
+    /// `all_reduce`, `reduce`, `broadcast`, `all_gather` or `barrier`.
+    pub op: &'static str,
+    pub reduce_op: Option<ReduceOp>,
+    /// The destination of `reduce`, the source of `broadcast`.
+    pub root: Option<usize>,
+    /// The input tensor's element type (`None` for a barrier).
+    pub dtype: Option<Kind>,
+    /// Elements in the input tensor (0 for a barrier).
+    pub numel: i64,
+    /// The group's own count of collectives issued through this crate, from 0.
+    pub seq: u64,
+    /// Which group of this process, in creation order (0: the first, usually the default).
+    pub group: u64,
+    pub rank: usize,
+    pub world_size: usize,
+    /// The input's values before the call, when an observer is installed and the tensor
+    /// has at most [`OBSERVED_VALUES_MAX`] elements.
+    pub values: Option<Vec<f64>>,
+}
+
+impl CollectiveCall {
+    /// e.g. `reduce(op=SUM, root=1) Double[1]`, in the words PyTorch's logs use.
+    pub fn describe(&self) -> String {
+        let mut args = Vec::new();
+        if let Some(op) = self.reduce_op {
+            args.push(format!("op={}", reduce_op_name(op)));
+        }
+        if let Some(root) = self.root {
+            args.push(format!("root={root}"));
+        }
+        let tensor = match self.dtype {
+            Some(kind) => format!(" {kind:?}[{}]", self.numel),
+            None => String::new(),
+        };
+        format!("{}({}){tensor}", self.op, args.join(", "))
+    }
+}
+
+/// PyTorch's names for the reduce ops (`ReduceOp.SUM`, ...).
+pub fn reduce_op_name(op: ReduceOp) -> &'static str {
+    match op {
+        ReduceOp::Sum => "SUM",
+        ReduceOp::Avg => "AVG",
+        ReduceOp::Product => "PRODUCT",
+        ReduceOp::Min => "MIN",
+        ReduceOp::Max => "MAX",
+    }
+}
+
+type Observer = Box<dyn Fn(&CollectiveCall) + Send + Sync>;
+
+static OBSERVER: OnceLock<Observer> = OnceLock::new();
+
+/// Hands every collective this process issues from now on to `observer`, before the
+/// collective starts. One observer per process: a second call is refused (returns
+/// false) and the first stays.
+pub fn set_collective_observer(observer: impl Fn(&CollectiveCall) + Send + Sync + 'static) -> bool {
+    OBSERVER.set(Box::new(observer)).is_ok()
+}
+
+fn detail_logging() -> bool {
+    static DETAIL: OnceLock<bool> = OnceLock::new();
+    *DETAIL.get_or_init(|| {
+        std::env::var("TORCH_DISTRIBUTED_DEBUG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("detail"))
+    })
+}
+
+/// Whether anyone listens: the group skips building a description otherwise.
+pub(crate) fn wanted() -> bool {
+    OBSERVER.get().is_some() || detail_logging()
+}
+
+/// Called by the group before it starts a collective.
+pub(crate) fn issued(mut call: CollectiveCall, input: Option<&Tensor>) {
+    let observer = OBSERVER.get();
+    if observer.is_some() {
+        call.values = input.filter(|t| (t.numel() as i64) <= OBSERVED_VALUES_MAX).and_then(|t| {
+            let flat = t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Double).flatten(0, -1);
+            Vec::<f64>::try_from(&flat).ok()
+        });
+    }
+    if detail_logging() {
+        eprintln!(
+            "[rank {}] TORCH_DISTRIBUTED_DEBUG: group {} collective #{}: {}",
+            call.rank,
+            call.group,
+            call.seq,
+            call.describe()
+        );
+    }
+    if let Some(observe) = observer {
+        observe(&call);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_calls_in_pytorchs_words() {
+        let call = CollectiveCall {
+            op: "reduce",
+            reduce_op: Some(ReduceOp::Sum),
+            root: Some(1),
+            dtype: Some(Kind::Double),
+            numel: 1,
+            seq: 3,
+            group: 0,
+            rank: 0,
+            world_size: 2,
+            values: None,
+        };
+        assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");
+        let barrier =
+            CollectiveCall { op: "barrier", reduce_op: None, root: None, dtype: None, numel: 0, ..call };
+        assert_eq!(barrier.describe(), "barrier()");
+    }
+}

@@ -1,0 +1,61 @@
+//! Every collective a group starts reaches the observer, in order, as the program
+//! asked for it: operation, reduce op, root, dtype, element count, sequence number and
+//! (small tensors) the input's values before the call. The checker judges steps 8 and
+//! 9 from exactly this.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tch::{Kind, Tensor};
+use tch_distributed::debug::{self, CollectiveCall};
+use tch_distributed::{Backend, GroupOptions, ProcessGroup, ReduceOp, Store, TcpStoreOptions};
+
+fn single_rank_group() -> ProcessGroup {
+    let store = Store::tcp(&TcpStoreOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        is_server: true,
+        world_size: Some(1),
+        wait_for_workers: true,
+        timeout: Duration::from_secs(30),
+    })
+    .expect("a one-rank store");
+    let opts = GroupOptions { gloo_hostname: Some("127.0.0.1".into()), ..GroupOptions::default() };
+    ProcessGroup::new(&store, Backend::Gloo, 0, 1, &opts).expect("a one-rank Gloo group")
+}
+
+#[test]
+fn the_observer_sees_each_call_as_issued() {
+    let seen: Arc<Mutex<Vec<CollectiveCall>>> = Arc::default();
+    let sink = seen.clone();
+    assert!(debug::set_collective_observer(move |call| sink.lock().unwrap().push(call.clone())));
+    assert!(!debug::set_collective_observer(|_| {}), "a second observer must be refused");
+
+    let group = single_rank_group();
+    let mut throughput = Tensor::from(652.5f64);
+    group.reduce(&mut throughput, 0, ReduceOp::Sum).unwrap();
+    let mut metrics = Tensor::from_slice(&[0.75f32, 0.5]);
+    group.all_reduce(&mut metrics, ReduceOp::Max).unwrap();
+    group.barrier().unwrap();
+    let mut big = Tensor::zeros([100], (Kind::Float, tch::Device::Cpu));
+    group.broadcast(&mut big, 0).unwrap();
+    // Refused before it starts: not a collective, no number.
+    assert!(group.reduce(&mut throughput, 3, ReduceOp::Sum).is_err());
+    group.all_gather_to_vec(&Tensor::from(1i64)).unwrap();
+
+    let seen = seen.lock().unwrap();
+    let described: Vec<(u64, String)> = seen.iter().map(|c| (c.seq, c.describe())).collect();
+    assert_eq!(
+        described,
+        [
+            (0, "reduce(op=SUM, root=0) Double[1]".to_string()),
+            (1, "all_reduce(op=MAX) Float[2]".to_string()),
+            (2, "barrier()".to_string()),
+            (3, "broadcast(root=0) Float[100]".to_string()),
+            (4, "all_gather() Int64[1]".to_string()),
+        ]
+    );
+    assert_eq!(seen[0].values, Some(vec![652.5]));
+    assert_eq!(seen[1].values, Some(vec![0.75, 0.5]));
+    assert_eq!(seen[3].values, None, "large tensors are not copied");
+    assert!(seen.iter().all(|c| c.rank == 0 && c.world_size == 1 && c.group == seen[0].group));
+}
