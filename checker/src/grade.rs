@@ -3,7 +3,7 @@
 //! entry per test with its status, message and captured output).
 use serde_json::{json, Value};
 
-use crate::verify::{CheckResult, CHECKS};
+use crate::checks::{self, CheckResult, Verdict};
 
 /// Points a step is worth, shared equally by the checks it introduces.
 pub const STEP_POINTS: f64 = 10.0;
@@ -21,14 +21,14 @@ pub struct GradedStep {
 impl GradedStep {
     /// The step's own checks that passed in its run.
     fn own_passed(&self) -> usize {
-        CHECKS[usize::from(self.step)]
+        checks::ids(self.step)
             .iter()
-            .filter(|id| self.results.iter().any(|r| r.step == self.step && r.id == **id && r.passed))
+            .filter(|id| self.results.iter().any(|r| r.step == self.step && r.id == **id && r.passed()))
             .count()
     }
 
     pub fn points(&self) -> f64 {
-        let own = CHECKS[usize::from(self.step)].len();
+        let own = checks::ids(self.step).len();
         STEP_POINTS * self.own_passed() as f64 / own as f64
     }
 
@@ -41,7 +41,7 @@ impl GradedStep {
     pub fn status(&self) -> &'static str {
         if !self.built() {
             "error"
-        } else if self.results.iter().all(|r| r.passed) {
+        } else if self.results.iter().all(CheckResult::passed) {
             "pass"
         } else {
             "fail"
@@ -61,14 +61,17 @@ fn truncate(text: &str) -> String {
 pub fn report(steps: &[GradedStep], seed: u64) -> Value {
     let mut tests = Vec::new();
     for s in steps {
-        let own = CHECKS[usize::from(s.step)];
+        let own = checks::ids(s.step);
         let share = STEP_POINTS / own.len() as f64;
         let build_error = s.results.iter().find(|r| r.id == "builds");
-        for id in own {
+        for id in &own {
             let (status, message) =
                 match (build_error, s.results.iter().find(|r| r.step == s.step && r.id == *id)) {
                     (Some(b), _) => ("error", Some(format!("{}\n{}", b.observed, b.hint))),
-                    (None, Some(r)) if r.passed => ("pass", None),
+                    (None, Some(r)) if r.passed() => ("pass", None),
+                    (None, Some(r)) if r.verdict == Verdict::CouldNotJudge => {
+                        ("fail", Some(format!("{}\nexpected: {}", r.observed, r.expected)))
+                    }
                     (None, Some(r)) => (
                         "fail",
                         Some(format!("observed: {}\nexpected: {}\nhint: {}", r.observed, r.expected, r.hint)),
@@ -87,7 +90,7 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
             }));
         }
         // Earlier steps' checks that this step's run broke: no points, but shown.
-        for r in s.results.iter().filter(|r| r.step < s.step && !r.passed && r.id != "builds") {
+        for r in s.results.iter().filter(|r| r.step < s.step && r.failed() && r.id != "builds") {
             tests.push(json!({
                 "name": format!("step {}: {} (from step {}, broken again)", s.step, r.id, r.step),
                 "task_id": u32::from(s.step) + 1,
@@ -154,7 +157,7 @@ mod tests {
         CheckResult {
             id,
             step,
-            passed,
+            verdict: if passed { Verdict::Pass } else { Verdict::Fail },
             observed: format!("saw {id}"),
             expected: "want".into(),
             hint: "do it",
@@ -176,7 +179,7 @@ mod tests {
                 check("epoch-barrier", 8, false),
             ],
         );
-        assert_eq!(CHECKS[8], ["throughput-reduced", "epoch-barrier"]);
+        assert_eq!(checks::ids(8), ["throughput-reduced", "epoch-barrier"]);
         assert_eq!(s.points(), 5.0);
         assert_eq!(s.status(), "fail");
         let r = report(&[s], 7);

@@ -1,11 +1,12 @@
 //! `checker`: runs a step of the DDP lab on several ranks and verifies real DDP
 //! behaviour, with what it saw, what it expected, and a hint for every check.
+mod checks;
 mod grade;
 mod launch;
+mod observe;
 mod progress;
 mod spinner;
 mod standalone;
-mod verify;
 mod watch;
 
 use std::io::IsTerminal;
@@ -15,7 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 
-use verify::{CheckResult, Setup, Variation};
+use checks::{CheckResult, Verdict};
+use observe::{Setup, Variation};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
 /// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
@@ -31,7 +33,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Each step: done, failing or not tried (your last `verify`), and a bar of the steps done.
-    List,
+    List {
+        /// Instead: every check of every step, and what it looks at.
+        #[arg(long)]
+        checks: bool,
+    },
     /// What to change in a step and the common mistakes, from the lab guide: `checker hint step 7`.
     Hint {
         /// `step N` (N from 0 to 11).
@@ -157,8 +163,12 @@ fn main() -> ExitCode {
     launcher::stop_children_on_signals();
     let cli = Cli::parse();
     match cli.command {
-        Command::List => {
+        Command::List { checks: false } => {
             print!("{}", progress::render(&progress::load(&repo_root()), &coursegen::STEPS));
+            ExitCode::SUCCESS
+        }
+        Command::List { checks: true } => {
+            print!("{}", checks::table());
             ExitCode::SUCCESS
         }
         Command::Hint { target } => match one_step(&target) {
@@ -447,7 +457,7 @@ fn run_step(
     spinner.step(step);
     spinner.phase(&format!("building {package}"));
 
-    let (results, output, kept) = match verify::build_or_fail(root, &package, manifest_dir.as_deref()) {
+    let (results, output, kept) = match observe::build_or_fail(root, &package, manifest_dir.as_deref()) {
         Err(failed) => {
             let output = failed.observed.clone();
             (vec![failed], output, None)
@@ -469,11 +479,11 @@ fn run_step(
                 mirror: Some((mirror.url(), manifest)),
                 limit,
             };
-            let mut obs = verify::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
+            let mut obs = observe::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
             if step >= 5 {
                 obs.downloads = Some(mirror.downloads());
             }
-            let results = verify::judge(&obs);
+            let results = checks::judge(&obs);
             let output = obs.first_output();
             let kept = if keep {
                 Some(work)
@@ -487,7 +497,7 @@ fn run_step(
     spinner.clear();
     if let Subject::Step = subject {
         // Progress is about the student's own crates, not the reference solutions.
-        let passed = results.iter().all(|r| r.passed);
+        let passed = results.iter().all(CheckResult::passed);
         if let Err(e) = progress::record(root, step, passed) {
             eprintln!("warning: cannot record progress in .checker/progress.json: {e}");
         }
@@ -508,19 +518,23 @@ fn print_run(root: &Path, step: u8, seed: u64, run: &StepRun) -> bool {
 /// Prints every check; true when all passed.
 fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
     let color = std::io::stdout().is_terminal();
-    let paint = |ok: bool| match (ok, color) {
-        (true, true) => "\x1b[32mPASS\x1b[0m",
-        (false, true) => "\x1b[31mFAIL\x1b[0m",
-        (true, false) => "PASS",
-        (false, false) => "FAIL",
+    let paint = |verdict: Verdict| match (verdict, color) {
+        (Verdict::Pass, true) => "\x1b[32mPASS\x1b[0m",
+        (Verdict::Fail, true) => "\x1b[31mFAIL\x1b[0m",
+        (Verdict::CouldNotJudge, true) => "\x1b[33m????\x1b[0m",
+        (Verdict::Pass, false) => "PASS",
+        (Verdict::Fail, false) => "FAIL",
+        (Verdict::CouldNotJudge, false) => "????",
     };
     for r in results {
-        println!("{} step {:>2} {}: {}", paint(r.passed), r.step, r.id, first_line(&r.observed));
-        if !r.passed {
+        println!("{} step {:>2} {}: {}", paint(r.verdict), r.step, r.id, first_line(&r.observed));
+        if !r.passed() {
             for line in r.observed.lines().skip(1) {
                 println!("         {line}");
             }
             println!("         expected: {}", r.expected);
+        }
+        if r.failed() {
             println!("         hint: {}", r.hint);
             // What the guide says this check is about, when the step's page names it.
             if let Some(about) = checker_aux::check_hint_for(root, r.step, r.id) {
@@ -529,17 +543,22 @@ fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
             }
         }
     }
-    let passed = results.iter().filter(|r| r.passed).count();
-    let introduced_failures = results.iter().filter(|r| !r.passed && r.step == step).count();
-    println!(
-        "   {passed}/{} checks passed{}",
-        results.len(),
-        if introduced_failures > 0 {
-            format!("; {introduced_failures} of step {step}'s own failed")
-        } else {
-            String::new()
-        }
-    );
+    let passed = results.iter().filter(|r| r.passed()).count();
+    let unjudged = results.iter().filter(|r| r.verdict == Verdict::CouldNotJudge).count();
+    let mut summary = format!("   {passed}/{} checks passed", results.len());
+    if unjudged > 0 {
+        summary.push_str(&format!(", {unjudged} could not be judged"));
+    }
+    if let Some(first) = checks::first_failing_step(results) {
+        let ids: Vec<&str> = results.iter().filter(|r| r.failed() && r.step == first).map(|r| r.id).collect();
+        summary.push_str(&format!(
+            "; {} of step {first}'s own failed ({}){}",
+            ids.len(),
+            ids.join(", "),
+            if first < step { ": start there" } else { "" }
+        ));
+    }
+    println!("{summary}");
     passed == results.len()
 }
 

@@ -137,3 +137,37 @@ fn no_spawn_fails_self_spawn() {
         ],
     );
 }
+
+/// Gloo's reduce happens to leave the sum on every rank, so the printed figure is right
+/// here; on NCCL rank 0 would print its own figure. The checker judges the call.
+/// Rank 1 does not exist in the 1-rank comparison run, which therefore fails: that is
+/// "could not judge" for step 7, not a failure of step 7.
+#[test]
+fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
+    let dir = variant(
+        8,
+        "reduce-to-rank-1",
+        "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",
+        "dist::reduce(&mut images_per_sec_total, 1, dist::ReduceOp::Sum)?;",
+    );
+    let v = checker_with(&["verify", "step", "8", "--seed", "4242", "--crate"], &[&dir]);
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert_eq!(v.failed(), ["throughput-reduced"], "{}", v.output());
+    assert!(v.stdout.contains("reduce(op=SUM, root=1)"), "the report names the call:\n{}", v.output());
+    let step7 =
+        v.stdout.lines().find(|l| l.contains(" matches-single-rank: ")).unwrap_or_default().to_string();
+    assert!(step7.starts_with("???? step  7 matches-single-rank: could not judge: "), "{}", v.output());
+    assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
+}
+
+#[test]
+fn reducing_the_metrics_to_rank_0_fails_metrics_averaged() {
+    fails_on(
+        9,
+        "metrics-reduced",
+        "dist::all_reduce(&mut metrics, dist::ReduceOp::Sum)?;",
+        "dist::reduce(&mut metrics, 0, dist::ReduceOp::Sum)?;",
+        "metrics-averaged",
+        &[],
+    );
+}

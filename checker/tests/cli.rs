@@ -20,6 +20,8 @@ fn help_texts() {
         ("grade_help", &["grade", "--help"]),
         ("list_help", &["list", "--help"]),
         ("watch_help", &["watch", "--help"]),
+        // The registry of checks, as `list --checks` shows it.
+        ("list_checks", &["list", "--checks"]),
     ] {
         let out = cmd().args(args).assert().success().get_output().stdout.clone();
         insta::assert_snapshot!(name, String::from_utf8_lossy(&out));

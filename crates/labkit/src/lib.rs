@@ -32,6 +32,7 @@ pub use options::{
 pub use perf::{forward_flops_per_image, Amp};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
+pub use rng::Rng;
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests
 /// running in parallel threads do not draw from each other's seeds.

@@ -1,21 +1,27 @@
-//! The crate's one pseudo-random generator, for what must not depend on libtorch's:
-//! the generated stand-in data set (the same images on every machine) and the gaps
-//! between dropped elements in [`crate::dropout`] (seeded from libtorch's generator).
+//! The workspace's one pseudo-random generator, for what must not depend on libtorch's:
+//! the generated stand-in data set (the same images on every machine), the gaps
+//! between dropped elements in [`crate::dropout`] (seeded from libtorch's generator),
+//! and the checker's hidden variations.
 
 /// SplitMix64: tiny, fast, and fully specified, so the stream is the same everywhere.
-pub(crate) struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
+    pub fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, n) (with SplitMix64's tiny modulo bias, fine for choosing).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
     }
 
     /// Uniform in [0, 1), 24 bits.
@@ -30,11 +36,6 @@ impl Rng {
 
     pub(crate) fn chance(&mut self, p: f32) -> bool {
         self.unit() < p
-    }
-
-    /// Uniform integer in [0, n).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
     }
 
     /// Roughly normal with mean 0 and standard deviation 1: the sum of four 16-bit

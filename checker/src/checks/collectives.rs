@@ -1,0 +1,146 @@
+//! Reading the collectives the ranks issued (labkit's trace of `tch_distributed::debug`):
+//! which call carried a value, and where the ranks' calls disagree.
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// One `collective` event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub rank: u64,
+    pub op: String,
+    pub reduce_op: Option<String>,
+    pub root: Option<u64>,
+    pub dtype: Option<String>,
+    pub numel: u64,
+    pub seq: u64,
+    pub group: u64,
+    pub values: Vec<f64>,
+}
+
+impl Call {
+    fn from_event(e: &Value) -> Option<Call> {
+        (e["event"] == "collective").then_some(())?;
+        Some(Call {
+            rank: e["rank"].as_u64()?,
+            op: e["op"].as_str()?.to_string(),
+            reduce_op: e["reduce_op"].as_str().map(String::from),
+            root: e["root"].as_u64(),
+            dtype: e["dtype"].as_str().map(String::from),
+            numel: e["numel"].as_u64().unwrap_or(0),
+            seq: e["seq"].as_u64()?,
+            group: e["group"].as_u64().unwrap_or(0),
+            values: e["values"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_f64).collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// As tch-distributed's `CollectiveCall::describe` and PyTorch's logs put it.
+    pub fn describe(&self) -> String {
+        let mut args = Vec::new();
+        if let Some(op) = &self.reduce_op {
+            args.push(format!("op={op}"));
+        }
+        if let Some(root) = self.root {
+            args.push(format!("root={root}"));
+        }
+        let tensor = self.dtype.as_ref().map(|d| format!(" {d}[{}]", self.numel)).unwrap_or_default();
+        format!("{}({}){tensor}", self.op, args.join(", "))
+    }
+
+    /// Whether the input held `value` (as float32 or float64).
+    pub fn carried(&self, value: f64) -> bool {
+        self.values.iter().any(|x| (x - value).abs() <= 1e-6 * value.abs().max(1e-12))
+    }
+
+    /// What the call is, without the rank or its number: equal on every rank.
+    fn signature(&self) -> (&str, &Option<String>, Option<u64>, &Option<String>, u64) {
+        (&self.op, &self.reduce_op, self.root, &self.dtype, self.numel)
+    }
+}
+
+/// The collectives of each rank, in the order issued.
+pub fn by_rank(trace: &[Value]) -> BTreeMap<u64, Vec<Call>> {
+    let mut out: BTreeMap<u64, Vec<Call>> = BTreeMap::new();
+    for call in trace.iter().filter_map(Call::from_event) {
+        out.entry(call.rank).or_default().push(call);
+    }
+    for calls in out.values_mut() {
+        calls.sort_by_key(|c| (c.group, c.seq));
+    }
+    out
+}
+
+/// PyTorch's DETAIL desync check: the first sequence number at which ranks of a group
+/// issued different collectives, naming the ranks and both calls.
+pub fn desync(trace: &[Value]) -> Option<String> {
+    let mut at: BTreeMap<(u64, u64), Vec<Call>> = BTreeMap::new();
+    for call in trace.iter().filter_map(Call::from_event) {
+        at.entry((call.group, call.seq)).or_default().push(call);
+    }
+    for ((group, seq), calls) in at {
+        let first = &calls[0];
+        if let Some(other) = calls.iter().find(|c| c.signature() != first.signature()) {
+            let (a, b) = if first.rank < other.rank { (first, other) } else { (other, first) };
+            return Some(format!(
+                "the ranks' collectives differ at call #{seq} of group {group}: rank {} issued {}, rank {} issued {}",
+                a.rank,
+                a.describe(),
+                b.rank,
+                b.describe()
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn event(
+        rank: u64,
+        seq: u64,
+        op: &str,
+        reduce_op: Option<&str>,
+        root: Option<u64>,
+        values: &[f64],
+    ) -> Value {
+        json!({ "event": "collective", "rank": rank, "op": op, "reduce_op": reduce_op, "root": root,
+                "dtype": "Double", "numel": values.len(), "seq": seq, "group": 0, "values": values })
+    }
+
+    #[test]
+    fn the_first_differing_call_is_named_with_both_ranks() {
+        let trace = vec![
+            event(0, 0, "barrier", None, None, &[]),
+            event(1, 0, "barrier", None, None, &[]),
+            event(1, 1, "reduce", Some("SUM"), Some(0), &[3.0]),
+            event(0, 1, "all_reduce", Some("SUM"), None, &[2.0]),
+            event(0, 2, "barrier", None, None, &[]),
+        ];
+        assert_eq!(
+            desync(&trace).unwrap(),
+            "the ranks' collectives differ at call #1 of group 0: rank 0 issued all_reduce(op=SUM) Double[1], rank 1 issued reduce(op=SUM, root=0) Double[1]"
+        );
+        // The same call with other values is no desync.
+        let agreed = vec![
+            event(0, 0, "reduce", Some("SUM"), Some(0), &[2.0]),
+            event(1, 0, "reduce", Some("SUM"), Some(0), &[5.0]),
+        ];
+        assert_eq!(desync(&agreed), None);
+    }
+
+    #[test]
+    fn a_call_carries_a_value_in_float32_too() {
+        let call = Call::from_event(&event(0, 0, "reduce", Some("SUM"), Some(1), &[f64::from(652.1234_f32)]))
+            .unwrap();
+        assert!(call.carried(652.1234));
+        assert!(!call.carried(652.2));
+        assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");
+    }
+}

@@ -1,0 +1,357 @@
+//! The checks, one module per step, each check one value in [`REGISTRY`]: its id, its
+//! step, what it observes, the run it needs, the judging function and the hint.
+//! `verify`, `grade`, `list`, the guide's test and the points all read the registry;
+//! adding a check is a value in its step's module and a bullet on the guide's page.
+//!
+//! A judging function only reads an [`Observation`] (gathered by `observe`) and says
+//! what the evidence shows: the property [`holds`](Evidence::Holds), is
+//! [`broken`](Evidence::Broken), or the evidence is [`missing`](Evidence::Missing).
+//! Missing evidence is a failure only when the run the check needs ended well; when
+//! that run crashed, exited with an error or timed out, the verdict is "could not
+//! judge", with the failing rank's last error line: the mistake is elsewhere, and the
+//! report blames the first step whose own checks failed.
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::observe::Observation;
+
+mod collectives;
+mod step_00;
+mod step_01;
+mod step_02;
+mod step_03;
+mod step_04;
+mod step_05;
+mod step_06;
+mod step_07;
+mod step_08;
+mod step_09;
+mod step_10;
+mod step_11;
+
+/// One check of the lab.
+pub struct Check {
+    pub id: &'static str,
+    pub step: u8,
+    /// What it looks at, in a few words.
+    pub observes: &'static str,
+    /// The run whose failure makes missing evidence "could not judge".
+    pub needs: Needs,
+    pub hint: &'static str,
+    /// `None`: the check does not apply to this observation (its run was not made).
+    pub judge: fn(&Observation) -> Option<Finding>,
+}
+
+/// Which run a check's evidence comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// The program's text, or a run whose failure is the check's own property.
+    Nothing,
+    /// The main run (hidden variations).
+    Main,
+    /// The N-rank and 1-rank runs of the comparison.
+    Equivalence,
+    /// The quick evaluation.
+    QuickRun,
+}
+
+/// What the evidence shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    Holds,
+    Broken,
+    Missing,
+}
+
+/// A judging function's answer.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub evidence: Evidence,
+    pub observed: String,
+    pub expected: String,
+}
+
+impl Finding {
+    /// Holds when `ok`, broken otherwise.
+    pub fn shown(ok: bool, observed: impl Into<String>, expected: impl Into<String>) -> Option<Finding> {
+        let evidence = if ok { Evidence::Holds } else { Evidence::Broken };
+        Some(Finding { evidence, observed: observed.into(), expected: expected.into() })
+    }
+
+    /// Nothing to judge from.
+    pub fn missing(observed: impl Into<String>, expected: impl Into<String>) -> Option<Finding> {
+        Some(Finding { evidence: Evidence::Missing, observed: observed.into(), expected: expected.into() })
+    }
+}
+
+/// A check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Fail,
+    /// The run it needs failed for another reason: no verdict on its property.
+    CouldNotJudge,
+}
+
+/// One check's verdict, as reported.
+#[derive(Debug, Clone)]
+pub struct CheckResult {
+    pub id: &'static str,
+    pub step: u8,
+    pub verdict: Verdict,
+    pub observed: String,
+    pub expected: String,
+    pub hint: &'static str,
+}
+
+impl CheckResult {
+    pub fn passed(&self) -> bool {
+        self.verdict == Verdict::Pass
+    }
+
+    pub fn failed(&self) -> bool {
+        self.verdict == Verdict::Fail
+    }
+}
+
+/// Every check, step by step, in the order reports show them.
+pub static REGISTRY: [&[Check]; 12] = [
+    step_00::CHECKS,
+    step_01::CHECKS,
+    step_02::CHECKS,
+    step_03::CHECKS,
+    step_04::CHECKS,
+    step_05::CHECKS,
+    step_06::CHECKS,
+    step_07::CHECKS,
+    step_08::CHECKS,
+    step_09::CHECKS,
+    step_10::CHECKS,
+    step_11::CHECKS,
+];
+
+/// The ids of the checks step `step` introduces.
+pub fn ids(step: u8) -> Vec<&'static str> {
+    REGISTRY[usize::from(step)].iter().map(|c| c.id).collect()
+}
+
+/// `checker list --checks`: every check, its step and what it looks at.
+pub fn table() -> String {
+    let width = REGISTRY.iter().flat_map(|c| c.iter()).map(|c| c.id.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for check in REGISTRY.iter().flat_map(|c| c.iter()) {
+        out.push_str(&format!("step {:>2}  {:<width$}  {}\n", check.step, check.id, check.observes));
+    }
+    out
+}
+
+/// The first step with a check that failed (not "could not judge"): where to look first.
+pub fn first_failing_step(results: &[CheckResult]) -> Option<u8> {
+    results.iter().filter(|r| r.failed()).map(|r| r.step).min()
+}
+
+/// Every check of steps 0..=`obs.step`, in step order.
+pub fn judge(obs: &Observation) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    for check in REGISTRY[..=usize::from(obs.step)].iter().flat_map(|c| c.iter()) {
+        let Some(finding) = (check.judge)(obs) else { continue };
+        let (verdict, observed) = match finding.evidence {
+            Evidence::Holds => (Verdict::Pass, finding.observed),
+            Evidence::Broken => (Verdict::Fail, finding.observed),
+            Evidence::Missing => match run_failure(obs, check.needs) {
+                Some(why) => {
+                    (Verdict::CouldNotJudge, format!("could not judge: {why}\n{}", finding.observed))
+                }
+                None => (Verdict::Fail, finding.observed),
+            },
+        };
+        out.push(CheckResult {
+            id: check.id,
+            step: check.step,
+            verdict,
+            observed,
+            expected: finding.expected,
+            hint: check.hint,
+        });
+    }
+    out
+}
+
+/// Why the run a check needs did not end well, if it did not: the first failing
+/// process and its last error line, and any collective the ranks disagreed on.
+fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
+    let processes: Vec<&crate::launch::Ended> = match needs {
+        Needs::Nothing => return None,
+        Needs::Main => obs.processes.iter().map(|p| &p.ended).collect(),
+        Needs::Equivalence => match &obs.equivalence {
+            Some(eq) => eq.many.iter().chain(&eq.one).map(|p| &p.ended).collect(),
+            None => return Some("the comparison did not run".into()),
+        },
+        Needs::QuickRun => obs.quick_run.iter().collect(),
+    };
+    let failed = processes.into_iter().find(|e| !e.success())?;
+    let mut why = format!("{} ended with {}", failed.name, failed.describe());
+    if let Some(line) = last_error_line(&failed.stderr) {
+        why.push_str(&format!(": {line}"));
+    }
+    if needs == Needs::Main {
+        if let Some(desync) = collectives::desync(&obs.trace) {
+            why.push_str(&format!("\n{desync}"));
+        }
+    }
+    Some(why)
+}
+
+/// The last line that reads like an error (`error: ...`, a panic), else the last one.
+pub fn last_error_line(stderr: &str) -> Option<&str> {
+    let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("error") || l.contains("panicked") || l.starts_with("Error"))
+        .or(lines.last())
+        .copied()
+}
+
+// ---------------------------------------------------------------- shared readings
+
+/// Trace events of one kind.
+fn events<'a>(obs: &'a Observation, kind: &str) -> Vec<&'a Value> {
+    obs.trace.iter().filter(|e| e["event"] == kind).collect()
+}
+
+/// Events of one kind per global rank (from the trace's `rank` field), in order.
+fn by_rank<'a>(obs: &'a Observation, kind: &str) -> BTreeMap<u64, Vec<&'a Value>> {
+    let mut out: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
+    for e in events(obs, kind) {
+        if let Some(r) = e["rank"].as_u64() {
+            out.entry(r).or_default().push(e);
+        }
+    }
+    out
+}
+
+fn all_stdout(obs: &Observation) -> String {
+    obs.processes.iter().map(|p| p.ended.stdout.as_str()).collect::<Vec<_>>().join("\n")
+}
+
+/// The epoch lines every process printed.
+fn epoch_lines(obs: &Observation) -> Vec<String> {
+    all_stdout(obs).lines().filter(|l| l.starts_with("Epoch = ")).map(String::from).collect()
+}
+
+/// Sets print as `{1, 2}`.
+fn set<T: std::fmt::Debug>(s: &BTreeSet<T>) -> String {
+    format!("{s:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::launch::Ended;
+    use crate::observe::Variation;
+
+    fn not_started() -> Ended {
+        Ended {
+            name: "nothing".into(),
+            pid: 0,
+            status: None,
+            timed_out: false,
+            stdout: String::new(),
+            stderr: String::new(),
+            elapsed: Duration::ZERO,
+            left_behind: false,
+        }
+    }
+
+    /// An observation of a run that produced nothing at all.
+    pub(super) fn nothing(step: u8) -> Observation {
+        Observation {
+            step,
+            variation: Variation::for_step(step, 1),
+            source: String::new(),
+            processes: Vec::new(),
+            trace: Vec::new(),
+            port: None,
+            help: (step >= 1).then(not_started),
+            bad_value: (step >= 1).then(not_started),
+            fail_run: (step >= 10).then(not_started),
+            quick_run: (step >= 11).then(not_started),
+            equivalence: None,
+            downloads: (step >= 5).then(BTreeMap::new),
+        }
+    }
+
+    #[test]
+    fn the_registry_is_what_judge_reports() {
+        for step in 0..12u8 {
+            let results = judge(&nothing(step));
+            for s in 0..=step {
+                let reported: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();
+                assert_eq!(reported, ids(s), "checks of step {s} in a step {step} run");
+            }
+        }
+        for (step, checks) in REGISTRY.iter().enumerate() {
+            assert!(
+                checks.iter().all(|c| usize::from(c.step) == step),
+                "a check of step {step} is filed elsewhere"
+            );
+        }
+        let all: Vec<&str> = REGISTRY.iter().flat_map(|c| c.iter().map(|c| c.id)).collect();
+        let unique: BTreeSet<&str> = all.iter().copied().collect();
+        assert_eq!(all.len(), unique.len(), "check ids must be unique");
+    }
+
+    #[test]
+    fn the_guide_describes_every_check() {
+        let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        for check in REGISTRY.iter().flat_map(|c| c.iter()) {
+            let bullet = checker_aux::check_hint_for(root, check.step, check.id);
+            assert!(
+                bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{}`: ", check.id))),
+                "lab-guide/src/steps/step-{:02}.md: no bullet `{}`: ... under \"What the checker will test\"",
+                check.step,
+                check.id
+            );
+        }
+    }
+
+    #[test]
+    fn a_run_that_produced_nothing_passes_nothing() {
+        let results = judge(&nothing(11));
+        let passed: Vec<&str> = results.iter().filter(|r| r.passed()).map(|r| r.id).collect();
+        assert!(passed.is_empty(), "passed with no run at all: {passed:?}");
+        // No rank failed either, so missing evidence is a failure, not "could not judge";
+        // only the runs that never started (the comparison, the quick evaluation) leave
+        // their checks unjudged.
+        let unjudged: Vec<&str> = results.iter().filter(|r| !r.failed()).map(|r| r.id).collect();
+        assert_eq!(unjudged, ["matches-single-rank", "target-reached"], "{results:?}");
+    }
+
+    #[test]
+    fn missing_evidence_after_a_crash_is_not_judged_and_names_the_error() {
+        let mut obs = nothing(9);
+        let mut crashed = not_started();
+        crashed.name = "node0-rank1".into();
+        crashed.status = Some(std::os::unix::process::ExitStatusExt::from_raw(2 << 8));
+        crashed.stderr = "loading...\nerror: reduce destination rank 3 is out of range\n".into();
+        obs.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: crashed });
+        let results = judge(&obs);
+        let metrics = results.iter().find(|r| r.id == "metrics-averaged").unwrap();
+        assert_eq!(metrics.verdict, Verdict::CouldNotJudge, "{metrics:?}");
+        assert!(
+            metrics.observed.starts_with(
+                "could not judge: node0-rank1 ended with exit code 2: error: reduce destination rank 3 is out of range"
+            ),
+            "{}",
+            metrics.observed
+        );
+        let trains = results.iter().find(|r| r.id == "trains").unwrap();
+        assert_eq!(trains.verdict, Verdict::Fail, "a crash is `trains`' own property");
+        assert_eq!(first_failing_step(&results), Some(0));
+    }
+}

@@ -1,0 +1,75 @@
+//! Step 0: the single-GPU program, with the distributed module imported.
+use super::{epoch_lines, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "imports-dist",
+        step: 0,
+        observes: "the program's text",
+        needs: Needs::Nothing,
+        hint: "the Rust mirror of `import torch.distributed as dist` is one `use` line (guide: step 0)",
+        judge: imports_dist,
+    },
+    Check {
+        id: "trains",
+        step: 0,
+        observes: "every process's exit and the epoch lines",
+        needs: Needs::Nothing,
+        hint: "run the step by hand (see the guide's page) and read the first error",
+        judge: trains,
+    },
+];
+
+fn imports_dist(obs: &Observation) -> Option<Finding> {
+    let import = regex::Regex::new(r"(?m)^\s*use\s+tch_distributed\s+as\s+dist\s*;").unwrap();
+    let found = import.is_match(&obs.source);
+    Finding::shown(
+        found,
+        if found { "found" } else { "no `use ... as dist;` line in src/main.rs" },
+        "the distributed module imported under the name `dist`",
+    )
+}
+
+/// The lab's epoch line, as labkit's `EpochReport::line` prints it.
+pub fn epoch_line_regex() -> regex::Regex {
+    regex::Regex::new(
+        r"^Epoch = +\d+: Cumulative Time = \d+\.\d{3}, Epoch Time = \d+\.\d{3}, Images/sec = [0-9.e+-]+, Validation Loss = [0-9.]+, Validation Accuracy = \d\.\d{3}$",
+    )
+    .expect("valid regex")
+}
+
+/// A crash is this check's own property: it fails, never "could not judge".
+fn trains(obs: &Observation) -> Option<Finding> {
+    let failures: Vec<String> = obs
+        .processes
+        .iter()
+        .filter(|p| !p.ended.success())
+        .map(|p| {
+            let tail: Vec<&str> = p.ended.stderr.lines().rev().take(8).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("{}: {}\n    {}", p.ended.name, p.ended.describe(), tail.join("\n    "))
+        })
+        .collect();
+    let lines = epoch_lines(obs);
+    let format = epoch_line_regex();
+    let malformed = lines.iter().find(|l| !format.is_match(l));
+    let observed = if !failures.is_empty() {
+        let mut text = format!("{} process(es) failed:\n  {}", failures.len(), failures.join("\n  "));
+        if let Some(desync) = super::collectives::desync(&obs.trace) {
+            text.push_str(&format!("\n{desync}"));
+        }
+        text
+    } else if lines.is_empty() {
+        "no epoch line printed".into()
+    } else if let Some(bad) = malformed {
+        format!("an epoch line not in the lab's format: {bad:?}")
+    } else {
+        format!("{} epoch line(s), every process exited 0", lines.len())
+    };
+    Finding::shown(
+        failures.is_empty() && !lines.is_empty() && malformed.is_none(),
+        observed,
+        "every process exits 0 and epoch lines are printed in the lab's format",
+    )
+}

@@ -1,0 +1,49 @@
+//! Step 2: the world size and the rendezvous address.
+use std::collections::BTreeSet;
+
+use super::{events, set, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "world-size",
+        step: 2,
+        observes: "the world each rank announced",
+        needs: Needs::Main,
+        hint: "the world size counts every rank on every node (guide: step 2)",
+        judge: world_size,
+    },
+    Check {
+        id: "rendezvous",
+        step: 2,
+        observes: "the rendezvous address each rank announced",
+        needs: Needs::Main,
+        hint: "the lab's localhost:9956 unless MASTER_ADDR and MASTER_PORT are set (guide: step 2)",
+        judge: rendezvous,
+    },
+];
+
+fn world_size(obs: &Observation) -> Option<Finding> {
+    let v = &obs.variation;
+    let ws = v.world_size() as u64;
+    let worlds = events(obs, "world");
+    let expected = format!("world size {ws} ({} node(s) x {} GPU(s))", v.nodes, v.ranks_per_node);
+    if worlds.is_empty() {
+        return Finding::missing("no world announced (labkit::announce_world was not called)", expected);
+    }
+    let sizes: BTreeSet<u64> = worlds.iter().filter_map(|e| e["world_size"].as_u64()).collect();
+    Finding::shown(sizes == BTreeSet::from([ws]), format!("world size {}", set(&sizes)), expected)
+}
+
+fn rendezvous(obs: &Observation) -> Option<Finding> {
+    let expected = match obs.port {
+        Some(p) => format!("127.0.0.1:{p} (env://)"),
+        None => "localhost:9956".to_string(),
+    };
+    let worlds = events(obs, "world");
+    if worlds.is_empty() {
+        return Finding::missing("no world announced (labkit::announce_world was not called)", expected);
+    }
+    let addresses: BTreeSet<&str> = worlds.iter().filter_map(|e| e["rendezvous"].as_str()).collect();
+    Finding::shown(addresses == BTreeSet::from([expected.as_str()]), set(&addresses), expected.clone())
+}

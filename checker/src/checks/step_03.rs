@@ -1,0 +1,46 @@
+//! Step 3: one worker per rank, entered with the process's local rank.
+use std::collections::BTreeMap;
+
+use super::{events, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[Check {
+    id: "worker-per-rank",
+    step: 3,
+    observes: "which process entered the worker, with which local rank",
+    needs: Needs::Main,
+    hint: "main reads LOCAL_RANK (dist::local_rank) and calls worker(local_rank, args) (guide: step 3)",
+    judge: worker_per_rank,
+}];
+
+fn worker_per_rank(obs: &Observation) -> Option<Finding> {
+    let v = &obs.variation;
+    let workers = events(obs, "worker");
+    let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    for w in &workers {
+        seen.entry(w["pid"].as_u64().unwrap_or(0))
+            .or_default()
+            .push(w["worker_local_rank"].as_u64().unwrap_or(u64::MAX));
+    }
+    let mut local_ranks: Vec<u64> = seen.values().flatten().copied().collect();
+    local_ranks.sort();
+    let mut want: Vec<u64> = (0..v.nodes).flat_map(|_| 0..v.ranks_per_node as u64).collect();
+    want.sort();
+    let expected = format!("once per rank, with local ranks {want:?} (each process's LOCAL_RANK)");
+    if workers.is_empty() {
+        return Finding::missing("no worker entered", expected);
+    }
+    let once_each = seen.values().all(|v| v.len() == 1);
+    let launched_right = obs.processes.iter().all(|p| match p.local_rank {
+        Some(l) => workers.iter().any(|w| {
+            w["pid"].as_u64() == Some(u64::from(p.ended.pid))
+                && w["worker_local_rank"].as_u64() == Some(l as u64)
+        }),
+        None => true,
+    });
+    Finding::shown(
+        once_each && local_ranks == want && launched_right,
+        format!("worker entered with local ranks {local_ranks:?} in {} process(es)", seen.len()),
+        expected,
+    )
+}

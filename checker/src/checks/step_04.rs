@@ -1,0 +1,68 @@
+//! Step 4: the global rank, and only rank 0 prints.
+use std::collections::BTreeSet;
+
+use super::{epoch_lines, events, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "global-rank",
+        step: 4,
+        observes: "the rank and group size each process joined with",
+        // A group that never forms is this check's own property (two ranks claiming one
+        // number never meet): no rank at all is a failure here, not "could not judge".
+        needs: Needs::Nothing,
+        hint: "global_rank = node_id * num_gpus + local_rank; pass it and the world size to init_process_group (guide: step 4)",
+        judge: global_rank,
+    },
+    Check {
+        id: "rank0-prints",
+        step: 4,
+        observes: "which ranks printed epoch lines",
+        needs: Needs::Main,
+        hint: "wrap the report's print in `if global_rank == 0` (guide: step 4)",
+        judge: rank0_prints,
+    },
+];
+
+fn global_rank(obs: &Observation) -> Option<Finding> {
+    let v = &obs.variation;
+    let ws = v.world_size() as u64;
+    let mut wrong = Vec::new();
+    for p in &obs.processes {
+        let Some(local) = p.local_rank else { continue };
+        let expect = (p.node * v.ranks_per_node + local) as u64;
+        let got = obs
+            .trace
+            .iter()
+            .filter(|e| e["pid"].as_u64() == Some(u64::from(p.ended.pid)))
+            .find_map(|e| e["rank"].as_u64());
+        if got != Some(expect) {
+            wrong.push(format!("node {} local rank {local}: rank {got:?}, expected {expect}", p.node));
+        }
+    }
+    let sizes: BTreeSet<u64> = obs.trace.iter().filter_map(|e| e["world_size"].as_u64()).collect();
+    Finding::shown(
+        wrong.is_empty() && sizes == BTreeSet::from([ws]),
+        if wrong.is_empty() { format!("group sizes {sizes:?}") } else { wrong.join("; ") },
+        format!("global rank = node id x ranks per node + local rank; group size {ws}"),
+    )
+}
+
+fn rank0_prints(obs: &Observation) -> Option<Finding> {
+    let printed = events(obs, "printed");
+    let lines = epoch_lines(obs);
+    let expected = "only global rank 0 prints the epoch lines";
+    if printed.is_empty() {
+        return Finding::missing(
+            format!("no epoch line printed through the report ({} line(s))", lines.len()),
+            expected,
+        );
+    }
+    let printers: BTreeSet<Option<u64>> = printed.iter().map(|e| e["rank"].as_u64()).collect();
+    Finding::shown(
+        printers == BTreeSet::from([Some(0)]) && lines.len() == printed.len(),
+        format!("epoch lines printed by ranks {printers:?}, {} line(s)", lines.len()),
+        expected,
+    )
+}

@@ -1,0 +1,114 @@
+//! Step 7: the model wrapped in DDP: synchronized weights, the same step as one rank.
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::{events, Check, Finding, Needs};
+use crate::observe::{Equivalence, Observation};
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "weights-synchronized",
+        step: 7,
+        observes: "each rank's weight digest after every epoch",
+        needs: Needs::Main,
+        hint: "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
+        judge: weights_synchronized,
+    },
+    Check {
+        id: "matches-single-rank",
+        step: 7,
+        observes: "rank 0's weights after one epoch, N ranks x batch B against 1 rank x batch N*B",
+        needs: Needs::Equivalence,
+        hint: "DDP averages the gradients of the ranks' batches: with the DistributedSampler, one step of N ranks is one step on the N batches together (guide: step 7)",
+        judge: matches_single_rank,
+    },
+];
+
+/// How far the two runs' weights may drift apart, relative to the step's change.
+/// Measured on the solutions: 2e-5 to 3e-3. Beyond summation order, rounding flips a
+/// few max-pool and ReLU decisions, whose gradients then differ outright. A model not
+/// wrapped in DDP is off by 0.5 to 1.3.
+pub const EQUIVALENCE_TOLERANCE: f64 = 0.05;
+
+fn weights_synchronized(obs: &Observation) -> Option<Finding> {
+    let ws = obs.variation.world_size();
+    let weights = events(obs, "weights");
+    let mut per_epoch: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    for w in &weights {
+        per_epoch
+            .entry(w["epoch"].as_u64().unwrap_or(0))
+            .or_default()
+            .insert(w["digest"].as_str().unwrap_or("").to_string());
+    }
+    let expected =
+        "identical weights on every rank after every epoch (ranks started from different random weights)";
+    let differing: Vec<u64> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
+    if differing.is_empty() && (per_epoch.is_empty() || weights.len() != ws * per_epoch.len()) {
+        return Finding::missing(
+            format!("{} weight digest(s) from {} epoch(s) for {ws} ranks", weights.len(), per_epoch.len()),
+            expected,
+        );
+    }
+    Finding::shown(
+        differing.is_empty(),
+        if differing.is_empty() {
+            format!("identical on all ranks after {} epoch(s)", per_epoch.len())
+        } else {
+            format!("ranks' weights differ after epoch(s) {differing:?}")
+        },
+        expected,
+    )
+}
+
+fn matches_single_rank(obs: &Observation) -> Option<Finding> {
+    let v = &obs.variation;
+    let ws = v.world_size();
+    let expected = format!(
+        "{ws} ranks x batch {b} end the epoch with the weights of 1 rank x batch {} (differences <= {EQUIVALENCE_TOLERANCE} of the epoch's change)",
+        ws * v.batch_size,
+        b = v.batch_size
+    );
+    let Some(eq) = &obs.equivalence else { return Finding::missing("the comparison did not run", expected) };
+    let failed: Vec<String> = eq
+        .many
+        .iter()
+        .chain(&eq.one)
+        .filter(|p| !p.ended.success())
+        .map(|p| format!("{}: {}", p.ended.name, p.ended.describe()))
+        .collect();
+    if !failed.is_empty() {
+        return Finding::missing(format!("a run of the comparison failed: {}", failed.join(", ")), expected);
+    }
+    let Some((ok, observed)) = judge_equivalence(eq) else {
+        return Finding::missing("no weights traced before or after the epoch in one of the runs", expected);
+    };
+    Finding::shown(ok, observed, expected)
+}
+
+/// Rank 0's weights after the epoch, N ranks against 1 rank: the largest difference
+/// of the weight projections relative to their size. `None` without the weights.
+fn judge_equivalence(eq: &Equivalence) -> Option<(bool, String)> {
+    let projection = |trace: &[Value], kind: &str| -> Option<Vec<f64>> {
+        let w = trace
+            .iter()
+            .find(|e| e["event"] == kind && e["rank"] == 0 && (e["epoch"] == 0 || e["epoch"].is_null()))?;
+        w["projection"].as_array()?.iter().map(Value::as_f64).collect()
+    };
+    let many = projection(&eq.many_trace, "weights")?;
+    let one = projection(&eq.one_trace, "weights")?;
+    let start = projection(&eq.one_trace, "initial_weights")?;
+    // Relative to how far one epoch moved the weights: the starting point is shared,
+    // so only the updates can differ.
+    let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())).max(1e-12);
+    let diff = many.iter().zip(&one).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / moved;
+    let n = eq.settings.world_size();
+    Some((
+        diff <= EQUIVALENCE_TOLERANCE,
+        format!(
+            "{n} ranks x batch {} against 1 rank x batch {}: difference {diff:.1e} of the epoch's change",
+            eq.settings.batch_size,
+            eq.settings.batch_size * n
+        ),
+    ))
+}

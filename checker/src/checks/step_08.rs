@@ -1,0 +1,137 @@
+//! Step 8: the throughput reduced to rank 0, and the epoch's end at a barrier.
+use std::collections::BTreeMap;
+
+use super::collectives::{self, Call};
+use super::{by_rank, events, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "throughput-reduced",
+        step: 8,
+        observes: "the collective that carried each rank's images/sec, and what rank 0 printed",
+        needs: Needs::Main,
+        hint: "dist::reduce the images/sec tensor to rank 0 with ReduceOp::Sum (guide: step 8)",
+        judge: throughput_reduced,
+    },
+    Check {
+        id: "epoch-barrier",
+        step: 8,
+        observes: "each rank's epoch time, with one rank made late",
+        needs: Needs::Main,
+        hint: "dist::barrier() after training, before stopping the clock (guide: step 8)",
+        judge: epoch_barrier,
+    },
+];
+
+/// Why `call` does not give rank 0 the sum on every backend, if it does not.
+fn wrong_throughput_call(call: &Call) -> Option<String> {
+    let sum = call.reduce_op.as_deref() == Some("SUM");
+    match call.op.as_str() {
+        "reduce" if sum && call.root == Some(0) => None,
+        "all_reduce" if sum => None,
+        "reduce" if sum => Some(format!(
+            "{}: the sum goes to rank {}, and only the destination is promised it (NCCL leaves rank 0's own figure in rank 0's tensor; Gloo happens to fill every rank's)",
+            call.describe(),
+            call.root.unwrap_or(0)
+        )),
+        "reduce" | "all_reduce" => Some(format!("{}: combines with {} instead of SUM", call.describe(), call.reduce_op.as_deref().unwrap_or("?"))),
+        _ => Some(format!("{}: does not sum the ranks' figures", call.describe())),
+    }
+}
+
+fn throughput_reduced(obs: &Observation) -> Option<Finding> {
+    let expected = "rank 0's images/sec == the sum of every rank's, reduced to rank 0 with SUM (right on NCCL as on Gloo)";
+    let printed = events(obs, "printed");
+    if printed.is_empty() {
+        return Finding::missing("no epoch line printed", expected);
+    }
+    let per_rank = by_rank(obs, "images_per_sec");
+    let mut problems = Vec::new();
+    // What the program asked for: every rank's figure must go into a SUM to rank 0.
+    let calls: BTreeMap<u64, Vec<Call>> = collectives::by_rank(&obs.trace);
+    'ranks: for (rank, figures) in &per_rank {
+        let mine = calls.get(rank).map(Vec::as_slice).unwrap_or_default();
+        for (epoch, figure) in figures.iter().enumerate() {
+            let Some(value) = figure["value"].as_f64() else { continue };
+            let carriers: Vec<&Call> = mine.iter().filter(|c| c.carried(value)).collect();
+            if carriers.is_empty() {
+                problems.push(format!("rank {rank} epoch {epoch}: its images/sec went into no collective"));
+            } else if carriers.iter().all(|c| wrong_throughput_call(c).is_some()) {
+                problems.push(format!(
+                    "rank {rank} epoch {epoch}: {}",
+                    wrong_throughput_call(carriers[0]).unwrap_or_default()
+                ));
+            }
+            if !problems.is_empty() {
+                break 'ranks;
+            }
+        }
+    }
+    // What came out: the printed figure is the sum.
+    for (e, p) in printed.iter().enumerate() {
+        let shown = p["images_per_sec"].as_f64().unwrap_or(f64::NAN);
+        let sum: f64 =
+            per_rank.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["value"].as_f64()).sum();
+        if (shown - sum).abs() > 1e-6 * sum.abs().max(1.0) {
+            problems.push(format!("epoch {e}: printed {shown:.1}, sum of ranks {sum:.1}"));
+        }
+    }
+    Finding::shown(
+        problems.is_empty(),
+        if problems.is_empty() {
+            "rank 0 printed the sum of the ranks' images/sec, reduced to it with SUM".into()
+        } else {
+            problems.join("; ")
+        },
+        expected,
+    )
+}
+
+/// With the barrier every rank's clock stops when the late rank arrives, so an
+/// epoch's times agree across ranks; without it the others stop about the delay
+/// earlier. Comparing ranks (not a fixed time) holds however slow the machine is.
+fn epoch_barrier(obs: &Observation) -> Option<Finding> {
+    let ws = obs.variation.world_size();
+    let delay = labkit::SLOW_RANK_DELAY.as_secs_f64();
+    let expected = format!(
+        "with one rank {delay:.1} s late, every rank's epoch time within {:.2} s of the late rank's",
+        delay / 2.0
+    );
+    let mut per_epoch: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
+    for (r, evs) in by_rank(obs, "epoch_report") {
+        for e in evs {
+            let epoch = e["epoch"].as_u64().unwrap_or(u64::MAX);
+            per_epoch.entry(epoch).or_default().push((r, e["epoch_time"].as_f64().unwrap_or(0.0)));
+        }
+    }
+    let early: Vec<String> = per_epoch
+        .iter()
+        .filter_map(|(epoch, times)| {
+            let latest = times.iter().map(|t| t.1).fold(0.0, f64::max);
+            let before: Vec<String> = times
+                .iter()
+                .filter(|(_, t)| *t < latest - delay / 2.0)
+                .map(|(r, t)| format!("rank {r} {t:.2} s"))
+                .collect();
+            (!before.is_empty()).then(|| {
+                format!("epoch {epoch}: {} while the late rank took {latest:.2} s", before.join(", "))
+            })
+        })
+        .collect();
+    if !early.is_empty() {
+        return Finding::shown(
+            false,
+            format!("epochs ended before the late rank: {}", early.join("; ")),
+            expected,
+        );
+    }
+    let complete = !per_epoch.is_empty() && per_epoch.values().all(|t| t.len() == ws);
+    if !complete {
+        return Finding::missing(
+            format!("epoch times of {} epoch(s) from fewer than {ws} ranks", per_epoch.len()),
+            expected,
+        );
+    }
+    Finding::shown(true, "every rank's epoch ends with the late rank", expected)
+}

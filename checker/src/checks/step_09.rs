@@ -1,0 +1,94 @@
+//! Step 9: the validation metrics averaged over ranks.
+use std::collections::BTreeMap;
+
+use super::collectives::{self, Call};
+use super::{by_rank, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[Check {
+    id: "metrics-averaged",
+    step: 9,
+    observes: "the collective that carried each rank's metrics, and every rank's reported metrics",
+    needs: Needs::Main,
+    hint: "all_reduce a tensor of [accuracy, loss] with ReduceOp::Sum and divide by the world size (guide: step 9)",
+    judge: metrics_averaged,
+}];
+
+/// Why `call` does not give every rank the ranks' combined metrics, if it does not.
+fn wrong_metrics_call(call: &Call) -> Option<String> {
+    match (call.op.as_str(), call.reduce_op.as_deref()) {
+        ("all_reduce", Some("SUM" | "AVG")) | ("all_gather", _) => None,
+        ("reduce", _) => Some(format!(
+            "{}: only the destination is promised the result (NCCL leaves the other ranks' tensors as they were; Gloo happens to fill them)",
+            call.describe()
+        )),
+        ("all_reduce", op) => Some(format!("{}: combines with {} instead of SUM (or AVG)", call.describe(), op.unwrap_or("?"))),
+        _ => Some(format!("{}: does not combine every rank's metrics", call.describe())),
+    }
+}
+
+fn metrics_averaged(obs: &Observation) -> Option<Finding> {
+    let v = &obs.variation;
+    let ws = v.world_size();
+    let expected = "every rank's validation accuracy and loss == the mean over ranks, all-reduced (right on NCCL as on Gloo)";
+    let raw = by_rank(obs, "validation");
+    let reports = by_rank(obs, "epoch_report");
+    let mut off = Vec::new();
+    // What the program asked for: each rank's metrics go into an all-reduce.
+    let calls: BTreeMap<u64, Vec<Call>> = collectives::by_rank(&obs.trace);
+    'ranks: for (rank, validations) in &raw {
+        let mine = calls.get(rank).map(Vec::as_slice).unwrap_or_default();
+        for (epoch, validation) in validations.iter().enumerate() {
+            for (name, value) in [("accuracy", &validation["accuracy"]), ("loss", &validation["loss"])] {
+                let Some(value) = value.as_f64() else { continue };
+                let carriers: Vec<&Call> = mine.iter().filter(|c| c.carried(value)).collect();
+                if carriers.is_empty() {
+                    off.push(format!(
+                        "rank {rank} epoch {epoch}: its validation {name} went into no collective"
+                    ));
+                    break 'ranks;
+                } else if carriers.iter().all(|c| wrong_metrics_call(c).is_some()) {
+                    off.push(format!(
+                        "rank {rank} epoch {epoch}: {}",
+                        wrong_metrics_call(carriers[0]).unwrap_or_default()
+                    ));
+                    break 'ranks;
+                }
+            }
+        }
+    }
+    // What came out: every rank reports the mean.
+    for e in 0..v.epochs {
+        let accs: Vec<f64> =
+            raw.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["accuracy"].as_f64()).collect();
+        let losses: Vec<f64> =
+            raw.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["loss"].as_f64()).collect();
+        if accs.len() != ws {
+            continue;
+        }
+        let (ma, ml) = (accs.iter().sum::<f64>() / ws as f64, losses.iter().sum::<f64>() / ws as f64);
+        for (r, evs) in &reports {
+            if let Some(rep) = evs.get(e) {
+                let a = rep["validation_accuracy"].as_f64().unwrap_or(f64::NAN);
+                let l = rep["validation_loss"].as_f64().unwrap_or(f64::NAN);
+                if (a - ma).abs() > 1e-9 || (l - ml).abs() > 1e-9 {
+                    off.push(format!(
+                        "rank {r} epoch {e}: accuracy {a:.4}, loss {l:.4}; mean {ma:.4}, {ml:.4}"
+                    ));
+                }
+            }
+        }
+    }
+    if off.is_empty() && reports.len() != ws {
+        return Finding::missing(format!("epoch reports from {} of {ws} ranks", reports.len()), expected);
+    }
+    Finding::shown(
+        off.is_empty(),
+        if off.is_empty() {
+            "every rank holds the mean of the ranks' metrics, all-reduced".into()
+        } else {
+            off.join("; ")
+        },
+        expected,
+    )
+}

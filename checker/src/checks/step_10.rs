@@ -1,0 +1,61 @@
+//! Step 10: one invocation spawns the node's ranks, and a failing rank ends the run.
+use std::collections::BTreeSet;
+
+use super::{events, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: "self-spawn",
+        step: 10,
+        observes: "which processes ran the workers, and their parent",
+        needs: Needs::Nothing,
+        hint: "dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args)) (guide: step 10)",
+        judge: self_spawn,
+    },
+    Check {
+        id: "failing-rank-ends-run",
+        step: 10,
+        observes: "a run whose rank 1 fails on purpose",
+        needs: Needs::Nothing,
+        hint: "let dist::spawn run the ranks: it stops the others when one fails (guide: step 10)",
+        judge: failing_rank_ends_run,
+    },
+];
+
+fn self_spawn(obs: &Observation) -> Option<Finding> {
+    let n = obs.variation.ranks_per_node;
+    let workers = events(obs, "worker");
+    let parent = obs.processes.first().map(|p| u64::from(p.ended.pid)).unwrap_or(0);
+    let children: BTreeSet<u64> = workers
+        .iter()
+        .filter(|w| w["ppid"].as_u64() == Some(parent))
+        .filter_map(|w| w["pid"].as_u64())
+        .collect();
+    Finding::shown(
+        obs.processes.len() == 1 && children.len() == n && workers.len() == n,
+        format!(
+            "one invocation; {} worker(s) in child processes of it, {} in all",
+            children.len(),
+            workers.len()
+        ),
+        format!("one invocation starts {n} rank processes (--num-gpus)"),
+    )
+}
+
+fn failing_rank_ends_run(obs: &Observation) -> Option<Finding> {
+    let f = obs.fail_run.as_ref()?;
+    let names_rank = f.stderr.contains("rank 1");
+    Finding::shown(
+        // It must end because of rank 1 (and say so), not by a timeout of its own.
+        f.status.is_some_and(|st| !st.success()) && !f.timed_out && !f.left_behind && names_rank,
+        format!(
+            "with rank 1 failing: {} after {:.1} s{}{}",
+            f.describe(),
+            f.elapsed.as_secs_f64(),
+            if f.left_behind { ", processes left behind" } else { "" },
+            if names_rank { "" } else { ", and no message naming rank 1" }
+        ),
+        "a non-zero exit that names the failed rank 1, no hang, no process left behind",
+    )
+}

@@ -1,0 +1,496 @@
+//! Observation: build the step, run it on several ranks with hidden variations, and
+//! gather what happened (processes, outputs, traces). Judging is `checks`' job.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::checks::{CheckResult, Verdict};
+use crate::launch::{self, Build, Ended, Launch};
+
+/// The hidden variations of one verification, all drawn from `--seed`.
+#[derive(Debug, Clone)]
+pub struct Variation {
+    pub seed: u64,
+    pub nodes: usize,
+    pub ranks_per_node: usize,
+    pub train_subset: usize,
+    pub test_subset: usize,
+    pub batch_size: usize,
+    pub epochs: usize,
+    pub init_seed: u64,
+}
+
+impl Variation {
+    pub fn for_step(step: u8, seed: u64) -> Variation {
+        // SplitMix64: reproducible from the seed, on every machine.
+        let mut d = labkit::Rng::new(seed ^ (u64::from(step) << 32));
+        let (nodes, ranks_per_node) = match step {
+            0 | 1 => (1, 1),
+            // Step 4 is about ranks across nodes: two simulated nodes.
+            4 => (2, 2),
+            2 | 3 | 5..=9 => [(1, 2), (1, 3), (2, 2)][d.below(3) as usize],
+            _ => [(1, 2), (1, 3)][d.below(2) as usize],
+        };
+        let world = nodes * ranks_per_node;
+        // Sizes that the world size does not divide exercise the sampler's padding.
+        let mut train_subset = 90 + d.below(60) as usize;
+        if world > 1 && train_subset.is_multiple_of(world) {
+            train_subset += 1;
+        }
+        let mut test_subset = 40 + d.below(30) as usize;
+        if world > 1 && test_subset.is_multiple_of(world) {
+            test_subset += 1;
+        }
+        Variation {
+            seed,
+            nodes,
+            ranks_per_node,
+            train_subset,
+            test_subset,
+            batch_size: 16,
+            epochs: 2,
+            init_seed: d.below(1_000_000),
+        }
+    }
+
+    /// The settings of one run of the equivalence comparison: one epoch of exactly one
+    /// global batch (no padding, no short batch). One step is the claim; over more
+    /// steps float32 rounding (different sums, SyncBatchNorm's gathered statistics)
+    /// grows until it hides what is being compared.
+    pub fn for_equivalence(&self, nodes: usize, ranks_per_node: usize, batch_size: usize) -> Variation {
+        let global_batch = self.batch_size * self.world_size();
+        Variation {
+            nodes,
+            ranks_per_node,
+            batch_size,
+            train_subset: global_batch,
+            test_subset: global_batch,
+            epochs: 1,
+            ..self.clone()
+        }
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.nodes * self.ranks_per_node
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs",
+            self.seed,
+            placement(self.nodes, self.ranks_per_node, gpus()).describe(self.nodes, self.ranks_per_node),
+            self.train_subset,
+            self.test_subset,
+            self.batch_size,
+            self.epochs
+        )
+    }
+}
+
+/// Where the verification runs and what it may use.
+pub struct Setup {
+    pub root: PathBuf,
+    /// A fresh directory for this verification's files.
+    pub work: PathBuf,
+    /// A data directory with the generated stand-in ready (shared, read-only use).
+    pub shared_data: PathBuf,
+    /// Base URL and manifest of a local mirror serving the stand-in (step 5 on).
+    pub mirror: Option<(String, PathBuf)>,
+    pub limit: Duration,
+}
+
+/// A process of the main run and what it was.
+pub struct RankProcess {
+    pub node: usize,
+    /// `None` for a self-spawning invocation.
+    pub local_rank: Option<usize>,
+    pub ended: Ended,
+}
+
+/// Everything one verification observed.
+pub struct Observation {
+    pub step: u8,
+    pub variation: Variation,
+    pub source: String,
+    pub processes: Vec<RankProcess>,
+    pub trace: Vec<Value>,
+    pub port: Option<u16>,
+    pub help: Option<Ended>,
+    pub bad_value: Option<Ended>,
+    pub fail_run: Option<Ended>,
+    pub quick_run: Option<Ended>,
+    pub downloads: Option<BTreeMap<String, usize>>,
+    /// Step 7 on: the N-rank and 1-rank runs of the comparison.
+    pub equivalence: Option<Equivalence>,
+}
+
+/// The two runs that must train to the same weights.
+pub struct Equivalence {
+    /// The N-rank run's settings.
+    pub settings: Variation,
+    pub many: Vec<RankProcess>,
+    pub many_trace: Vec<Value>,
+    pub one: Vec<RankProcess>,
+    pub one_trace: Vec<Value>,
+}
+
+fn free_port() -> u16 {
+    launcher::free_port().unwrap_or(29_500)
+}
+
+/// Where the ranks of a run compute, and through which backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// CPU processes, Gloo.
+    Cpu,
+    /// A GPU of its own for every rank, NCCL.
+    GpuPerRank,
+    /// More ranks on a node than GPUs: they share them (`--share-gpus`), Gloo on CUDA
+    /// tensors, so a one-GPU machine still checks every step on GPU tensors.
+    SharedGpus { gpus: usize },
+}
+
+/// A GPU per rank when this machine has one for each rank of a single node; shared
+/// GPUs otherwise (simulated nodes share one machine, so their local ranks land on the
+/// same GPUs, which NCCL refuses); the CPU without GPUs.
+pub fn placement(nodes: usize, ranks_per_node: usize, gpus: usize) -> Placement {
+    if gpus == 0 {
+        Placement::Cpu
+    } else if nodes == 1 && gpus >= ranks_per_node {
+        Placement::GpuPerRank
+    } else {
+        Placement::SharedGpus { gpus }
+    }
+}
+
+impl Placement {
+    /// The program's options that ask for it.
+    pub fn options(self) -> Vec<String> {
+        match self {
+            Placement::Cpu => vec!["--device".into(), "cpu".into()],
+            Placement::GpuPerRank => vec!["--device".into(), "cuda".into()],
+            Placement::SharedGpus { .. } => vec!["--device".into(), "cuda".into(), "--share-gpus".into()],
+        }
+    }
+
+    /// e.g. "2 node(s) x 2 GPU rank(s) sharing 1 GPU, Gloo".
+    pub fn describe(self, nodes: usize, ranks_per_node: usize) -> String {
+        match self {
+            Placement::Cpu => format!("{nodes} node(s) x {ranks_per_node} CPU rank(s), Gloo"),
+            Placement::GpuPerRank => format!("{nodes} node(s) x {ranks_per_node} GPU rank(s), NCCL"),
+            Placement::SharedGpus { gpus } => {
+                format!("{nodes} node(s) x {ranks_per_node} GPU rank(s) sharing {gpus} GPU(s), Gloo")
+            }
+        }
+    }
+}
+
+fn gpus() -> usize {
+    static GPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *GPUS.get_or_init(|| usize::try_from(tch::Cuda::device_count()).unwrap_or(0))
+}
+
+fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--width".into(),
+        "narrow".into(),
+        "--batch-size".into(),
+        v.batch_size.to_string(),
+        "--epochs".into(),
+        v.epochs.to_string(),
+        "--patience".into(),
+        "0".into(),
+        "--train-subset".into(),
+        v.train_subset.to_string(),
+        "--test-subset".into(),
+        v.test_subset.to_string(),
+        "--threads".into(),
+        "1".into(),
+        "--timeout".into(),
+        // Generous: on a loaded 2-core machine a rank can start seconds after another.
+        "60".into(),
+    ];
+    args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
+    if step >= 1 {
+        args.extend([
+            "--num-nodes".into(),
+            v.nodes.to_string(),
+            "--num-gpus".into(),
+            v.ranks_per_node.to_string(),
+            "--node-id".into(),
+            node.to_string(),
+        ]);
+    }
+    args
+}
+
+/// Runs the step's program as the step needs and gathers the observation.
+/// `phase` hears what is being run, for progress display.
+pub fn observe(
+    step: u8,
+    bin: &Path,
+    source: String,
+    v: &Variation,
+    setup: &Setup,
+    phase: &dyn Fn(&str),
+) -> Observation {
+    let grace = Duration::from_secs(45);
+    phase(&format!("running {} rank(s)", v.world_size()));
+    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
+    // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
+    // initial weights, dropout off and statistics over the global batch.
+    let equivalence = (step >= 7).then(|| {
+        phase("comparing with one rank and the whole batch");
+        let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+        let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
+        // Independent jobs on their own ports: run them side by side.
+        let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
+            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many")));
+            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+            (many_job.join().expect("the comparison's run thread"), one_run)
+        });
+        Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+    });
+
+    if step >= 1 {
+        phase("checking --help and a bad option value");
+    }
+    let (help, bad_value) = if step >= 1 {
+        // Both at once: neither touches the network or the other's files.
+        let launch = |name: &str, args: &[&str]| Launch {
+            name: name.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: vec![],
+        };
+        let mut ended = launch::run_all(
+            bin,
+            &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
+            &setup.work,
+            Duration::from_secs(60),
+            grace,
+        );
+        let bad = ended.pop();
+        (ended.pop(), bad)
+    } else {
+        (None, None)
+    };
+    let fail_run = (step >= 10).then(|| {
+        phase("running with a failing rank");
+        let mut args = common_args(step, v, 0);
+        args.extend(["--dataset".into(), "generated".into()]);
+        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+        let env = vec![
+            (labkit::FAIL_RANK_ENV.into(), "1".into()),
+            ("MASTER_ADDR".into(), "127.0.0.1".into()),
+            ("MASTER_PORT".into(), free_port().to_string()),
+        ];
+        let launch = Launch { name: "failing-rank".into(), args, env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
+    });
+    let quick_run = (step >= 11).then(|| {
+        phase("running the quick evaluation (about a minute)");
+        let text =
+            std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
+        let mut args: Vec<String> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .map(String::from)
+            .collect();
+        args.extend(
+            ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
+                .map(String::from),
+        );
+        args.extend(placement(1, 2, gpus()).options());
+        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+        let env =
+            vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), free_port().to_string())];
+        let launch = Launch { name: "quick-evaluation".into(), args, env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
+    });
+    Observation {
+        step,
+        variation: v.clone(),
+        source,
+        processes,
+        trace,
+        port,
+        help,
+        bad_value,
+        fail_run,
+        quick_run,
+        downloads: None,
+        equivalence,
+    }
+}
+
+/// Which run of a verification.
+#[derive(Clone, Copy)]
+enum Job {
+    /// The run most checks judge: hidden variations, a late rank from step 8,
+    /// downloads from the mirror from step 5.
+    Main,
+    /// The N-ranks-equal-1-rank comparison ("many" or "one").
+    Equivalence(&'static str),
+}
+
+/// Starts the program as step `step` needs (one process per rank before step 10, one
+/// invocation per node from step 10) and gathers what its processes did.
+/// Returns the processes, the trace, and the rendezvous port given (if any).
+fn run_job(
+    step: u8,
+    bin: &Path,
+    v: &Variation,
+    setup: &Setup,
+    job: Job,
+) -> (Vec<RankProcess>, Vec<Value>, Option<u16>) {
+    let prefix = match job {
+        Job::Main => String::new(),
+        Job::Equivalence(name) => format!("equivalence-{name}-"),
+    };
+    let trace_dir = setup.work.join(format!("{prefix}trace"));
+    let _ = std::fs::create_dir_all(&trace_dir);
+    let port = (step >= 4).then(free_port);
+    let mut launches = Vec::new();
+    let mut placement = Vec::new();
+    for node in 0..v.nodes {
+        let mut args = common_args(step, v, node);
+        let mut env: Vec<(String, String)> = vec![
+            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
+            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
+        ];
+        match port {
+            Some(p) => {
+                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
+                env.push(("MASTER_PORT".into(), p.to_string()));
+            }
+            // Empty counts as unset: the program must fall back to the lab's address.
+            None => {
+                env.push(("MASTER_ADDR".into(), String::new()));
+                env.push(("MASTER_PORT".into(), String::new()));
+            }
+        }
+        let main = matches!(job, Job::Main);
+        if main && step >= 8 && v.world_size() > 1 {
+            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
+        }
+        if !main {
+            env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
+        }
+        match (&setup.mirror, step >= 5 && main) {
+            (Some((url, manifest)), true) => {
+                let dir = setup.work.join(format!("data-node{node}"));
+                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
+                args.extend(["--data-dir".into(), dir.display().to_string()]);
+                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
+            }
+            _ => {
+                args.extend(["--dataset".into(), "generated".into()]);
+                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+            }
+        }
+        if step >= 10 {
+            launches.push(Launch { name: format!("{prefix}node{node}"), args, env });
+            placement.push((node, None));
+        } else {
+            for local in 0..v.ranks_per_node {
+                let mut env = env.clone();
+                env.push(("LOCAL_RANK".into(), local.to_string()));
+                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
+                launches.push(Launch {
+                    name: format!("{prefix}node{node}-rank{local}"),
+                    args: args.clone(),
+                    env,
+                });
+                placement.push((node, Some(local)));
+            }
+        }
+    }
+    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, Duration::from_secs(45));
+    let processes = placement
+        .into_iter()
+        .zip(ended)
+        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
+        .collect();
+    (processes, read_trace(&trace_dir), port)
+}
+
+fn read_trace(dir: &Path) -> Vec<Value> {
+    let mut events = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return events };
+    for entry in entries.flatten() {
+        if let Ok(text) = std::fs::read_to_string(entry.path()) {
+            events.extend(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
+        }
+    }
+    events.sort_by(|a, b| {
+        a["time"].as_f64().partial_cmp(&b["time"].as_f64()).unwrap_or(std::cmp::Ordering::Equal)
+    });
+    events
+}
+
+/// Builds a crate; on failure the single failing check that says so.
+pub fn build_or_fail(
+    root: &Path,
+    package: &str,
+    manifest_dir: Option<&Path>,
+) -> Result<PathBuf, CheckResult> {
+    match launch::build(root, package, manifest_dir) {
+        Ok(Build::Binary(bin)) => Ok(bin),
+        Ok(Build::Failed(errors)) => Err(CheckResult {
+            id: "builds",
+            step: 0,
+            verdict: Verdict::Fail,
+            observed: format!("cargo build -p {package} failed:\n{}", readable_errors(&errors)),
+            expected: "the crate compiles".into(),
+            hint: "fix the first compiler error first; later ones often follow from it",
+        }),
+        Err(e) => Err(CheckResult {
+            id: "builds",
+            step: 0,
+            verdict: Verdict::Fail,
+            observed: format!("could not run cargo: {e}"),
+            expected: "cargo on PATH".into(),
+            hint: "run the checker from the repository, where `cargo build` works",
+        }),
+    }
+}
+
+/// The compiler's errors without the noise: the `error` and `warning: unused` blocks,
+/// at most 60 lines.
+fn readable_errors(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("Compiling")).collect();
+    let mut out: Vec<&str> = lines.iter().take(60).copied().collect();
+    if lines.len() > 60 {
+        out.push("... (more in `cargo build` output)");
+    }
+    out.join("\n")
+}
+
+impl Observation {
+    /// The first process's stdout and stderr: what a student would see running it.
+    pub fn first_output(&self) -> String {
+        self.processes.first().map(|p| format!("{}{}", p.ended.stdout, p.ended.stderr)).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+
+    #[test]
+    fn ranks_share_the_gpus_when_there_are_too_few() {
+        assert_eq!(placement(1, 2, 0), Placement::Cpu);
+        assert_eq!(placement(1, 2, 2), Placement::GpuPerRank);
+        assert_eq!(placement(1, 3, 1), Placement::SharedGpus { gpus: 1 });
+        // Simulated nodes share one machine's GPUs.
+        assert_eq!(placement(2, 2, 4), Placement::SharedGpus { gpus: 4 });
+        let shared = placement(2, 2, 1);
+        assert_eq!(shared.describe(2, 2), "2 node(s) x 2 GPU rank(s) sharing 1 GPU(s), Gloo");
+        assert!(shared.options().contains(&"--share-gpus".to_string()));
+        assert_eq!(placement(1, 2, 0).options(), ["--device", "cpu"]);
+    }
+
+    use super::*;
+}
