@@ -5,6 +5,7 @@
 //! under `target/checker-crates/`, with the step crate's own manifest and build
 //! script, so a copy cannot change its dependencies. That crate is its own workspace
 //! and shares the repository's target directory, so dependencies build once.
+use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 
 /// A crate ready for `cargo build`.
@@ -113,7 +114,9 @@ fn standalone_manifest(
 
 /// FNV-1a, for a short stable directory name.
 fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    let mut hash = fnv::FnvHasher::default();
+    hash.write(text.as_bytes());
+    hash.finish()
 }
 
 #[cfg(test)]

@@ -81,7 +81,8 @@ pub fn train<M: Model, S: Sampler>(
         let logits = run_forward(model, &images, true, loader.device)?;
         let loss = logits.cross_entropy_for_logits(&labels);
         optimizer.zero_grad();
-        loss.f_backward()?;
+        // DDP's Reducer all-reduces inside backward: its failure is a DistError.
+        loss.f_backward().map_err(dist::DistError::from)?;
         optimizer.step();
         bar.inc(1);
     }
@@ -268,8 +269,9 @@ pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode
             let e: BoxError = e.into();
             let code = exit_code(e.as_ref());
             eprintln!("error: {e}");
-            if code != 2 && dist::is_initialized() && dist::is_communication_failure(&e.to_string()) {
-                if let Some(note) = dist::roll_call_note(ROLL_CALL_WAIT) {
+            if code != 2 && dist::is_initialized() && dist::diagnostics::is_communication_failure(e.as_ref())
+            {
+                if let Some(note) = dist::diagnostics::roll_call_note(ROLL_CALL_WAIT) {
                     eprintln!("error: {note}");
                 }
             }
@@ -279,7 +281,7 @@ pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode
 }
 
 /// How long a failed rank waits for the other survivors to answer the roll call
-/// that names the missing ranks (see [`dist::unresponsive_ranks`]).
+/// that names the missing ranks (see [`dist::diagnostics::unresponsive_ranks`]).
 const ROLL_CALL_WAIT: Duration = Duration::from_secs(2);
 
 /// 2 for bad input, 1 for everything else.

@@ -10,6 +10,7 @@
 //! group exists. A line is written with one `write` on an `O_APPEND` file, so lines
 //! never interleave, even when a process is killed mid-run.
 use std::fs::{File, OpenOptions};
+use std::hash::Hasher;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -106,7 +107,7 @@ pub struct WeightsFingerprint {
 
 /// Fingerprints `tensors` (as f64 on the CPU, in the order given).
 pub fn fingerprint(tensors: &[Tensor]) -> WeightsFingerprint {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut hash = fnv::FnvHasher::default();
     let mut projection = [0.0f64; 8];
     let mut offset = 0usize;
     tch::no_grad(|| {
@@ -114,10 +115,7 @@ pub fn fingerprint(tensors: &[Tensor]) -> WeightsFingerprint {
             let values = t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Double).flatten(0, -1);
             let values: Vec<f64> = Vec::<f64>::try_from(&values).unwrap_or_default();
             for (i, v) in values.iter().enumerate() {
-                for byte in (*v as f32).to_le_bytes() {
-                    hash ^= u64::from(byte);
-                    hash = hash.wrapping_mul(0x0100_0000_01b3);
-                }
+                hash.write(&(*v as f32).to_le_bytes());
                 let position = (offset + i) as f64 + 1.0;
                 for (k, p) in projection.iter_mut().enumerate() {
                     // Deterministic directions that do not depend on tch's RNG.
@@ -127,7 +125,7 @@ pub fn fingerprint(tensors: &[Tensor]) -> WeightsFingerprint {
             offset += values.len();
         }
     });
-    WeightsFingerprint { digest: format!("{hash:016x}"), projection }
+    WeightsFingerprint { digest: format!("{:016x}", hash.finish()), projection }
 }
 
 /// Records the weights of `tensors` before the first epoch's first step (after DDP's

@@ -16,6 +16,7 @@
 //! hash map, and every rank must hand the Reducer the same order.
 use std::cell::Cell;
 use std::ffi::{c_void, CString};
+use std::hash::Hasher;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -279,7 +280,7 @@ pub fn broadcast_coalesced(group: &ProcessGroup, tensors: &mut [Tensor]) -> Resu
 /// Every rank must wrap the same model: compare a fingerprint of names and shapes with
 /// rank 0's before any state is broadcast (mismatched broadcasts corrupt or hang).
 fn verify_same_model(group: &ProcessGroup, vars: &[(String, Tensor)]) -> Result<()> {
-    let mut fingerprint = Fnv::default();
+    let mut fingerprint = fnv::FnvHasher::default();
     let mut numel = 0i64;
     for (name, t) in vars {
         fingerprint.write(name.as_bytes());
@@ -290,7 +291,8 @@ fn verify_same_model(group: &ProcessGroup, vars: &[(String, Tensor)]) -> Result<
         numel += t.numel() as i64;
     }
     // Two i64 words; hash split to stay exact through the collective.
-    let mine = [vars.len() as i64, numel, (fingerprint.0 >> 32) as i64, (fingerprint.0 & 0xffff_ffff) as i64];
+    let hash = fingerprint.finish();
+    let mine = [vars.len() as i64, numel, (hash >> 32) as i64, (hash & 0xffff_ffff) as i64];
     let device = vars[0].1.device();
     let device = if group.backend() == crate::Backend::Nccl { device } else { Device::Cpu };
     let mut theirs = Tensor::from_slice(&mine).to_device(device);
@@ -324,22 +326,4 @@ fn verify_same_model(group: &ProcessGroup, vars: &[(String, Tensor)]) -> Result<
 
 fn mib(mb: f64) -> i64 {
     (mb * 1024.0 * 1024.0) as i64
-}
-
-/// FNV-1a, 64-bit: a small stable hash for the model fingerprint.
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
 }

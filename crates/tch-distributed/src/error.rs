@@ -66,6 +66,12 @@ impl DistError {
         self.kind == ErrorKind::Timeout
     }
 
+    /// A collective or the rendezvous failed (a timeout, the network, the backend, the
+    /// store): usually another rank gone or stuck, not this rank's own mistake.
+    pub fn is_communication_failure(&self) -> bool {
+        matches!(self.kind, ErrorKind::Timeout | ErrorKind::Network | ErrorKind::Backend | ErrorKind::Store)
+    }
+
     /// Prefixes the message with what we were doing.
     pub(crate) fn context(mut self, what: impl fmt::Display) -> Self {
         self.message = format!("{what}: {}", self.message);
@@ -80,6 +86,15 @@ impl fmt::Display for DistError {
 }
 
 impl std::error::Error for DistError {}
+
+/// libtorch's own exceptions from a distributed context (DDP's Reducer failing inside
+/// `backward()` when a peer is gone), classified as the shim's are.
+impl From<tch::TchError> for DistError {
+    fn from(e: tch::TchError) -> Self {
+        let message = e.to_string();
+        DistError::new(classify(ffi::TCHD_ERR_OTHER, &message), message)
+    }
+}
 
 /// Turns a shim status + message into a `Result`, classifying c10d's message.
 pub(crate) fn check(status: c_int, err: *mut c_char) -> Result<()> {
@@ -109,6 +124,9 @@ fn classify(status: c_int, message: &str) -> ErrorKind {
     {
         // Gloo reports a peer that went away as a plain I/O exception.
         ErrorKind::Network
+    } else if status == ffi::TCHD_ERR_OTHER && (lower.contains("gloo") || lower.contains("nccl")) {
+        // An exception thrown inside a backend (its source path names it).
+        ErrorKind::Backend
     } else {
         match status {
             ffi::TCHD_ERR_NETWORK => ErrorKind::Network,
@@ -133,5 +151,18 @@ mod tests {
         assert_eq!(classify(1, "something else"), ErrorKind::Other);
         let gone = "[gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:22736: Connection reset by peer";
         assert_eq!(classify(1, gone), ErrorKind::Network);
+    }
+
+    #[test]
+    fn libtorch_exceptions_from_a_backend_are_backend_failures() {
+        // What DDP's Reducer throws through backward() when Gloo fails.
+        let reducer = tch::TchError::Torch(
+            "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out".into(),
+        );
+        assert_eq!(DistError::from(reducer).kind(), ErrorKind::Timeout);
+        let nccl = tch::TchError::Torch("NCCL communicator was aborted on rank 1".into());
+        assert!(DistError::from(nccl).is_communication_failure());
+        let shape = tch::TchError::Torch("shape '[2, 3]' is invalid for input of size 7".into());
+        assert!(!DistError::from(shape).is_communication_failure());
     }
 }

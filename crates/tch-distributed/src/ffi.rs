@@ -22,6 +22,7 @@ pub struct tchd_reducer {
 }
 
 pub const TCHD_OK: c_int = 0;
+pub const TCHD_ERR_OTHER: c_int = 1;
 pub const TCHD_ERR_NETWORK: c_int = 2;
 pub const TCHD_ERR_STORE: c_int = 3;
 pub const TCHD_ERR_BACKEND: c_int = 4;

@@ -128,7 +128,7 @@ impl Rendezvous {
 }
 
 /// Whether `host` names the loopback interface.
-pub fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host.eq_ignore_ascii_case("ip6-localhost")
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
@@ -204,85 +204,6 @@ fn check_same_world_size(store: &Store, rdzv: &Rendezvous) -> Result<()> {
 
 static DEFAULT_GROUP: RwLock<Option<Arc<ProcessGroup>>> = RwLock::new(None);
 
-/// The default group's store, kept for [`unresponsive_ranks`].
-struct RollCall {
-    store: Arc<Store>,
-    rank: usize,
-    world_size: usize,
-    hosts_store: bool,
-}
-
-static DEFAULT_STORE: RwLock<Option<RollCall>> = RwLock::new(None);
-
-/// Whether an error message reads like a failed collective (a peer gone, a timeout)
-/// rather than a mistake of this rank's own (a missing file, a failed download): what
-/// [`roll_call_note`] is for.
-///
-/// ```
-/// use tch_distributed as dist;
-/// assert!(dist::is_communication_failure("[gloo/transport/tcp/pair.cc:547] Connection closed by peer"));
-/// assert!(!dist::is_communication_failure("cannot download train-images-idx3-ubyte.gz: connection refused"));
-/// ```
-pub fn is_communication_failure(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    // The backends' own messages (their source paths name them), and this crate's hints.
-    [
-        "gloo",
-        "nccl",
-        "another rank did not take part",
-        "a peer may have exited",
-        "connection closed by peer",
-        "connection reset by peer",
-    ]
-    .iter()
-    .any(|k| m.contains(k))
-}
-
-/// After a communication failure of the default group: a line naming the ranks that
-/// did not answer [`unresponsive_ranks`] (waiting `wait`), or `None`.
-pub fn roll_call_note(wait: Duration) -> Option<String> {
-    let missing = unresponsive_ranks(wait)?;
-    let me = get_rank().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
-    match missing.as_slice() {
-        [] => None,
-        [rank] => Some(format!(
-            "rank {rank} failed, was killed or is stuck (it did not answer rank {me}'s roll call after the failure); its own output, or its launcher's, says why"
-        )),
-        ranks => Some(format!(
-            "ranks {ranks:?} failed, were killed or are stuck (they did not answer rank {me}'s roll call after the failure); their own output, or their launcher's, says why"
-        )),
-    }
-}
-
-/// After a collective of the default group failed: which ranks are gone or stuck?
-///
-/// A roll call through the rendezvous store: this rank answers, waits `wait` for the
-/// other survivors to answer too (each calls this after its own failure), and returns
-/// the ranks that did not. When the store itself is unreachable, its host, rank 0,
-/// is the one gone. `None` when there is no default group, or nothing can be said.
-/// Callable once per process (a second call would count old answers).
-pub fn unresponsive_ranks(wait: Duration) -> Option<Vec<usize>> {
-    let guard = DEFAULT_STORE.read().unwrap_or_else(|p| p.into_inner());
-    let call = guard.as_ref()?;
-    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
-    let key = |rank: usize| format!("tchd/roll_call/{}/{rank}", attempt.trim());
-    if call.store.add(&key(call.rank), 1).is_err() {
-        // The store lives in rank 0's process, unless torchrun's agent hosts it.
-        return (!call.hosts_store && std::env::var("TORCHELASTIC_USE_AGENT_STORE").as_deref() != Ok("True"))
-            .then(|| vec![0]);
-    }
-    std::thread::sleep(wait);
-    let mut missing = Vec::new();
-    for rank in 0..call.world_size {
-        match call.store.add(&key(rank), 0) {
-            Ok(0) => missing.push(rank),
-            Ok(_) => {}
-            Err(_) => return None,
-        }
-    }
-    Some(missing)
-}
-
 /// Joins this process to the default group, as `dist.init_process_group` does.
 ///
 /// * `backend`: [`Backend::Gloo`] for CPU ranks, [`Backend::Nccl`] for GPU ranks;
@@ -311,12 +232,7 @@ pub fn init_process_group(
     }
     let rdzv = Rendezvous::resolve(&init, world_size, rank)?;
     let (group, store) = connect_with_store(&rdzv, backend, timeout)?;
-    *DEFAULT_STORE.write().unwrap_or_else(|p| p.into_inner()) = Some(RollCall {
-        store: Arc::new(store),
-        rank: rdzv.rank,
-        world_size: rdzv.world_size,
-        hosts_store: rdzv.hosts_store(),
-    });
+    crate::diagnostics::keep_for_roll_call(store, rdzv.rank, rdzv.world_size, rdzv.hosts_store());
     let mut slot = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner());
     if slot.is_some() {
         return Err(DistError::new(
@@ -335,7 +251,7 @@ pub fn is_initialized() -> bool {
 
 /// Leaves the default group. Collectives still in flight elsewhere keep their handle.
 pub fn destroy_process_group() -> Result<()> {
-    DEFAULT_STORE.write().unwrap_or_else(|p| p.into_inner()).take();
+    crate::diagnostics::forget_roll_call();
     let group = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner()).take();
     match group {
         Some(g) => g.shutdown(),

@@ -56,6 +56,7 @@
 mod amp;
 mod ddp;
 pub mod debug;
+pub mod diagnostics;
 mod error;
 mod ffi;
 mod group;
@@ -75,14 +76,13 @@ pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp,
 pub use init::{
     all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
-    init_process_group, is_communication_failure, is_initialized, is_loopback, reduce, reduce_async,
-    roll_call_note, unresponsive_ranks, Init, Rendezvous,
+    init_process_group, is_initialized, reduce, reduce_async, Init, Rendezvous,
 };
 pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;
 pub use spawn::{
-    set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerOutcome,
-    DEFAULT_GRACE_PERIOD, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR,
+    set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerFailure,
+    WorkerOutcome, DEFAULT_GRACE_PERIOD,
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};

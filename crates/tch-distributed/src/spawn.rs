@@ -15,12 +15,12 @@ use launcher::signal_name;
 use crate::error::{DistError, ErrorKind, Result};
 
 /// Set in a child: its local rank.
-pub const SPAWN_LOCAL_RANK_VAR: &str = "TCHD_SPAWN_LOCAL_RANK";
+pub(crate) const SPAWN_LOCAL_RANK_VAR: &str = "TCHD_SPAWN_LOCAL_RANK";
 /// Set in a child: how many ranks its parent started.
-pub const SPAWN_NPROCS_VAR: &str = "TCHD_SPAWN_NPROCS";
+pub(crate) const SPAWN_NPROCS_VAR: &str = "TCHD_SPAWN_NPROCS";
 /// Set in a child: its parent's pid. A process whose parent is someone else (a program
 /// a worker started, which inherited the environment) is not a spawned rank.
-pub const SPAWN_PARENT_PID_VAR: &str = "TCHD_SPAWN_PARENT_PID";
+pub(crate) const SPAWN_PARENT_PID_VAR: &str = "TCHD_SPAWN_PARENT_PID";
 
 /// How long stopped ranks get between SIGTERM and SIGKILL by default.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
@@ -31,41 +31,52 @@ const POLL: Duration = Duration::from_millis(20);
 /// What a worker returns: `()` or any `Result` whose error can be displayed (the child
 /// prints it and exits with 1, or with what [`set_worker_exit_code`] says).
 pub trait WorkerOutcome {
-    /// `Err` carries the text the child prints and the status it exits with.
-    fn into_outcome(self) -> std::result::Result<(), (String, i32)>;
+    fn into_outcome(self) -> std::result::Result<(), WorkerFailure>;
+}
+
+/// How a worker failed: what the child prints, the status it exits with, and whether
+/// the error was a failed collective (then the child also names the ranks that did not
+/// answer a roll call).
+#[derive(Debug, Clone)]
+pub struct WorkerFailure {
+    pub message: String,
+    pub exit_code: i32,
+    pub communication: bool,
 }
 
 impl WorkerOutcome for () {
-    fn into_outcome(self) -> std::result::Result<(), (String, i32)> {
+    fn into_outcome(self) -> std::result::Result<(), WorkerFailure> {
         Ok(())
     }
 }
 
 impl<T, E: Display + 'static> WorkerOutcome for std::result::Result<T, E> {
-    fn into_outcome(self) -> std::result::Result<(), (String, i32)> {
+    fn into_outcome(self) -> std::result::Result<(), WorkerFailure> {
         self.map(|_| ()).map_err(|e| {
-            // `{:#}` shows the whole cause chain of error types that have one (anyhow).
-            let code = worker_exit_code(&e);
-            (format!("{e:#}"), code)
+            let error = as_error(&e);
+            WorkerFailure {
+                // `{:#}` shows the whole cause chain of error types that have one (anyhow).
+                message: format!("{e:#}"),
+                exit_code: match (EXIT_CODE_OF.get(), error) {
+                    (Some(map), Some(error)) => map(error),
+                    _ => 1,
+                },
+                communication: error.is_some_and(crate::diagnostics::is_communication_failure),
+            }
         })
     }
 }
 
-/// The exit status of a child whose worker returned `e`: the registered mapping's for
-/// errors it can see (`std::error::Error` values, boxed or not), else 1.
-fn worker_exit_code<E: 'static>(e: &E) -> i32 {
-    let Some(map) = EXIT_CODE_OF.get() else { return 1 };
+/// The worker's error as a `std::error::Error` (boxed or not), where it is one.
+fn as_error<E: 'static>(e: &E) -> Option<&(dyn std::error::Error + 'static)> {
     let any = e as &dyn std::any::Any;
     if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
-        return map(b.as_ref());
+        return Some(b.as_ref());
     }
     if let Some(b) = any.downcast_ref::<Box<dyn std::error::Error>>() {
-        return map(b.as_ref());
+        return Some(b.as_ref());
     }
-    if let Some(d) = any.downcast_ref::<DistError>() {
-        return map(d);
-    }
-    1
+    any.downcast_ref::<DistError>().map(|d| d as &(dyn std::error::Error + 'static))
 }
 
 static EXIT_CODE_OF: OnceLock<fn(&(dyn std::error::Error + 'static)) -> i32> = OnceLock::new();
@@ -248,10 +259,10 @@ where
     IN_WORKER.store(true, Ordering::SeqCst);
     let code = match catch_unwind(AssertUnwindSafe(|| worker(local_rank).into_outcome())) {
         Ok(Ok(())) => 0,
-        Ok(Err((message, code))) => {
+        Ok(Err(WorkerFailure { message, exit_code: code, communication })) => {
             eprintln!("local rank {local_rank}: {message}");
-            if crate::is_initialized() && crate::is_communication_failure(&message) {
-                if let Some(note) = crate::roll_call_note(ROLL_CALL_WAIT) {
+            if crate::is_initialized() && communication {
+                if let Some(note) = crate::diagnostics::roll_call_note(ROLL_CALL_WAIT) {
                     eprintln!("local rank {local_rank}: {note}");
                 }
             }
@@ -530,19 +541,31 @@ mod tests {
         assert_eq!(signal_name(64), "signal 64");
     }
 
+    /// (message, exit code, communication failure) of a worker's result.
+    fn outcome(r: impl WorkerOutcome) -> Option<(String, i32, bool)> {
+        r.into_outcome().err().map(|f| (f.message, f.exit_code, f.communication))
+    }
+
     #[test]
     fn worker_outcomes() {
-        assert_eq!(().into_outcome(), Ok(()));
-        assert_eq!(Ok::<u8, String>(1).into_outcome(), Ok(()));
+        assert!(().into_outcome().is_ok());
+        assert!(Ok::<u8, String>(1).into_outcome().is_ok());
         // No mapping registered yet: every error exits with 1.
-        assert_eq!(Err::<(), _>(DistError::invalid("bad")).into_outcome(), Err(("bad".to_string(), 1)));
+        assert_eq!(outcome(Err::<(), _>(DistError::invalid("bad"))), Some(("bad".into(), 1, false)));
         // The only test in this binary that registers one (it is process-wide).
         set_worker_exit_code(|e| if e.to_string().contains("bad input") { 2 } else { 3 });
         let boxed: Box<dyn std::error::Error + Send + Sync> = "bad input".into();
-        assert_eq!(Err::<(), _>(boxed).into_outcome(), Err(("bad input".to_string(), 2)));
-        assert_eq!(Err::<(), _>(DistError::invalid("other")).into_outcome(), Err(("other".to_string(), 3)));
+        assert_eq!(outcome(Err::<(), _>(boxed)), Some(("bad input".into(), 2, false)));
+        assert_eq!(outcome(Err::<(), _>(DistError::invalid("other"))), Some(("other".into(), 3, false)));
         // An error type the mapping cannot see (not a std Error) keeps 1.
-        assert_eq!(Err::<(), _>("bad input".to_string()).into_outcome(), Err(("bad input".to_string(), 1)));
+        assert_eq!(outcome(Err::<(), _>("bad input".to_string())), Some(("bad input".into(), 1, false)));
+        // A failed collective is told by its kind, boxed or not; text never decides.
+        let gone = DistError::new(ErrorKind::Network, "a peer went away");
+        assert_eq!(outcome(Err::<(), _>(gone.clone())), Some(("a peer went away".into(), 3, true)));
+        let boxed: Box<dyn std::error::Error> = Box::new(gone);
+        assert!(outcome(Err::<(), _>(boxed)).unwrap().2);
+        let looks_like_one: Box<dyn std::error::Error> = "gloo: connection closed by peer".into();
+        assert!(!outcome(Err::<(), _>(looks_like_one)).unwrap().2);
     }
 
     #[test]

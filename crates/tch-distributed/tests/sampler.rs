@@ -27,13 +27,12 @@ fn fixtures_dir() -> PathBuf {
 }
 
 fn fnv1a_u64_le(indices: &[usize]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    use std::hash::Hasher;
+    let mut h = fnv::FnvHasher::default();
     for &i in indices {
-        for b in (i as u64).to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h.write(&(i as u64).to_le_bytes());
     }
-    h
+    h.finish()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

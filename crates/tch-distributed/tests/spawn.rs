@@ -541,7 +541,7 @@ fn runs_unchanged_under_torchrun() {
         .args(["--no-python", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", &port])
         .arg(std::env::current_exe().unwrap())
         .args(["torchrun_entry", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env_remove(dist::SPAWN_PARENT_PID_VAR)
+        .env_remove("TCHD_SPAWN_PARENT_PID") // spawn's mark of a child it started
         .stdin(Stdio::null())
         .stdout(fs::File::create(scratch.0.join("out")).unwrap())
         .stderr(fs::File::create(scratch.0.join("err")).unwrap())
