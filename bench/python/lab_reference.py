@@ -12,6 +12,11 @@ Like labkit, it holds each split in memory as one uint8 tensor on the training d
 and gathers every batch by index, so both sides compare the framework, not a loader.
 
     python lab_reference.py --num-gpus 2 --width narrow --threads 1 --train-subset 4000
+
+On GPUs: one GPU per rank over NCCL, as the Rust lab; `--share-gpus` lets more ranks
+than GPUs share them (local rank mod GPUs) over Gloo on CUDA tensors, as the Rust
+lab's option of the same name. `--compile [MODE]` runs `torch.compile(model)` after the
+DDP wrap: what a PyTorch user would try next, and the benchmark's third column.
 """
 import argparse
 import gzip
@@ -37,6 +42,8 @@ FILES = {
 }
 # labkit's default generated stand-in (GenerateOptions::default().dir_name()).
 GENERATED_DIR = "generated-seed0-60000-10000"
+# torch.compile's modes ("default" is torch.compile(model) with no mode).
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 class BadInput(Exception):
@@ -64,6 +71,20 @@ def parse_args(argv=None):
     p.add_argument("--timeout", type=int, default=60)
     p.add_argument("--amp", default="off", choices=["off", "bf16"])
     p.add_argument("--channels-last", action="store_true")
+    p.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="with --device cuda: ranks share this node's GPUs (local rank mod GPUs) over Gloo when there are fewer GPUs than ranks",
+    )
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="default",
+        default=None,
+        choices=COMPILE_MODES,
+        metavar="MODE",
+        help="torch.compile the model after the DDP wrap; MODE is torch.compile's mode (default: default)",
+    )
     a = p.parse_args(argv)
     try:
         a.widths = parse_widths(a.width)
@@ -115,11 +136,35 @@ def batches(images, labels, indices, batch_size):
         yield images.index_select(0, chunk).float() / 255.0, labels.index_select(0, chunk)
 
 
-def rank_device(a, local_rank):
-    gpus = torch.cuda.device_count()
+def check_gpus(a, gpus):
+    """labkit's check_gpus (options.rs): --device cuda needs a GPU per rank of this
+    node, unless the ranks may share them. Raises BadInput (exit 2) with what to do."""
+    if a.device not in ("cuda", "gpu") or 0 < a.num_gpus <= gpus:
+        return
+    if gpus == 0:
+        raise BadInput(
+            "--device cuda, but torch sees no GPU on this node: run on the CPU (--device cpu, or --device auto, which uses GPUs where there are enough)"
+        )
+    if not a.share_gpus:
+        raise BadInput(
+            f"--device cuda with {a.num_gpus} ranks on this node, which has {gpus} GPU(s) (NCCL needs one per rank): "
+            f"ask for at most {gpus} rank(s) per node (--num-gpus {gpus}), or add --share-gpus to let ranks share a GPU (Gloo on CUDA tensors)"
+        )
+
+
+def rank_device(a, local_rank, gpus):
     if a.device in ("cuda", "gpu") or (a.device == "auto" and gpus >= a.num_gpus):
-        return torch.device("cuda", local_rank)
+        # More ranks than GPUs only gets here with --share-gpus: the ranks take them in turn.
+        return torch.device("cuda", local_rank % gpus if gpus else local_rank)
     return torch.device("cpu")
+
+
+def backend(a, device, gpus):
+    """NCCL for a GPU per rank, Gloo on the CPU and for ranks sharing a GPU (NCCL
+    refuses two ranks on one GPU); labkit's RunOptions::backend."""
+    if device.type == "cuda" and not (a.share_gpus and a.num_gpus > gpus):
+        return "nccl"
+    return "gloo"
 
 
 def autocast(a, device):
@@ -157,12 +202,13 @@ def worker(local_rank, a):
     if a.threads:
         torch.set_num_threads(a.threads)
     rank = a.node_id * a.num_gpus + local_rank
-    device = rank_device(a, local_rank)
+    gpus = torch.cuda.device_count()
+    device = rank_device(a, local_rank, gpus)
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
     dist.init_process_group(
-        "nccl" if device.type == "cuda" else "gloo",
+        backend(a, device, gpus),
         init_method=f"tcp://{a.master_addr}:{a.master_port}",
         world_size=a.world_size,
         rank=rank,
@@ -182,7 +228,14 @@ def worker(local_rank, a):
     model = model.to(device)
     if a.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if a.compile:
+        # After the wrap, as PyTorch recommends for DDP (its optimizer splits graphs at buckets).
+        # Dynamo compiles the blocks as frames of their own here (DDP's forward breaks the
+        # graph), once per instance and mode: past the default limit of 8 recompilations the
+        # rest silently ran eagerly (seen on CPU, torch 2.11), so the limit is raised.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        model = torch.compile(model, mode=None if a.compile == "default" else a.compile)
     optimizer = torch.optim.SGD(model.parameters(), lr=a.base_lr)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -239,7 +292,8 @@ def main(argv=None):
     a.master_port = int(os.environ.get("MASTER_PORT", "9956"))
     print(f"World size = {a.world_size}; rendezvous at {a.master_addr}:{a.master_port}", flush=True)
     try:
-        # Fail early, in the parent, on missing data (exit 2 like the Rust lab).
+        # Fail early, in the parent, on too few GPUs and missing data (exit 2 like the Rust lab).
+        check_gpus(a, torch.cuda.device_count())
         directory = data_dir(a)
         for pair in FILES.values():
             for f in pair:

@@ -13,6 +13,9 @@ pub struct PythonEnv {
     /// Canonical lib directories of the libtorch each side loads.
     pub rust_libtorch: PathBuf,
     pub python_libtorch: PathBuf,
+    /// The first GPU's name as torch sees it (None without a GPU): the machine line's
+    /// fallback where nvidia-smi is missing.
+    pub gpu_name: Option<String>,
 }
 
 /// The workspace's root directory (the parent of this crate).
@@ -32,7 +35,8 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
     const PROBE: &str = "import os, torch, torch.distributed as d\n\
         assert d.is_available() and d.is_gloo_available(), 'torch.distributed with Gloo is not available'\n\
         print(torch.__version__)\n\
-        print(os.path.join(os.path.dirname(torch.__file__), 'lib'))\n";
+        print(os.path.join(os.path.dirname(torch.__file__), 'lib'))\n\
+        print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')\n";
     let mut probe = Command::new(&python);
     probe.args(["-c", PROBE]);
     let out = launcher::output(probe, None).map_err(|e| {
@@ -52,6 +56,7 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
     let mut lines = out.stdout.lines();
     let torch_version = lines.next().unwrap_or("?").trim().to_string();
     let python_lib = PathBuf::from(lines.next().unwrap_or("").trim());
+    let gpu_name = lines.next().map(str::trim).filter(|n| !n.is_empty()).map(String::from);
     let rust_lib = PathBuf::from(env!("DDP_BENCH_LIBTORCH_LIB"));
     let canonical = |p: PathBuf| std::fs::canonicalize(&p).unwrap_or(p);
     Ok(PythonEnv {
@@ -60,6 +65,7 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
         torch_version,
         rust_libtorch: canonical(rust_lib),
         python_libtorch: canonical(python_lib),
+        gpu_name,
     })
 }
 

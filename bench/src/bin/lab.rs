@@ -16,121 +16,37 @@
 //! - all_reduce bandwidth, Rust ÷ PyTorch, measured by the `allreduce` benchmark.
 //!
 //! Nothing here asserts on timings: the exit status is 0 whether targets are met or not.
-use std::ffi::OsString;
-use std::path::PathBuf;
+//!
+//! `--world-size 1` runs only the 1-rank configuration (efficiency is then n/a);
+//! `--device cuda` with more ranks than GPUs lets the ranks share them on both sides;
+//! `--compile` adds the reference under `torch.compile` as a third column.
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use clap::Parser;
 use ddp_bench::common::{
-    json_num, json_str, load_average, median, probe_python, workspace_root, write_atomically, Failure, Side,
+    load_average, median, probe_python, workspace_root, write_atomically, Failure, PythonEnv,
+};
+use ddp_bench::labbench::{
+    column_prefix, columns, placement, shared_extra_args, validate, world_sizes, Args, Column,
 };
 use ddp_bench::labrun::{finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, LabSettings};
+use serde_json::json;
 
 const RATIO_TARGET: f64 = 1.15;
 const EFFICIENCY_TARGET: f64 = 0.90;
 const ALLREDUCE_TARGET: f64 = 0.98;
 
-#[derive(Parser, Debug)]
-#[command(
-    about = "The finished lab in Rust vs its PyTorch reference: images/sec, DDP efficiency, all_reduce bandwidth"
-)]
-struct Args {
-    /// WideResNet widths, as the lab's --width (`narrow`, `lab` or four numbers).
-    #[arg(long, default_value = "narrow")]
-    width: String,
-    /// Training images (the first N).
-    #[arg(long, default_value_t = 4000)]
-    train_subset: usize,
-    /// Validation images (the first N).
-    #[arg(long, default_value_t = 1000)]
-    test_subset: usize,
-    /// Epochs per run; the first is dropped from the throughput (at least 2).
-    #[arg(long, default_value_t = 3)]
-    epochs: usize,
-    /// Images per batch on each rank.
-    #[arg(long, default_value_t = 32)]
-    batch_size: usize,
-    /// Ranks of the distributed measurement (efficiency compares it with 1 rank).
-    #[arg(long, default_value_t = 2)]
-    world_size: usize,
-    /// Torch threads per rank, both sides.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
-    /// Runs per side and world size; the figures are medians over them.
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
-    /// all_reduce message size in MB for the bandwidth ratio; 0 skips it.
-    #[arg(long, default_value_t = 16.0)]
-    allreduce_mb: f64,
-    /// `generated` (made here, offline), `real` or `auto`, as the lab's --dataset.
-    #[arg(long, default_value = "generated")]
-    dataset: String,
-    /// Data directory [default: <workspace>/data].
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// Python interpreter with torch [default: <workspace>/.venv/bin/python].
-    #[arg(long)]
-    python: Option<PathBuf>,
-    /// Also write the results as JSON to this file (atomically).
-    #[arg(long, value_name = "PATH")]
-    json: Option<PathBuf>,
-    /// `cpu` (Gloo) or `cuda` (one GPU per rank, NCCL): the same for both sides.
-    #[arg(long, default_value = "cpu")]
-    device: String,
-    /// Extra options for both programs, comma-separated, e.g. `--lab-args=--amp,bf16,--channels-last`.
-    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
-    lab_args: Vec<String>,
-    /// Seconds one run may take before it is killed.
-    #[arg(long, default_value_t = 900)]
-    timeout: u64,
-}
-
-fn validate(a: &Args) -> Result<(), String> {
-    a.width.parse::<labkit::Widths>()?;
-    a.dataset.parse::<labkit::DatasetKind>().map_err(|e| e.to_string())?;
-    if a.epochs < 2 {
-        return Err("--epochs must be at least 2: the first epoch is dropped from the throughput".into());
-    }
-    if a.world_size < 2 || a.world_size > 64 {
-        return Err(format!("--world-size must be between 2 and 64, got {}", a.world_size));
-    }
-    if a.repeats == 0 || a.threads == 0 || a.batch_size == 0 || a.train_subset == 0 || a.test_subset == 0 {
-        return Err(
-            "--repeats, --threads, --batch-size, --train-subset and --test-subset must be at least 1".into(),
-        );
-    }
-    if a.train_subset < a.world_size * a.batch_size {
-        return Err(format!(
-            "--train-subset {} gives a rank of {} less than one batch of {}",
-            a.train_subset, a.world_size, a.batch_size
-        ));
-    }
-    if a.device != "cpu" && a.device != "cuda" {
-        return Err(format!("--device {}: expected cpu or cuda", a.device));
-    }
-    if let Some(bad) = a
-        .lab_args
-        .iter()
-        .find(|x| !["--amp", "bf16", "off", "--channels-last", "--sync-batch-norm"].contains(&x.as_str()))
-    {
-        return Err(format!("--lab-args: `{bad}` is not one of the options both programs share (--amp bf16|off, --channels-last, --sync-batch-norm)"));
-    }
-    if !(0.0..=1024.0).contains(&a.allreduce_mb) {
-        return Err(format!("--allreduce-mb must be between 0 and 1024, got {}", a.allreduce_mb));
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
     launcher::stop_children_on_signals();
     let args = Args::parse();
-    if let Err(message) = validate(&args) {
+    let gpus = tch::Cuda::device_count().max(0) as usize;
+    if let Err(message) = validate(&args, gpus) {
         eprintln!("error: {message}");
         return ExitCode::from(2);
     }
-    Failure::exit(run(&args))
+    Failure::exit(run(&args, gpus))
 }
 
 /// The allreduce benchmark's result at one size.
@@ -142,7 +58,11 @@ struct AllReduce {
     paired_ratio: f64,
 }
 
-fn run(a: &Args) -> Result<(), Failure> {
+/// Index of the `--world-size` configuration in a column's figures; [`ONE`] is 1 rank.
+const N: usize = 0;
+const ONE: usize = 1;
+
+fn run(a: &Args, gpus: usize) -> Result<(), Failure> {
     let env = probe_python(a.python.as_deref(), "lab_reference.py").map_err(Failure::BadInput)?;
     let lab = finished_lab_binary().map_err(Failure::BadInput)?;
     let data_dir = a.data_dir.clone().unwrap_or_else(|| workspace_root().join("data"));
@@ -157,6 +77,7 @@ fn run(a: &Args) -> Result<(), Failure> {
     })
     .map_err(|e| Failure::BadInput(e.to_string()))?;
     eprintln!("{}", ready.summary());
+    let placement = placement(a, gpus);
     let settings = LabSettings {
         width: a.width.clone(),
         batch_size: a.batch_size,
@@ -167,55 +88,55 @@ fn run(a: &Args) -> Result<(), Failure> {
         device: a.device.clone(),
         dataset: ready.kind_used.to_string(),
         data_dir: data_dir.clone(),
-        extra: a.lab_args.clone(),
+        extra: shared_extra_args(a, placement),
     };
     if let Some(load) = load_average().filter(|&l| l > cpus() as f64 / 2.0) {
         eprintln!("warning: load average {load:.1} on {} CPUs: other work will add noise", cpus());
     }
     let load = load_average();
     let timeout = Duration::from_secs(a.timeout.max(1));
-    let script: Vec<OsString> = vec![env.script.clone().into()];
-    // figures[side][0 = world size N, 1 = one rank]: per-repeat steady images/sec of the job.
-    let mut figures = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
-    let total = a.repeats * 4;
+    let columns = columns(a);
+    let sizes = world_sizes(a);
+    // figures[column][N or ONE]: per-repeat steady images/sec of the job.
+    let mut figures = vec![[Vec::new(), Vec::new()]; columns.len()];
+    let total = a.repeats * sizes.len() * columns.len();
     let mut done = 0;
     for repeat in 0..a.repeats {
-        let order =
-            if repeat.is_multiple_of(2) { [Side::Rust, Side::PyTorch] } else { [Side::PyTorch, Side::Rust] };
-        for (slot, ws) in [(0, a.world_size), (1, 1)] {
-            for side in order {
-                let (program, prefix) = match side {
-                    Side::Rust => (&lab, &[][..]),
-                    Side::PyTorch => (&env.python, &script[..]),
-                };
-                let out = run_lab(program, prefix, &settings, ws, timeout).map_err(Failure::Run)?;
+        // Alternating which side goes first, so that slow drifts of the machine hit all alike.
+        let mut order: Vec<usize> = (0..columns.len()).collect();
+        if repeat % 2 == 1 {
+            order.reverse();
+        }
+        for &ws in &sizes {
+            let slot = if ws == 1 { ONE } else { N };
+            for &c in &order {
+                let program = if columns[c] == Column::Rust { &lab } else { &env.python };
+                let prefix = column_prefix(columns[c], &env.script, a.compile.as_deref());
+                let out = run_lab(program, &prefix, &settings, ws, timeout).map_err(Failure::Run)?;
                 let ips = steady_images_per_sec(&out.epochs).unwrap_or(f64::NAN);
                 done += 1;
-                eprintln!("[{done}/{total}] {:7} {ws} rank{}: {ips:8.1} images/sec", side.name(), plural(ws));
-                figures[side as usize][slot].push(ips);
+                eprintln!(
+                    "[{done}/{total}] {:16} {ws} rank{}: {ips:8.1} images/sec",
+                    columns[c].name(),
+                    plural(ws)
+                );
+                figures[c][slot].push(ips);
             }
         }
     }
     let allreduce = if a.allreduce_mb > 0.0 { Some(measure_allreduce(a)?) } else { None };
 
-    let med = |side: Side, slot: usize| median(&figures[side as usize][slot]);
-    let ws = a.world_size as f64;
-    let (rust_n, py_n) = (med(Side::Rust, 0), med(Side::PyTorch, 0));
-    let (rust_1, py_1) = (med(Side::Rust, 1), med(Side::PyTorch, 1));
-    let (rust_eff, py_eff) = (rust_n / ws / rust_1, py_n / ws / py_1);
+    let n = a.world_size;
+    let distributed = n > 1;
+    let med = |c: usize, slot: usize| median(&figures[c][slot]);
+    // Per-rank images/sec at N ranks over 1 rank's; not applicable at world size 1.
+    let efficiency = |c: usize| if distributed { med(c, N) / n as f64 / med(c, ONE) } else { f64::NAN };
+    let compiled = columns.iter().position(|&c| c == Column::Compiled);
+    let (rust, py) = (0, 1);
     let yes = |b: bool| if b { "yes" } else { "no" };
-
-    println!();
-    println!(
-        "Machine: {} CPUs ({}), {}; torch {}; load average at start {}",
-        cpus(),
-        cpu_model(),
-        gpus(),
-        env.torch_version,
-        load.map_or("?".into(), |l| format!("{l:.2}"))
-    );
-    println!(
-        "Settings: width {}, batch {} per rank, {} training / {} validation images, {} epochs (first dropped), {} thread{} per rank, {}{}, {} repeats (medians)",
+    let machine = machine_line(&env, gpus, load);
+    let settings_line = format!(
+        "Settings: width {}, batch {} per rank, {} training / {} validation images, {} epochs (first dropped), {} thread{} per rank, {}{}{}, {} repeats (medians)",
         a.width,
         a.batch_size,
         a.train_subset,
@@ -223,28 +144,56 @@ fn run(a: &Args) -> Result<(), Failure> {
         a.epochs,
         a.threads,
         plural(a.threads),
-        if a.device == "cuda" { "one GPU per rank (NCCL)" } else { "Gloo on CPU" },
+        placement.describe(n),
         if a.lab_args.is_empty() { String::new() } else { format!(", {}", a.lab_args.join(" ")) },
+        a.compile.as_ref().map_or(String::new(), |m| format!(", torch.compile mode {m}")),
         a.repeats
     );
+
     println!();
-    println!("| measure | Rust | PyTorch | Rust ÷ PyTorch | target | met |");
-    println!("|---|---:|---:|---:|---|---|");
-    let n = a.world_size;
-    println!(
-        "| images/sec, {n} ranks (job) | {rust_n:.1} | {py_n:.1} | {:.3} | ≥ {RATIO_TARGET:.2} | {} |",
-        rust_n / py_n,
-        yes(rust_n / py_n >= RATIO_TARGET)
-    );
-    println!("| images/sec, 1 rank | {rust_1:.1} | {py_1:.1} | {:.3} | | |", rust_1 / py_1);
-    println!(
-        "| DDP efficiency, {n} ranks vs 1 | {rust_eff:.3} | {py_eff:.3} | {:.3} | ≥ {EFFICIENCY_TARGET:.2} and ≥ PyTorch's | {} |",
-        rust_eff / py_eff,
-        yes(rust_eff >= EFFICIENCY_TARGET && rust_eff >= py_eff)
-    );
-    if let Some(r) = &allreduce {
+    println!("{machine}");
+    println!("{settings_line}");
+    println!();
+    let compiled_head = if compiled.is_some() { " PyTorch compiled | Rust ÷ compiled |" } else { "" };
+    let compiled_rule = if compiled.is_some() { "---:|---:|" } else { "" };
+    println!("| measure | Rust | PyTorch | Rust ÷ PyTorch |{compiled_head} target | met |");
+    println!("|---|---:|---:|---:|{compiled_rule}---|---|");
+    // The compiled column's two cells for a row, from the Rust figure and the compiled one.
+    let compiled_cells = |rust_value: f64, value: f64, digits: usize| match compiled {
+        Some(_) => format!(" {value:.digits$} | {:.3} |", rust_value / value),
+        None => String::new(),
+    };
+    let row = |label: String, slot: usize, target: &str, met: &str| {
+        let (r, p) = (med(rust, slot), med(py, slot));
+        let c = compiled.map_or(String::new(), |c| compiled_cells(r, med(c, slot), 1));
+        println!("| {label} | {r:.1} | {p:.1} | {:.3} |{c} {target} | {met} |", r / p);
+    };
+    if distributed {
+        let ratio = med(rust, N) / med(py, N);
+        row(
+            format!("images/sec, {n} ranks (job)"),
+            N,
+            &format!("≥ {RATIO_TARGET:.2}"),
+            yes(ratio >= RATIO_TARGET),
+        );
+    }
+    row("images/sec, 1 rank".into(), ONE, "", "");
+    if distributed {
+        let (re, pe) = (efficiency(rust), efficiency(py));
+        let c = compiled.map_or(String::new(), |c| compiled_cells(re, efficiency(c), 3));
         println!(
-            "| all_reduce {} MB, GB/s | {:.3} | {:.3} | {:.3} (paired {:.3}) | ≥ {ALLREDUCE_TARGET:.2} | {} |",
+            "| DDP efficiency, {n} ranks vs 1 | {re:.3} | {pe:.3} | {:.3} |{c} ≥ {EFFICIENCY_TARGET:.2} and ≥ PyTorch's | {} |",
+            re / pe,
+            yes(re >= EFFICIENCY_TARGET && re >= pe)
+        );
+    } else {
+        let c = if compiled.is_some() { " n/a | n/a |" } else { "" };
+        println!("| DDP efficiency | n/a | n/a | n/a |{c} | n/a |");
+    }
+    if let Some(r) = &allreduce {
+        let c = if compiled.is_some() { " | |" } else { "" };
+        println!(
+            "| all_reduce {} MB, GB/s | {:.3} | {:.3} | {:.3} (paired {:.3}) |{c} ≥ {ALLREDUCE_TARGET:.2} | {} |",
             r.mb,
             r.rust_gbps,
             r.pytorch_gbps,
@@ -254,52 +203,90 @@ fn run(a: &Args) -> Result<(), Failure> {
         );
     }
     println!();
-    println!("DDP efficiency = (images/sec at {n} ranks ÷ {n}) ÷ images/sec at 1 rank.");
+    if distributed {
+        println!("DDP efficiency = (images/sec at {n} ranks ÷ {n}) ÷ images/sec at 1 rank.");
+    } else {
+        println!("DDP efficiency: not applicable at --world-size 1 (only the 1-rank configuration ran).");
+    }
 
     if let Some(path) = &a.json {
-        let list = |v: &[f64]| v.iter().map(|&x| json_num(x)).collect::<Vec<_>>().join(", ");
-        let side_json = |s: Side| {
-            format!(
-                "{{\"images_per_sec_n\": {}, \"images_per_sec_1\": {}, \"efficiency\": {}, \"runs_n\": [{}], \"runs_1\": [{}]}}",
-                json_num(med(s, 0)),
-                json_num(med(s, 1)),
-                json_num(med(s, 0) / ws / med(s, 1)),
-                list(&figures[s as usize][0]),
-                list(&figures[s as usize][1])
-            )
+        // serde_json writes NaN (a configuration that did not run) as null.
+        let column_json = |c: usize| {
+            json!({
+                "images_per_sec_n": if distributed { med(c, N) } else { f64::NAN },
+                "images_per_sec_1": med(c, ONE),
+                "efficiency": efficiency(c),
+                "runs_n": figures[c][N],
+                "runs_1": figures[c][ONE],
+            })
         };
-        let allreduce_json = allreduce.as_ref().map_or("null".to_string(), |r| {
-            format!(
-                "{{\"size_mb\": {}, \"rust_gb_per_s\": {}, \"pytorch_gb_per_s\": {}, \"ratio\": {}, \"paired_ratio\": {}}}",
-                json_num(r.mb),
-                json_num(r.rust_gbps),
-                json_num(r.pytorch_gbps),
-                json_num(r.ratio),
-                json_num(r.paired_ratio)
-            )
+        let ratio = |c: usize, slot: usize| med(rust, slot) / med(c, slot);
+        let json = json!({
+            "benchmark": "lab",
+            "machine": machine,
+            "settings": settings_line,
+            "cpus": cpus(),
+            "cpu_model": cpu_model(),
+            "gpus": gpus,
+            "gpu_name": gpu_name(&env, gpus),
+            "device": a.device,
+            "placement": placement.describe(n),
+            "torch_version": env.torch_version,
+            "width": a.width,
+            "batch_size": a.batch_size,
+            "train_subset": a.train_subset,
+            "test_subset": a.test_subset,
+            "epochs": a.epochs,
+            "threads_per_rank": a.threads,
+            "world_size": n,
+            "repeats": a.repeats,
+            "lab_args": a.lab_args,
+            "compile": a.compile,
+            "rust": column_json(rust),
+            "pytorch": column_json(py),
+            "pytorch_compiled": compiled.map(column_json),
+            "ratio_n": if distributed { ratio(py, N) } else { f64::NAN },
+            "ratio_1": ratio(py, ONE),
+            "ratio_compiled_n": compiled.map(|c| if distributed { ratio(c, N) } else { f64::NAN }),
+            "ratio_compiled_1": compiled.map(|c| ratio(c, ONE)),
+            "allreduce": allreduce.as_ref().map(|r| json!({
+                "size_mb": r.mb,
+                "rust_gb_per_s": r.rust_gbps,
+                "pytorch_gb_per_s": r.pytorch_gbps,
+                "ratio": r.ratio,
+                "paired_ratio": r.paired_ratio,
+            })),
         });
-        let json = format!(
-            "{{\n  \"benchmark\": \"lab\",\n  \"cpus\": {},\n  \"cpu_model\": {},\n  \"torch_version\": {},\n  \"width\": {},\n  \"batch_size\": {},\n  \"train_subset\": {},\n  \"test_subset\": {},\n  \"epochs\": {},\n  \"threads_per_rank\": {},\n  \"world_size\": {},\n  \"repeats\": {},\n  \"rust\": {},\n  \"pytorch\": {},\n  \"ratio_n\": {},\n  \"allreduce\": {}\n}}\n",
-            cpus(),
-            json_str(&cpu_model()),
-            json_str(&env.torch_version),
-            json_str(&a.width),
-            a.batch_size,
-            a.train_subset,
-            a.test_subset,
-            a.epochs,
-            a.threads,
-            a.world_size,
-            a.repeats,
-            side_json(Side::Rust),
-            side_json(Side::PyTorch),
-            json_num(rust_n / py_n),
-            allreduce_json
-        );
-        write_atomically(path, &json)
+        let text =
+            serde_json::to_string_pretty(&json).map_err(|e| Failure::Run(format!("the JSON: {e}")))? + "\n";
+        write_atomically(path, &text)
             .map_err(|e| Failure::Run(format!("writing {}: {e}", path.display())))?;
     }
     Ok(())
+}
+
+/// `Machine: 16 CPUs (…), 1 × NVIDIA H100 80GB HBM3; torch …; load average at start …`.
+fn machine_line(env: &PythonEnv, gpus: usize, load: Option<f64>) -> String {
+    let gpu_part = match gpu_name(env, gpus) {
+        Some(name) => format!("{gpus} × {name}"),
+        None if gpus > 0 => format!("{gpus} GPU{}", plural(gpus)),
+        None => "no GPU".into(),
+    };
+    format!(
+        "Machine: {} CPUs ({}), {gpu_part}; torch {}; load average at start {}",
+        cpus(),
+        cpu_model(),
+        env.torch_version,
+        load.map_or("?".into(), |l| format!("{l:.2}"))
+    )
+}
+
+/// The first GPU's name: nvidia-smi's (labkit's MFU line uses the same), else torch's.
+fn gpu_name(env: &PythonEnv, gpus: usize) -> Option<String> {
+    if gpus == 0 {
+        return None;
+    }
+    labkit::perf::gpu_name().or_else(|| env.gpu_name.clone())
 }
 
 /// Runs the `allreduce` benchmark at one size and reads its JSON.
@@ -356,13 +343,6 @@ fn plural(n: usize) -> &'static str {
 
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn gpus() -> String {
-    match tch::Cuda::device_count() {
-        0 => "no GPU".into(),
-        n => format!("{n} × {}", labkit::perf::gpu_name().unwrap_or_else(|| "GPU".into())),
-    }
 }
 
 fn cpu_model() -> String {

@@ -76,8 +76,8 @@ pub fn train<M: Model, S: Sampler>(
         trace::record_initial_weights(&optimizer.trainable_variables());
     }
     let bar = progress_bar(loader.len() as u64, epoch);
-    for chunk in indices.chunks(loader.batch_size) {
-        let (images, labels) = loader.split.batch(chunk, loader.device);
+    // The epoch's indices go to the device once; nothing in the loop waits for the GPU.
+    for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, loader.device) {
         let logits = run_forward(model, &images, true, loader.device)?;
         let loss = logits.cross_entropy_for_logits(&labels);
         optimizer.zero_grad();
@@ -104,18 +104,25 @@ pub fn train<M: Model, S: Sampler>(
 /// The lab's `test`: accuracy (correct / total) and loss (the mean of the batch
 /// losses) over every batch the loader's sampler gives, in evaluation mode.
 /// Returns `(accuracy, loss)` of this rank's share of the validation set.
+///
+/// The sums stay on the device and are read once at the end (the lab's Python reads
+/// them per batch, a GPU synchronisation each): the loss sum in float64, adding the
+/// same float32 batch losses in the same order, so the result is the same to the bit.
 pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> Result<(f64, f64)> {
     let indices = loader.sampler.epoch_indices();
-    let (mut correct, mut total, mut loss_sum, mut batches) = (0i64, 0usize, 0.0f64, 0usize);
+    let device = loader.device;
+    let mut loss_sum = Tensor::zeros([0i64; 0], (Kind::Double, device));
+    let mut correct = Tensor::zeros([0i64; 0], (Kind::Int64, device));
+    let (mut total, mut batches) = (0usize, 0usize);
     let _no_grad = tch::no_grad_guard();
-    for chunk in indices.chunks(loader.batch_size) {
-        let (images, labels) = loader.split.batch(chunk, loader.device);
-        let logits = run_forward(model, &images, false, loader.device)?;
-        loss_sum += logits.cross_entropy_for_logits(&labels).double_value(&[]);
-        correct += logits.argmax(-1, false).eq_tensor(&labels).sum(Kind::Int64).int64_value(&[]);
-        total += chunk.len();
+    for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, device) {
+        let logits = run_forward(model, &images, false, device)?;
+        loss_sum += logits.cross_entropy_for_logits(&labels).to_kind(Kind::Double);
+        correct += logits.argmax(-1, false).eq_tensor(&labels).sum(Kind::Int64);
+        total += labels.size()[0] as usize;
         batches += 1;
     }
+    let (loss_sum, correct) = (loss_sum.double_value(&[]), correct.int64_value(&[]));
     let accuracy = if total == 0 { 0.0 } else { correct as f64 / total as f64 };
     let loss = if batches == 0 { 0.0 } else { loss_sum / batches as f64 };
     if trace::enabled() {
@@ -366,5 +373,103 @@ pub(crate) fn apply_init_seed() {
         tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
     } else if let Some(seed) = run_seed() {
         tch::manual_seed(seed as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::HOST_INDEX_TENSORS;
+    use tch::nn::{Module, OptimizerConfig};
+    use tch::Device;
+
+    /// A model that draws no random numbers (unlike the WideResNet's dropout), so that
+    /// two trainings in a test process that runs other tests alongside are comparable.
+    struct Linear(nn::Linear);
+
+    impl Model for Linear {
+        fn forward(&self, images: &Tensor, _train: bool) -> Result<Tensor> {
+            Ok(self.0.forward(&images.flatten(1, -1)))
+        }
+    }
+
+    fn linear(vs: &nn::VarStore) -> Linear {
+        Linear(nn::linear(vs.root() / "fc", 784, 10, Default::default()))
+    }
+
+    fn split(n: usize) -> Split {
+        let pixels: Vec<u8> = (0..n * 784).map(|i| ((i * 11 + i / 784 * 29) % 256) as u8).collect();
+        let labels: Vec<u8> = (0..n).map(|i| (i * 3 % 10) as u8).collect();
+        Split::from_raw(&pixels, &labels)
+    }
+
+    fn host_index_tensors() -> usize {
+        HOST_INDEX_TENSORS.with(|n| n.get())
+    }
+
+    // Rank 1 of 3 over 50 samples: 17 indices, batches of 5, 5, 5 and 2.
+    fn sampler() -> dist::DistributedSampler {
+        dist::DistributedSampler::new(50, 3, 1, true, 0, false).unwrap()
+    }
+
+    #[test]
+    fn train_is_the_per_batch_loop_to_the_bit_and_builds_one_index_tensor_per_epoch() {
+        let data = split(50);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = linear(&vs);
+        let mut reference_vs = nn::VarStore::new(Device::Cpu);
+        let reference = linear(&reference_vs);
+        reference_vs.copy(&vs).unwrap();
+        let mut optimizer = nn::Sgd::default().build(&vs, 0.05).unwrap();
+        let mut reference_optimizer = nn::Sgd::default().build(&reference_vs, 0.05).unwrap();
+        let mut loader = DataLoader::new(&data, 5, sampler(), Device::Cpu);
+
+        for epoch in 0..2 {
+            loader.sampler.set_epoch(epoch);
+            let before = host_index_tensors();
+            train(&model, &mut optimizer, &mut loader).unwrap();
+            // One index tensor for the epoch's 4 batches: on a GPU, one upload, not 4.
+            assert_eq!(host_index_tensors() - before, 1, "epoch {epoch}");
+
+            // What train did before epoch_batches: a batch (and an index copy) per chunk.
+            for chunk in loader.sampler.indices().chunks(5) {
+                let (images, labels) = data.batch(chunk, Device::Cpu);
+                let loss = reference.forward(&images, true).unwrap().cross_entropy_for_logits(&labels);
+                reference_optimizer.zero_grad();
+                loss.backward();
+                reference_optimizer.step();
+            }
+            for (name, value) in vs.variables() {
+                assert!(value.equal(&reference_vs.variables()[&name]), "{name} differs after epoch {epoch}");
+            }
+        }
+    }
+
+    #[test]
+    fn test_reads_its_sums_once_and_matches_the_per_batch_reading_to_the_bit() {
+        let data = split(50);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = linear(&vs);
+        let mut loader = DataLoader::new(&data, 5, sampler(), Device::Cpu);
+
+        let before = host_index_tensors();
+        let (accuracy, loss) = test(&model, &mut loader).unwrap();
+        assert_eq!(host_index_tensors() - before, 1);
+
+        // The lab's test as it was: both sums read on the host after every batch.
+        let (mut correct, mut total, mut loss_sum, mut batches) = (0i64, 0usize, 0.0f64, 0usize);
+        let indices = loader.sampler.indices();
+        for chunk in indices.chunks(5) {
+            let (images, labels) = data.batch(chunk, Device::Cpu);
+            let logits = model.forward(&images, false).unwrap();
+            loss_sum += logits.cross_entropy_for_logits(&labels).double_value(&[]);
+            correct += logits.argmax(-1, false).eq_tensor(&labels).sum(Kind::Int64).int64_value(&[]);
+            total += chunk.len();
+            batches += 1;
+        }
+        assert_eq!((total, batches), (17, 4));
+        assert_eq!(accuracy, correct as f64 / total as f64);
+        assert_eq!(loss.to_bits(), (loss_sum / batches as f64).to_bits());
+        assert!(loss > 0.0);
     }
 }

@@ -16,7 +16,7 @@ pub mod trace;
 pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, Start};
 pub use data::{
     download, ensure_dataset, generate, DataError, DatasetAction, DatasetKind, DatasetOptions, DatasetReady,
-    DownloadOptions, FashionMnist, GenerateOptions, Manifest, Split,
+    DownloadOptions, EpochBatches, FashionMnist, GenerateOptions, Manifest, Split,
 };
 pub use lab::{
     announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,

@@ -16,7 +16,9 @@ mod manifest;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-pub use dataset::{FashionMnist, Split, CLASS_NAMES, NUM_CLASSES};
+#[cfg(test)]
+pub(crate) use dataset::HOST_INDEX_TENSORS;
+pub use dataset::{EpochBatches, FashionMnist, Split, CLASS_NAMES, NUM_CLASSES};
 pub use download::{download, resolve_mirrors, DownloadOptions, DEFAULT_MIRRORS};
 pub use error::{DataError, MirrorFailure};
 pub use fsutil::{DirLock, LOCK_FILE};
