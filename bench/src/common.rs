@@ -1,8 +1,9 @@
 //! What the benchmark binaries share: finding the Python side, ports, statistics, and
-//! writing results (JSON by hand, atomically).
-use std::io::Write;
+//! reporting results.
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
+
+use labrun::workspace_root;
 
 /// The Python side of a benchmark: the interpreter, its script, and the libtorch each
 /// side loads.
@@ -16,12 +17,6 @@ pub struct PythonEnv {
     /// The first GPU's name as torch sees it (None without a GPU): the machine line's
     /// fallback where nvidia-smi is missing.
     pub gpu_name: Option<String>,
-}
-
-/// The workspace's root directory (the parent of this crate).
-pub fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
 /// Checks that `python` (default: the workspace's `.venv/bin/python`) imports torch with
@@ -117,26 +112,6 @@ pub fn json_num(x: f64) -> String {
     }
 }
 
-/// Writes `path` through a temporary file beside it and a rename, so readers never see
-/// half a file.
-pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
-    let name = path.file_name().ok_or_else(|| std::io::Error::other("the path names no file"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(contents.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 /// Which program a measurement ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -149,29 +124,6 @@ impl Side {
         match self {
             Side::Rust => "Rust",
             Side::PyTorch => "PyTorch",
-        }
-    }
-}
-
-/// Why a runner stopped: bad input (exit status 2) or a failed run (1).
-pub enum Failure {
-    BadInput(String),
-    Run(String),
-}
-
-impl Failure {
-    /// Prints the error, if any, and gives the exit status.
-    pub fn exit(result: Result<(), Failure>) -> ExitCode {
-        match result {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(Failure::BadInput(m)) => {
-                eprintln!("error: {m}");
-                ExitCode::from(2)
-            }
-            Err(Failure::Run(m)) => {
-                eprintln!("error: {m}");
-                ExitCode::FAILURE
-            }
         }
     }
 }

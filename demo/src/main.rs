@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use ddp_bench::common::{write_atomically, Failure};
-use ddp_bench::labrun::{finished_lab_binary, run_lab, steady_images_per_sec, LabSettings};
 use indicatif::{ProgressBar, ProgressStyle};
+use labrun::{
+    finished_lab_binary, run_lab, steady_images_per_sec, workspace_root, write_atomically,
+    write_through_temp, Failure, LabSettings,
+};
 use serde_json::json;
 
 mod chart;
@@ -203,7 +205,7 @@ fn plan(a: &Args) -> Result<Plan, String> {
         threads,
         device: if cuda { "cuda" } else { "cpu" }.into(),
         dataset: a.dataset.clone(),
-        data_dir: a.data_dir.clone().unwrap_or_else(|| ddp_bench::common::workspace_root().join("data")),
+        data_dir: a.data_dir.clone().unwrap_or_else(|| workspace_root().join("data")),
         extra: a.lab_args.clone(),
     };
     Ok(Plan { cuda, world_sizes, settings })
@@ -401,17 +403,10 @@ fn redraw_charts(json_path: &Path, out_dir: &Path, font: Option<&Path>) -> Resul
     Ok(())
 }
 
+/// `write` (a chart library writing a file) through a temporary file: never half a chart.
 fn write_via_temp(path: &Path, write: impl FnOnce(&Path) -> Result<(), String>) -> Result<(), String> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let ext = path.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
-    // The extension stays last: plotters' PNG encoder picks the format from it.
-    let tmp = path.with_file_name(format!(".{name}.tmp{}.{ext}", std::process::id()));
-    let result = write(&tmp)
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display())));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    write_through_temp(path, |tmp| write(tmp).map_err(std::io::Error::other))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn table(rows: &[Row]) -> String {

@@ -23,9 +23,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ddp_bench::common::{
-    json_num, json_str, load_average, median, probe_python, write_atomically, PythonEnv, Side,
-};
+use ddp_bench::common::{json_num, json_str, load_average, median, probe_python, PythonEnv, Side};
+use labrun::write_atomically;
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
 

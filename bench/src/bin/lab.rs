@@ -24,13 +24,14 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use clap::Parser;
-use ddp_bench::common::{
-    load_average, median, probe_python, workspace_root, write_atomically, Failure, PythonEnv,
-};
+use ddp_bench::common::{load_average, median, probe_python, PythonEnv};
 use ddp_bench::labbench::{
     column_prefix, columns, placement, shared_extra_args, validate, world_sizes, Args, Column,
 };
-use ddp_bench::labrun::{finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, LabSettings};
+use labrun::{
+    finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, workspace_root, write_atomically,
+    Failure, LabSettings,
+};
 use serde_json::json;
 
 const RATIO_TARGET: f64 = 1.15;

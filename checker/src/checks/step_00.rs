@@ -31,14 +31,6 @@ fn imports_dist(obs: &Observation) -> Option<Finding> {
     )
 }
 
-/// The lab's epoch line, as labkit's `EpochReport::line` prints it.
-pub fn epoch_line_regex() -> regex::Regex {
-    regex::Regex::new(
-        r"^Epoch = +\d+: Cumulative Time = \d+\.\d{3}, Epoch Time = \d+\.\d{3}, Images/sec = [0-9.e+-]+, Validation Loss = [0-9.]+, Validation Accuracy = \d\.\d{3}$",
-    )
-    .expect("valid regex")
-}
-
 /// A crash is this check's own property: it fails, never "could not judge".
 fn trains(obs: &Observation) -> Option<Finding> {
     let failures: Vec<String> = obs
@@ -52,8 +44,8 @@ fn trains(obs: &Observation) -> Option<Finding> {
         })
         .collect();
     let lines = epoch_lines(obs);
-    let format = epoch_line_regex();
-    let malformed = lines.iter().find(|l| !format.is_match(l));
+    // Exactly as labkit's formatter prints it: parsed back and printed again, the same.
+    let malformed = lines.iter().find(|l| !labkit::EpochReport::is_epoch_line(l));
     let observed = if !failures.is_empty() {
         let mut text = format!("{} process(es) failed:\n  {}", failures.len(), failures.join("\n  "));
         if let Some(desync) = super::collectives::desync(&obs.trace) {

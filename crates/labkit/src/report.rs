@@ -47,6 +47,31 @@ impl EpochReport {
         report
     }
 
+    /// Reads an epoch line back (what the bench, the demo and the checker read from rank
+    /// 0's output); `None` for any other line. The inverse of [`line`](Self::line), up
+    /// to the digits the line rounds to.
+    pub fn parse(line: &str) -> Option<EpochReport> {
+        let rest = line.trim().strip_prefix("Epoch =")?;
+        let (epoch, rest) = rest.split_once(':')?;
+        let field = |name: &str| -> Option<f64> {
+            let start = rest.find(&format!("{name} = "))? + name.len() + 3;
+            rest[start..].split(',').next()?.trim().parse().ok()
+        };
+        Some(EpochReport {
+            epoch: epoch.trim().parse().ok()?,
+            cumulative_time: field("Cumulative Time")?,
+            epoch_time: field("Epoch Time")?,
+            images_per_sec: field("Images/sec")?,
+            validation_loss: field("Validation Loss")?,
+            validation_accuracy: field("Validation Accuracy")?,
+        })
+    }
+
+    /// Whether `line` is an epoch line exactly as [`line`](Self::line) prints one.
+    pub fn is_epoch_line(line: &str) -> bool {
+        EpochReport::parse(line).is_some_and(|r| r.line() == line)
+    }
+
     /// Prints [`line`](Self::line) on standard output.
     pub fn print(&self) {
         let line = self.line();
@@ -292,6 +317,21 @@ mod tests {
         let wide = EpochReport { epoch: 12, images_per_sec: 652.0, ..r };
         assert!(wide.line().starts_with("Epoch = 12: "));
         assert!(wide.line().contains("Images/sec = 652.0,"));
+    }
+
+    #[test]
+    fn epoch_lines_read_back() {
+        let line = "Epoch =  1: Cumulative Time = 12.345, Epoch Time = 6.100, Images/sec = 652.1234, Validation Loss = 0.412, Validation Accuracy = 0.851";
+        let e = EpochReport::parse(line).unwrap();
+        assert_eq!((e.epoch, e.cumulative_time, e.epoch_time), (1, 12.345, 6.1));
+        assert_eq!((e.images_per_sec, e.validation_loss, e.validation_accuracy), (652.1234, 0.412, 0.851));
+        assert_eq!(e.line(), line);
+        assert!(EpochReport::is_epoch_line(line));
+        assert!(EpochReport::parse("World size = 2; rendezvous at localhost:9956").is_none());
+        assert!(EpochReport::parse("Epoch = x: garbage").is_none());
+        // Parsable, but not as the lab prints it.
+        assert!(!EpochReport::is_epoch_line(&line.replace("= 6.100", "= 6.1")));
+        assert!(!EpochReport::is_epoch_line(&line.replace("Images/sec = 652.1234", "Images/sec = 652")));
     }
 
     #[test]

@@ -1,43 +1,71 @@
 //! Running a whole lab program (the Rust finished lab, or the PyTorch reference) and
-//! reading its epoch lines. Shared by the `lab` benchmark and the scaling demo.
+//! reading its epoch lines (with labkit's [`EpochReport::parse`], beside the
+//! formatter). Shared by the `lab` benchmark and the scaling demo, which therefore do
+//! not depend on each other.
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-/// One epoch line, as rank 0 prints it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EpochLine {
-    pub epoch: usize,
-    pub epoch_time: f64,
-    /// The whole job's images/sec (the sum over ranks).
-    pub images_per_sec: f64,
-    pub validation_loss: f64,
-    pub validation_accuracy: f64,
+pub use labkit::EpochReport;
+
+/// The workspace this was built in (the benchmarks' Python scripts, the data folder).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().nth(2).unwrap_or(manifest).to_path_buf()
 }
 
-/// Parses `Epoch =  1: Cumulative Time = …, Epoch Time = …, Images/sec = …, Validation
-/// Loss = …, Validation Accuracy = …`; None for any other line.
-pub fn parse_epoch_line(line: &str) -> Option<EpochLine> {
-    let rest = line.trim().strip_prefix("Epoch =")?;
-    let (epoch, rest) = rest.split_once(':')?;
-    let field = |name: &str| -> Option<f64> {
-        let start = rest.find(&format!("{name} = "))? + name.len() + 3;
-        let value = rest[start..].split(',').next()?.trim();
-        value.parse().ok()
-    };
-    Some(EpochLine {
-        epoch: epoch.trim().parse().ok()?,
-        epoch_time: field("Epoch Time")?,
-        images_per_sec: field("Images/sec")?,
-        validation_loss: field("Validation Loss")?,
-        validation_accuracy: field("Validation Accuracy")?,
+/// Writes `path` through a temporary file beside it and a rename (tempfile's
+/// `persist`), so readers never see half a file and a failure leaves the old one.
+pub fn write_atomically(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+    write_through_temp(path, |tmp| {
+        let mut file = std::fs::File::create(tmp)?;
+        file.write_all(contents.as_ref())?;
+        file.sync_all()
     })
+}
+
+/// The same for a writer that wants a path (a chart library): `write` fills a
+/// temporary file beside `path`, with the same extension (encoders pick the format
+/// from it), which then replaces `path`.
+pub fn write_through_temp(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let suffix = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    let tmp = tempfile::Builder::new().prefix(".").suffix(&suffix).tempfile_in(dir)?;
+    write(tmp.path())?;
+    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
+}
+
+/// Why a runner stopped: bad input (exit status 2) or a failed run (1).
+pub enum Failure {
+    BadInput(String),
+    Run(String),
+}
+
+impl Failure {
+    /// Prints the error, if any, and gives the exit status.
+    pub fn exit(result: Result<(), Failure>) -> ExitCode {
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(Failure::BadInput(m)) => {
+                eprintln!("error: {m}");
+                ExitCode::from(2)
+            }
+            Err(Failure::Run(m)) => {
+                eprintln!("error: {m}");
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 /// The mean images/sec of the epochs after the first (the first pays for warm-up:
 /// allocator, caches, cudnn autotuning); None with fewer than two epochs.
-pub fn steady_images_per_sec(epochs: &[EpochLine]) -> Option<f64> {
+pub fn steady_images_per_sec(epochs: &[EpochReport]) -> Option<f64> {
     let steady = epochs.get(1..).filter(|s| !s.is_empty())?;
     Some(steady.iter().map(|e| e.images_per_sec).sum::<f64>() / steady.len() as f64)
 }
@@ -94,7 +122,7 @@ impl LabSettings {
 /// What a finished run printed.
 #[derive(Debug, Clone)]
 pub struct LabOutput {
-    pub epochs: Vec<EpochLine>,
+    pub epochs: Vec<EpochReport>,
     pub stdout: String,
 }
 
@@ -144,7 +172,7 @@ pub fn run_lab(
             tail(&stderr)
         ));
     }
-    let epochs: Vec<EpochLine> = stdout.lines().filter_map(parse_epoch_line).collect();
+    let epochs: Vec<EpochReport> = stdout.lines().filter_map(EpochReport::parse).collect();
     if epochs.len() != settings.epochs {
         return Err(format!(
             "{} ({world_size} ranks) printed {} epoch lines, expected {}:\n{}",
@@ -171,7 +199,7 @@ pub fn sibling_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
     if let Some(cargo) = std::env::var_os("CARGO") {
         let release = dir.file_name().is_some_and(|n| n == "release");
         let mut build = Command::new(cargo);
-        build.args(["build", "-q", "-p", package, "--bin", bin]).current_dir(crate::common::workspace_root());
+        build.args(["build", "-q", "-p", package, "--bin", bin]).current_dir(workspace_root());
         if release {
             build.arg("--release");
         }
@@ -197,22 +225,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_labs_epoch_line() {
-        let line = "Epoch =  1: Cumulative Time = 12.345, Epoch Time = 6.100, Images/sec = 652.1234, Validation Loss = 0.412, Validation Accuracy = 0.851";
-        let e = parse_epoch_line(line).unwrap();
-        assert_eq!(e.epoch, 1);
-        assert_eq!(e.epoch_time, 6.1);
-        assert_eq!(e.images_per_sec, 652.1234);
-        assert_eq!(e.validation_loss, 0.412);
-        assert_eq!(e.validation_accuracy, 0.851);
-        assert!(parse_epoch_line("World size = 2; rendezvous at localhost:9956").is_none());
-        assert!(parse_epoch_line("Epoch = x: garbage").is_none());
+    fn writes_atomically_and_keeps_the_old_file_on_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scaling.json");
+        write_atomically(&path, b"one").unwrap();
+        write_atomically(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
+        assert!(write_atomically(&dir.path().join("missing/x.json"), b"x").is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
     }
 
     #[test]
     fn steady_throughput_drops_the_first_epoch() {
-        let e = |ips| EpochLine {
+        let e = |ips| EpochReport {
             epoch: 0,
+            cumulative_time: 1.0,
             epoch_time: 1.0,
             images_per_sec: ips,
             validation_loss: 0.0,
