@@ -326,24 +326,13 @@ fn grade(target: &[String], subject: Subject, seed: u64, limit: Duration, json: 
     println!("(seed {seed}; repeat with --seed {seed}; details: checker verify step N --seed {seed})");
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&grade::report(&graded, seed)).unwrap_or_default() + "\n";
-        if let Err(e) = write_atomically(&path, &text) {
+        if let Err(e) = atomic_file::write_atomically(&path, &text) {
             eprintln!("error: cannot write {}: {e}", path.display());
             return ExitCode::from(1);
         }
         println!("report written to {}", path.display());
     }
     ExitCode::SUCCESS
-}
-
-/// A temporary file beside `path`, then a rename: readers never see half a report.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }
 
 fn usage_error(msg: &str) -> ExitCode {

@@ -62,9 +62,7 @@ pub fn record(root: &Path, step: u8, passed: bool) -> std::io::Result<()> {
     all.insert(format!("step_{step:02}"), json!(if passed { "done" } else { "failing" }));
     let path = file(root);
     std::fs::create_dir_all(path.parent().expect("a parent"))?;
-    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-    std::fs::write(&tmp, serde_json::to_string_pretty(&all)? + "\n")?;
-    std::fs::rename(&tmp, &path)
+    atomic_file::write_atomically(&path, serde_json::to_string_pretty(&all)? + "\n")
 }
 
 /// `checker list`: a line per step and a bar of the steps done.

@@ -4,7 +4,7 @@
 //! from git, so a reset works in a tree without history and always matches the course.
 //! Nothing is lost: the crate as it was is copied to `.checker/backups/` first.
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -142,22 +142,12 @@ fn copy_symlink(src: &Path, dst: &Path) -> Result<(), AuxError> {
     fs::copy(src, dst).map(drop).map_err(AuxError::io("back up", src))
 }
 
-/// Writes `content` to a temporary file beside `path`, then renames it over `path`, so
-/// an interrupted reset leaves each file either as it was or fully restored.
+/// Writes `content` over `path` atomically, so an interrupted reset leaves each file
+/// either as it was or fully restored.
 fn write_atomically(path: &Path, content: &[u8]) -> Result<(), AuxError> {
     let dir = path.parent().expect("starter files lie in a crate directory");
     fs::create_dir_all(dir).map_err(AuxError::io("create", dir))?;
-    let name = path.file_name().expect("starter files have names").to_string_lossy();
-    let tmp = dir.join(format!(".{name}.checker-tmp"));
-    let written = fs::File::create(&tmp).and_then(|mut f| {
-        f.write_all(content)?;
-        f.sync_all()
-    });
-    if let Err(source) = written.and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(AuxError::Io { action: "write", path: path.to_path_buf(), source });
-    }
-    Ok(())
+    atomic_file::write_atomically(path, content).map_err(AuxError::io("write", path))
 }
 
 #[cfg(test)]

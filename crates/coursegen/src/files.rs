@@ -51,10 +51,7 @@ pub fn write_all(repo_root: &Path) -> Result<Vec<PathBuf>, CourseError> {
         }
         let dir = path.parent().expect("generated files lie in a crate directory");
         fs::create_dir_all(dir).map_err(io_error(dir))?;
-        let name = path.file_name().expect("generated files have names").to_string_lossy();
-        let tmp = dir.join(format!(".{name}.coursegen-tmp"));
-        fs::write(&tmp, &content).map_err(io_error(&tmp))?;
-        fs::rename(&tmp, &path).map_err(io_error(&path))?;
+        atomic_file::write_atomically(&path, &content).map_err(io_error(&path))?;
         changed.push(rel);
     }
     Ok(changed)

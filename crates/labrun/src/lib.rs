@@ -3,41 +3,17 @@
 //! formatter). Shared by the `lab` benchmark and the scaling demo, which therefore do
 //! not depend on each other.
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+pub use atomic_file::{write_atomically, write_through_temp};
 pub use labkit::EpochReport;
 
 /// The workspace this was built in (the benchmarks' Python scripts, the data folder).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.ancestors().nth(2).unwrap_or(manifest).to_path_buf()
-}
-
-/// Writes `path` through a temporary file beside it and a rename (tempfile's
-/// `persist`), so readers never see half a file and a failure leaves the old one.
-pub fn write_atomically(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
-    write_through_temp(path, |tmp| {
-        let mut file = std::fs::File::create(tmp)?;
-        file.write_all(contents.as_ref())?;
-        file.sync_all()
-    })
-}
-
-/// The same for a writer that wants a path (a chart library): `write` fills a
-/// temporary file beside `path`, with the same extension (encoders pick the format
-/// from it), which then replaces `path`.
-pub fn write_through_temp(
-    path: &Path,
-    write: impl FnOnce(&Path) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let suffix = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
-    let tmp = tempfile::Builder::new().prefix(".").suffix(&suffix).tempfile_in(dir)?;
-    write(tmp.path())?;
-    tmp.persist(path).map(|_| ()).map_err(|e| e.error)
 }
 
 /// Why a runner stopped: bad input (exit status 2) or a failed run (1).
@@ -223,18 +199,6 @@ pub fn sibling_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn writes_atomically_and_keeps_the_old_file_on_failure() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("scaling.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no temporary file left");
-        assert!(write_atomically(&dir.path().join("missing/x.json"), b"x").is_err());
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-    }
 
     #[test]
     fn steady_throughput_drops_the_first_epoch() {
