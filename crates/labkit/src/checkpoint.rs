@@ -39,9 +39,7 @@ use crate::trace;
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 /// The `format` field of [`CHECKPOINT_FILE`].
 pub const FORMAT: &str = "ddp-lab-checkpoint/1";
-/// Test hook: set to an epoch number, the process SIGKILLs itself while saving that
-/// epoch's checkpoint, after its files are written and before the commit.
-pub const CRASH_IN_SAVE_ENV: &str = "DDP_LAB_CRASH_IN_SAVE";
+pub use crate::probes::CRASH_IN_SAVE_ENV;
 
 /// What can go wrong with a checkpoint. Every message names the file and the fix.
 #[derive(Debug, Error)]
@@ -176,17 +174,7 @@ pub fn write(
         TempFile::create(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
     let tmp_path = tmp.path().to_path_buf();
     tmp.file().write_all(text.as_bytes()).map_err(|e| CheckpointError::io("write", &tmp_path, e))?;
-    if std::env::var(CRASH_IN_SAVE_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok())
-        == Some(checkpoint.epoch)
-    {
-        eprintln!(
-            "{CRASH_IN_SAVE_ENV}: crashing while saving epoch {} (before the commit)",
-            checkpoint.epoch
-        );
-        // As a kill -9 would: no destructor runs, the temporary file stays behind.
-        // SAFETY: signalling this very process.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-    }
+    crate::probes::in_checkpoint_commit(checkpoint.epoch);
     tmp.persist(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
     // Committed: older weights are no longer referenced.
     if let Ok(entries) = fs::read_dir(dir) {

@@ -16,7 +16,7 @@ use crate::data::{
 };
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
-use crate::trace;
+use crate::{probes, trace};
 
 /// Any error a step program can meet.
 pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
@@ -66,12 +66,7 @@ pub fn train<M: Model, S: Sampler>(
         // Only built when traced: a full epoch is tens of thousands of indices.
         trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
     }
-    if hook_targets_me(FAIL_RANK_ENV) && fail_now(epoch) {
-        return Err(format!(
-            "rank failed on purpose ({FAIL_RANK_ENV} is set: the checker tests how the others react)"
-        )
-        .into());
-    }
+    probes::at_epoch_start(epoch)?;
     if epoch == 0 {
         trace::record_initial_weights(&optimizer.trainable_variables());
     }
@@ -87,16 +82,7 @@ pub fn train<M: Model, S: Sampler>(
         bar.inc(1);
     }
     bar.finish_and_clear();
-    if hook_targets_me(STALL_RANK_ENV) {
-        // A rank stuck before the next collective (a deadlock, a hung GPU): the others
-        // must give up at their timeout, naming the collective they waited in.
-        eprintln!("{STALL_RANK_ENV}: this rank is stuck on purpose after epoch {epoch}");
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-    if hook_targets_me(SLOW_RANK_ENV) {
-        // One rank finishing late makes a missing barrier visible in the epoch times.
-        std::thread::sleep(SLOW_RANK_DELAY);
-    }
+    probes::at_epoch_end(epoch);
     trace::record_weights(epoch, &optimizer.trainable_variables());
     Ok(())
 }
@@ -165,21 +151,6 @@ fn next_epoch_number() -> usize {
 /// A resumed run's first epoch.
 pub(crate) fn set_epoch_counter(epoch: usize) {
     EPOCHS.store(epoch, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether the [`FAIL_RANK_ENV`] rank fails in this epoch: in every epoch, or only in
-/// [`FAIL_AT_EPOCH_ENV`]'s; with [`FAIL_ONCE_ENV`], only while its marker file does
-/// not exist yet (the failure creates it), so that a restarted run gets through.
-fn fail_now(epoch: usize) -> bool {
-    if let Some(at) = std::env::var(FAIL_AT_EPOCH_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
-        if at != epoch {
-            return false;
-        }
-    }
-    match std::env::var_os(FAIL_ONCE_ENV) {
-        Some(marker) => std::fs::OpenOptions::new().write(true).create_new(true).open(marker).is_ok(),
-        None => true,
-    }
 }
 
 fn progress_bar(batches: u64, epoch: usize) -> ProgressBar {
@@ -307,47 +278,6 @@ pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
     1
 }
 
-/// Environment variable the checker sets to give every rank a different initial
-/// model (seed + local rank), proving that DDP makes them equal.
-pub const INIT_SEED_ENV: &str = "DDP_LAB_INIT_SEED";
-
-/// Environment variable the checker sets to a global rank that then ends each
-/// [`train`] call [`SLOW_RANK_DELAY`] late (a slow rank, as on a busy GPU).
-pub const SLOW_RANK_ENV: &str = "DDP_LAB_SLOW_RANK";
-/// How late the slow rank is.
-pub const SLOW_RANK_DELAY: Duration = Duration::from_millis(1500);
-/// Environment variable the checker sets to a global rank whose [`train`] then fails
-/// (a rank that dies), to see the others end instead of hanging.
-pub const FAIL_RANK_ENV: &str = "DDP_LAB_FAIL_RANK";
-
-/// With [`FAIL_RANK_ENV`]: fail only in this epoch (0-based).
-pub const FAIL_AT_EPOCH_ENV: &str = "DDP_LAB_FAIL_AT_EPOCH";
-/// With [`FAIL_RANK_ENV`]: a marker file path; the rank fails only if it does not
-/// exist yet, and creates it (a rank that dies once, for restart tests).
-pub const FAIL_ONCE_ENV: &str = "DDP_LAB_FAIL_ONCE";
-/// Environment variable naming a global rank that gets stuck (sleeps an hour) at the
-/// end of its [`train`] call, before the epoch's next collective.
-pub const STALL_RANK_ENV: &str = "DDP_LAB_STALL_RANK";
-
-/// Whether the checker hook `var` names this process's rank (the global rank once
-/// the process group exists, the local rank before).
-fn hook_targets_me(var: &str) -> bool {
-    let Some(target) = std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()) else {
-        return false;
-    };
-    let me = dist::get_rank().ok().or_else(trace::local_rank).unwrap_or(0);
-    me == target
-}
-
-/// Environment variable the checker sets (to 1) for its "N ranks × batch B train
-/// like 1 rank × batch N·B" comparison: the model then has no dropout and uses
-/// SyncBatchNorm, the two things that legitimately differ between those runs.
-pub const EQUIVALENCE_ENV: &str = "DDP_LAB_EQUIVALENCE";
-
-pub(crate) fn equivalence_run() -> bool {
-    std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
-}
-
 /// The run's `--seed`, once [`crate::RunOptions::apply`] has set it.
 static RUN_SEED: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
 
@@ -361,19 +291,6 @@ pub(crate) fn set_run_seed(seed: u64) {
 /// The run's `--seed`; `None` outside a step program (library use, unit tests).
 pub(crate) fn run_seed() -> Option<u64> {
     *RUN_SEED.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Seeds libtorch's generators just before a model is built, so that its initial
-/// weights and the dropout draws after them depend on the seed alone, not on what
-/// was drawn before: [`INIT_SEED_ENV`] + local rank when the checker sets it (a
-/// different model on every rank), else `--seed` (the same on every rank, as
-/// `torch.manual_seed(seed)` at the top of a PyTorch script). Neither: untouched.
-pub(crate) fn apply_init_seed() {
-    if let Some(seed) = std::env::var(INIT_SEED_ENV).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
-        tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
-    } else if let Some(seed) = run_seed() {
-        tch::manual_seed(seed as i64);
-    }
 }
 
 #[cfg(test)]

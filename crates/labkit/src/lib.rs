@@ -9,6 +9,7 @@ pub mod loader;
 pub mod model;
 mod options;
 pub mod perf;
+pub mod probes;
 pub mod report;
 mod rng;
 pub mod trace;
@@ -20,8 +21,7 @@ pub use data::{
 };
 pub use lab::{
     announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,
-    Model, Result, EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV,
-    SLOW_RANK_DELAY, SLOW_RANK_ENV, STALL_RANK_ENV,
+    Model, Result,
 };
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Norm, WideResNet, Widths};
@@ -30,6 +30,10 @@ pub use options::{
     RunOptions,
 };
 pub use perf::{forward_flops_per_image, Amp};
+pub use probes::{
+    EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_RANK_DELAY,
+    SLOW_RANK_ENV, STALL_RANK_ENV,
+};
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;

@@ -159,7 +159,7 @@ impl Block {
                 .then(|| channels_last_if_set(nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin)))),
             // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
             // each process's own generator.
-            dropout: if crate::lab::equivalence_run() { 0.0 } else { DROPOUT },
+            dropout: if crate::probes::equivalence_run() { 0.0 } else { DROPOUT },
         }
     }
 
@@ -188,10 +188,10 @@ pub struct WideResNet {
 
 impl WideResNet {
     pub fn new(p: &nn::Path, widths: Widths, norm: Norm) -> WideResNet {
-        crate::lab::apply_init_seed();
+        crate::probes::seed_before_model();
         // The checker's equivalence run normalises over the global batch, as one rank
         // with the whole batch does.
-        let norm = if crate::lab::equivalence_run() { Norm::SyncBatchNorm } else { norm };
+        let norm = if crate::probes::equivalence_run() { Norm::SyncBatchNorm } else { norm };
         let [w0, w1, w2, w3] = widths.0;
         WideResNet {
             stem: Cbr::new(p / "stem", 1, w0, norm),

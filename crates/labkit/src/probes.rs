@@ -1,0 +1,121 @@
+//! The checker's probes: how it makes a rank fail, stall or run late, gives every rank
+//! a different initial model, compares N ranks with one, and crashes a checkpoint, all
+//! through environment variables. The lab's code reaches them at a few named points
+//! (`at_epoch_start`, `at_epoch_end`, `seed_before_model`, `equivalence_run`,
+//! `in_checkpoint_commit`) and reads no environment itself; a student reading
+//! `train` sees one line per point.
+use std::time::Duration;
+
+use tch_distributed as dist;
+
+use crate::trace;
+
+/// Environment variable the checker sets to give every rank a different initial
+/// model (seed + local rank), proving that DDP makes them equal.
+pub const INIT_SEED_ENV: &str = "DDP_LAB_INIT_SEED";
+
+/// Environment variable the checker sets to a global rank that then ends each
+/// [`crate::train`] call [`SLOW_RANK_DELAY`] late (a slow rank, as on a busy GPU).
+pub const SLOW_RANK_ENV: &str = "DDP_LAB_SLOW_RANK";
+/// How late the slow rank is.
+pub const SLOW_RANK_DELAY: Duration = Duration::from_millis(1500);
+/// Environment variable the checker sets to a global rank whose [`crate::train`] then fails
+/// (a rank that dies), to see the others end instead of hanging.
+pub const FAIL_RANK_ENV: &str = "DDP_LAB_FAIL_RANK";
+
+/// With [`FAIL_RANK_ENV`]: fail only in this epoch (0-based).
+pub const FAIL_AT_EPOCH_ENV: &str = "DDP_LAB_FAIL_AT_EPOCH";
+/// With [`FAIL_RANK_ENV`]: a marker file path; the rank fails only if it does not
+/// exist yet, and creates it (a rank that dies once, for restart tests).
+pub const FAIL_ONCE_ENV: &str = "DDP_LAB_FAIL_ONCE";
+/// Environment variable naming a global rank that gets stuck (sleeps an hour) at the
+/// end of its [`crate::train`] call, before the epoch's next collective.
+pub const STALL_RANK_ENV: &str = "DDP_LAB_STALL_RANK";
+
+/// Whether the checker hook `var` names this process's rank (the global rank once
+/// the process group exists, the local rank before).
+fn hook_targets_me(var: &str) -> bool {
+    let Some(target) = std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()) else {
+        return false;
+    };
+    let me = dist::get_rank().ok().or_else(trace::local_rank).unwrap_or(0);
+    me == target
+}
+
+/// Environment variable the checker sets (to 1) for its "N ranks × batch B train
+/// like 1 rank × batch N·B" comparison: the model then has no dropout and uses
+/// SyncBatchNorm, the two things that legitimately differ between those runs.
+pub const EQUIVALENCE_ENV: &str = "DDP_LAB_EQUIVALENCE";
+
+pub(crate) fn equivalence_run() -> bool {
+    std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
+}
+
+/// Environment variable naming an epoch: [`crate::save_checkpoint`] of that epoch
+/// SIGKILLs its own process after writing the temporary checkpoint, before the
+/// commit (the reliability tests resume from what is left).
+pub const CRASH_IN_SAVE_ENV: &str = "DDP_LAB_CRASH_IN_SAVE";
+
+/// At the start of each epoch of `train`: the [`FAIL_RANK_ENV`] rank fails here.
+pub(crate) fn at_epoch_start(epoch: usize) -> crate::Result<()> {
+    if hook_targets_me(FAIL_RANK_ENV) && fail_now(epoch) {
+        return Err(format!(
+            "rank failed on purpose ({FAIL_RANK_ENV} is set: the checker tests how the others react)"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// At the end of each epoch of `train`: the [`STALL_RANK_ENV`] rank gets stuck here,
+/// the [`SLOW_RANK_ENV`] rank arrives [`SLOW_RANK_DELAY`] late.
+pub(crate) fn at_epoch_end(epoch: usize) {
+    if hook_targets_me(STALL_RANK_ENV) {
+        // A rank stuck before the next collective (a deadlock, a hung GPU): the others
+        // must give up at their timeout, naming the collective they waited in.
+        eprintln!("{STALL_RANK_ENV}: this rank is stuck on purpose after epoch {epoch}");
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+    if hook_targets_me(SLOW_RANK_ENV) {
+        // One rank finishing late makes a missing barrier visible in the epoch times.
+        std::thread::sleep(SLOW_RANK_DELAY);
+    }
+}
+
+/// Whether the [`FAIL_RANK_ENV`] rank fails in this epoch: in every epoch, or only in
+/// [`FAIL_AT_EPOCH_ENV`]'s; with [`FAIL_ONCE_ENV`], only while its marker file does
+/// not exist yet (the failure creates it), so that a restarted run gets through.
+fn fail_now(epoch: usize) -> bool {
+    if let Some(at) = std::env::var(FAIL_AT_EPOCH_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        if at != epoch {
+            return false;
+        }
+    }
+    match std::env::var_os(FAIL_ONCE_ENV) {
+        Some(marker) => std::fs::OpenOptions::new().write(true).create_new(true).open(marker).is_ok(),
+        None => true,
+    }
+}
+
+/// Seeds libtorch's generators just before a model is built, so that its initial
+/// weights and the dropout draws after them depend on the seed alone, not on what
+/// was drawn before: [`INIT_SEED_ENV`] + local rank when the checker sets it (a
+/// different model on every rank), else `--seed` (the same on every rank, as
+/// `torch.manual_seed(seed)` at the top of a PyTorch script). Neither: untouched.
+pub(crate) fn seed_before_model() {
+    if let Some(seed) = std::env::var(INIT_SEED_ENV).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+        tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
+    } else if let Some(seed) = crate::lab::run_seed() {
+        tch::manual_seed(seed as i64);
+    }
+}
+
+/// Just before a checkpoint's commit: with [`CRASH_IN_SAVE_ENV`] naming `epoch`, this
+/// process dies as a `kill -9` would (no destructor runs, the temporary file stays).
+pub(crate) fn in_checkpoint_commit(epoch: usize) {
+    if std::env::var(CRASH_IN_SAVE_ENV).ok().and_then(|v| v.trim().parse::<usize>().ok()) == Some(epoch) {
+        eprintln!("{CRASH_IN_SAVE_ENV}: crashing while saving epoch {epoch} (before the commit)");
+        // SAFETY: signalling this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
