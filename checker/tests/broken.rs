@@ -171,3 +171,24 @@ fn reducing_the_metrics_to_rank_0_fails_metrics_averaged() {
         &[],
     );
 }
+
+/// Only rank 0 reduces: the ranks' collectives part ways (rank 0's reduce meets the
+/// others' next barrier), the run fails, and the report names both calls as
+/// PyTorch's DETAIL desync check would.
+#[test]
+fn a_reduce_on_rank_0_only_is_reported_as_a_desync() {
+    let dir = variant(
+        8,
+        "reduce-on-rank-0-only",
+        "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",
+        "if global_rank == 0 {\n            dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;\n        }",
+    );
+    let v = checker_with(&["verify", "step", "8", "--seed", "4242", "--crate"], &[&dir]);
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert!(v.failed().contains(&"trains".to_string()), "{}", v.output());
+    let desync = regex::Regex::new(
+        r"the ranks' collectives differ at call #\d+ of group \d+: rank 0 issued reduce\(op=SUM, root=0\) Double\[1\], rank 1 issued \w+\(",
+    )
+    .unwrap();
+    assert!(desync.is_match(&v.stdout), "the report must name both calls:\n{}", v.output());
+}

@@ -261,6 +261,7 @@ pub fn broadcast_coalesced(group: &ProcessGroup, tensors: &mut [Tensor]) -> Resu
     if group.world_size() == 1 || tensors.is_empty() {
         return Ok(());
     }
+    group.observe_tensors("broadcast_coalesced", None, Some(0), tensors);
     let ptrs: Vec<*mut c_void> = tensors.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
     let mut err = ptr::null_mut();
     let status = unsafe {

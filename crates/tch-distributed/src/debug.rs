@@ -29,7 +29,8 @@ pub const OBSERVED_VALUES_MAX: i64 = 16;
 /// One collective as the program issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveCall {
-    /// `all_reduce`, `reduce`, `broadcast`, `all_gather` or `barrier`.
+    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `barrier`, or DDP's
+    /// `broadcast_coalesced` of the model's state.
     pub op: &'static str,
     pub reduce_op: Option<ReduceOp>,
     /// The destination of `reduce`, the source of `broadcast`.

@@ -378,16 +378,32 @@ impl ProcessGroup {
         root: Option<usize>,
         input: Option<&Tensor>,
     ) {
+        self.observe_tensors(op, reduce_op, root, input.map(std::slice::from_ref).unwrap_or_default());
+    }
+
+    /// [`observe`](Self::observe) for a call over several tensors (DDP's coalesced
+    /// broadcast): their total element count, the first one's dtype; values only of one.
+    pub(crate) fn observe_tensors(
+        &self,
+        op: &'static str,
+        reduce_op: Option<ReduceOp>,
+        root: Option<usize>,
+        tensors: &[Tensor],
+    ) {
         let seq = self.issued.fetch_add(1, Ordering::SeqCst);
         if !crate::debug::wanted() {
             return;
         }
+        let input = match tensors {
+            [one] => Some(one),
+            _ => None,
+        };
         let call = crate::debug::CollectiveCall {
             op,
             reduce_op,
             root,
-            dtype: input.map(Tensor::kind),
-            numel: input.map_or(0, |t| t.numel() as i64),
+            dtype: tensors.first().map(Tensor::kind),
+            numel: tensors.iter().map(|t| t.numel() as i64).sum(),
             seq,
             group: self.id,
             rank: self.rank,
