@@ -23,8 +23,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ddp_bench::common::{json_num, json_str, load_average, median, probe_python, PythonEnv, Side};
+use ddp_bench::common::{load_average, median, probe_python, PythonEnv, Side};
 use labrun::write_atomically;
+use serde_json::{json, Value};
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
 
@@ -613,21 +614,19 @@ fn print_table(args: &Args, results: &[SizeResult], same_lib: bool) {
 }
 
 // ---------------------------------------------------------------------------------------
-// JSON (written by hand: the workspace has no serde).
+// JSON (serde_json; a non-finite figure becomes null).
 
-fn json_side(r: &SizeResult, side: Side) -> String {
+fn json_side(r: &SizeResult, side: Side) -> Value {
     let s = match side {
         Side::Rust => &r.rust,
         Side::PyTorch => &r.pytorch,
     };
-    let samples: Vec<String> = s.seconds.iter().map(|&x| json_num(x)).collect();
-    format!(
-        "{{\"gb_per_s\": {}, \"seconds_per_op\": {}, \"spread\": {}, \"seconds_per_op_by_repeat\": [{}]}}",
-        json_num(r.gbps(side)),
-        json_num(s.median()),
-        json_num(s.spread()),
-        samples.join(", ")
-    )
+    json!({
+        "gb_per_s": r.gbps(side),
+        "seconds_per_op": s.median(),
+        "spread": s.spread(),
+        "seconds_per_op_by_repeat": s.seconds,
+    })
 }
 
 fn to_json(
@@ -638,48 +637,76 @@ fn to_json(
     load: Option<f64>,
     results: &[SizeResult],
 ) -> String {
-    let rows: Vec<String> = results
+    let rows: Vec<Value> = results
         .iter()
         .map(|r| {
-            format!(
-                "    {{\"size_mb\": {}, \"bytes\": {}, \"rust\": {}, \"pytorch\": {}, \"ratio\": {}, \"paired_ratio\": {}, \"meets_target\": {}}}",
-                r.mb,
-                r.bytes,
-                json_side(r, Side::Rust),
-                json_side(r, Side::PyTorch),
-                json_num(r.ratio()),
-                json_num(r.paired_ratio()),
-                r.ratio() >= TARGET
-            )
+            json!({
+                "size_mb": r.mb,
+                "bytes": r.bytes,
+                "rust": json_side(r, Side::Rust),
+                "pytorch": json_side(r, Side::PyTorch),
+                "ratio": r.ratio(),
+                "paired_ratio": r.paired_ratio(),
+                "meets_target": r.ratio() >= TARGET,
+            })
         })
         .collect();
-    let fields = [
-        ("benchmark", json_str("all_reduce")),
-        ("op", json_str("sum")),
-        ("dtype", json_str("float32")),
-        ("backend", json_str("gloo")),
-        ("device", json_str("cpu")),
-        ("world_size", args.world_size.to_string()),
-        ("threads_per_rank", args.threads.to_string()),
-        ("warmup", args.warmup.to_string()),
-        ("iters", args.iters.to_string()),
-        ("repeats", args.repeats.to_string()),
-        ("statistic", json_str("median over repeats of the slowest rank's seconds per op")),
-        ("bandwidth", json_str("algorithmic: bytes / seconds per op; GB = 1e9 B, MB = 2^20 B")),
-        ("target_ratio", json_num(TARGET)),
-        ("python", json_str(&env.python.display().to_string())),
-        ("torch_version", json_str(&env.torch_version)),
-        ("rust_libtorch", json_str(&env.rust_libtorch.display().to_string())),
-        ("python_libtorch", json_str(&env.python_libtorch.display().to_string())),
-        ("same_libtorch", (env.rust_libtorch == env.python_libtorch).to_string()),
-        ("gloo_bind_rust", json_str(rust_bind)),
-        ("gloo_bind_pytorch", json_str(python_bind)),
-        ("load_average_at_start", load.map_or("null".to_string(), json_num)),
-    ];
-    let mut out = String::from("{\n");
-    for (k, v) in fields {
-        out.push_str(&format!("  {}: {v},\n", json_str(k)));
+    let report = json!({
+        "benchmark": "all_reduce",
+        "op": "sum",
+        "dtype": "float32",
+        "backend": "gloo",
+        "device": "cpu",
+        "world_size": args.world_size,
+        "threads_per_rank": args.threads,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "repeats": args.repeats,
+        "statistic": "median over repeats of the slowest rank's seconds per op",
+        "bandwidth": "algorithmic: bytes / seconds per op; GB = 1e9 B, MB = 2^20 B",
+        "target_ratio": TARGET,
+        "python": env.python.display().to_string(),
+        "torch_version": env.torch_version,
+        "rust_libtorch": env.rust_libtorch.display().to_string(),
+        "python_libtorch": env.python_libtorch.display().to_string(),
+        "same_libtorch": env.rust_libtorch == env.python_libtorch,
+        "gloo_bind_rust": rust_bind,
+        "gloo_bind_pytorch": python_bind,
+        "load_average_at_start": load,
+        "results": rows,
+    });
+    serde_json::to_string_pretty(&report).expect("JSON of plain values") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_is_json_with_every_size_and_null_for_no_figure() {
+        let args = Args::parse_from(["allreduce"]);
+        let env = PythonEnv {
+            python: "/usr/bin/python3".into(),
+            script: "allreduce.py".into(),
+            torch_version: "2.11.0 \"cpu\"".into(),
+            rust_libtorch: "/lib".into(),
+            python_libtorch: "/lib".into(),
+            gpu_name: None,
+        };
+        let result = SizeResult {
+            mb: 4.0,
+            bytes: 4 << 20,
+            rust: Samples { seconds: vec![0.002, 0.003] },
+            pytorch: Samples { seconds: vec![] },
+        };
+        let text = to_json(&args, &env, "127.0.0.1", "127.0.0.1", None, &[result]);
+        let v: Value = serde_json::from_str(&text).expect("valid JSON");
+        assert_eq!(v["torch_version"], "2.11.0 \"cpu\"");
+        assert_eq!(v["same_libtorch"], true);
+        assert_eq!(v["load_average_at_start"], Value::Null);
+        let row = &v["results"][0];
+        assert_eq!(row["bytes"], 4 << 20);
+        assert_eq!(row["rust"]["seconds_per_op_by_repeat"], json!([0.002, 0.003]));
+        assert_eq!(row["pytorch"]["seconds_per_op"], Value::Null, "no samples: no figure, not NaN");
     }
-    out.push_str(&format!("  \"results\": [\n{}\n  ]\n}}\n", rows.join(",\n")));
-    out
 }
