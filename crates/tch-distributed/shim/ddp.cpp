@@ -72,11 +72,32 @@ void tchd_reducer_free(tchd_reducer* reducer) {
 }
 
 int tchd_reducer_prepare_for_forward(tchd_reducer* reducer, char** err) {
+  return guarded(err, [&] { reducer->reducer->prepare_for_forward(); });
+}
+
+int tchd_reducer_rebuild_buckets(tchd_reducer* reducer, char** err) {
   return guarded(err, [&] {
     // After the first iteration the Reducer re-buckets by the order gradients really
-    // became ready (a collective: every rank does it in the same iteration).
+    // became ready (a broadcast from rank 0: every rank does it in the same forward).
     reducer->reducer->rebuild_buckets();
-    reducer->reducer->prepare_for_forward();
+  });
+}
+
+int tchd_verify_params(tchd_group* group, void* const* params, size_t n, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ps;
+    ps.reserve(n);
+    for (size_t i = 0; i < n; ++i) ps.push_back(tensor_ref(params[i]));
+    try {
+      // PyTorch DDP's own check: an all-gather of the parameter counts, then rank 0's
+      // sizes and strides broadcast for each rank to compare with its own.
+      c10d::verify_params_across_processes(group->pg, ps, std::nullopt);
+    } catch (const c10::DistError&) {
+      throw;
+    } catch (const c10::Error& e) {
+      // A mismatch, not a failure of the network: the caller's mistake.
+      TORCH_CHECK_VALUE(false, e.what_without_backtrace());
+    }
   });
 }
 

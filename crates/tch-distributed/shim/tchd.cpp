@@ -76,6 +76,20 @@ int tchd_store_add(tchd_store* store, const char* key, int64_t delta, int64_t* o
   return guarded(err, [&] { *out = store->store->add(std::string(key), delta); });
 }
 
+int tchd_store_compare_set(tchd_store* store, const char* key, const uint8_t* expected, size_t expected_len,
+                           const uint8_t* desired, size_t desired_len, uint8_t** value, size_t* len,
+                           char** err) {
+  return guarded(err, [&] {
+    auto bytes = store->store->compareSet(std::string(key), std::vector<uint8_t>(expected, expected + expected_len),
+                                          std::vector<uint8_t>(desired, desired + desired_len));
+    auto* buf = static_cast<uint8_t*>(std::malloc(bytes.empty() ? 1 : bytes.size()));
+    if (buf == nullptr) throw std::bad_alloc();
+    if (!bytes.empty()) std::memcpy(buf, bytes.data(), bytes.size());
+    *value = buf;
+    *len = bytes.size();
+  });
+}
+
 int tchd_store_port(tchd_store* store, uint16_t* out, char** err) {
   return guarded(err, [&] {
     TORCH_CHECK_VALUE(store->tcp, "not a TCP store");
@@ -83,21 +97,30 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err) {
   });
 }
 
-int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank, int size,
+int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name,
+                   const uint64_t* global_ranks, size_t n_global_ranks, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
                    int bound_cuda_device, tchd_group** out, char** err) {
   return guarded(err, [&] {
     TORCH_CHECK_VALUE(size >= 1, "world size must be at least 1, got ", size);
     TORCH_CHECK_VALUE(rank >= 0 && rank < size, "rank ", rank, " is outside 0..", size);
     auto timeout = std::chrono::milliseconds(timeout_ms);
+    // PyTorch's layout (_new_process_group_helper): the group's store is prefixed with
+    // "<group name>/", its backend's with "<device>/" on top, so a Python rank and this
+    // one meet on the same keys.
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(std::string(prefix), store->store);
     auto pg = c10::make_intrusive<c10d::ProcessGroup>(prefixed, rank, size);
+    std::vector<uint64_t> ranks(global_ranks, global_ranks + n_global_ranks);
     // init_process_group(device_id=...): the group, and through setBackend each backend,
     // knows its rank's GPU, so NCCL need not guess it from the global rank.
+    std::optional<at::Device> bound;
     if (bound_cuda_device >= 0) {
-      pg->setBoundDeviceId(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(bound_cuda_device)));
+      bound = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(bound_cuda_device));
+      pg->setBoundDeviceId(bound);
     }
+    c10::intrusive_ptr<c10d::Backend> made;
     if (backend == TCHD_GLOO) {
+      auto backend_store = c10::make_intrusive<c10d::PrefixStore>("cpu/", prefixed);
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
       if (gloo_interface != nullptr) {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(gloo_interface));
@@ -106,23 +129,40 @@ int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank,
       } else {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
       }
-      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
+      opts->group_name = group_name;
+      opts->global_ranks_in_group = ranks;
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank, size, opts);
+      // Rank 0 publishes the group's starting sequence number, the others wait for it.
+      gloo->setSequenceNumberForGroup();
       // As PyTorch does for backend="gloo": the same backend serves CPU and CUDA tensors.
       pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
       pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
       pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      made = gloo;
     } else if (backend == TCHD_NCCL) {
 #ifdef TCHD_WITH_NCCL
+      auto backend_store = c10::make_intrusive<c10d::PrefixStore>("cuda/", prefixed);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->is_high_priority_stream = false;
       opts->timeout = timeout;
-      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, opts);
+      opts->group_name = group_name;
+      opts->global_ranks_in_group = ranks;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank, size, opts);
+      nccl->setSequenceNumberForGroup();
       pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
       pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+      made = nccl;
 #else
       TORCH_CHECK_VALUE(false, "this build of tch-distributed has no NCCL (no CUDA headers at build time)");
 #endif
     } else {
       TORCH_CHECK_VALUE(false, "unknown backend ", backend);
+    }
+    pg->setGroupName(group_name);
+    pg->setGroupDesc(ranks.empty() ? "default_pg" : "undefined");
+    // As init_process_group(device_id=...): a bound group connects its communicator now.
+    if (bound.has_value() && made->supportsSplitting()) {
+      made->eagerConnectSingleDevice(*bound);
     }
     auto* g = new tchd_group();
     g->pg = pg;

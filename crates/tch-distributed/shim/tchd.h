@@ -57,15 +57,24 @@ int tchd_store_get(tchd_store* store, const char* key, uint8_t** value, size_t* 
 int tchd_store_add(tchd_store* store, const char* key, int64_t delta, int64_t* out,
                    char** err);
 // The port the server actually listens on (useful when asked for port 0).
+// Sets key to desired if its value is expected (an absent key counts as the empty
+// value); returns the value the key holds afterwards, malloc'ed (tchd_free_bytes).
+int tchd_store_compare_set(tchd_store* store, const char* key, const uint8_t* expected, size_t expected_len,
+                           const uint8_t* desired, size_t desired_len, uint8_t** value, size_t* len,
+                           char** err);
 int tchd_store_port(tchd_store* store, uint16_t* out, char** err);
 
 // --- process group -------------------------------------------------------------------
-// prefix: key prefix in the store, so several groups can share one store.
+// prefix: the group's key prefix in the store (PyTorch's "default_pg/<name>/" for the
+// default group); the backend adds "cpu/" (Gloo) or "cuda/" (NCCL) on top.
+// group_name: c10d's group name ("0" for the default group, then "1", "2", ...).
+// global_ranks: the group's members as global ranks; empty for the default group.
 // gloo_hostname / gloo_interface (either may be NULL): where Gloo binds its sockets;
 // both NULL means c10d's default device (this host's name, else loopback).
 // bound_cuda_device: the CUDA device index this rank uses (init_process_group's
 // device_id), or -1 for none.
-int tchd_group_new(tchd_store* store, const char* prefix, int backend, int rank, int size,
+int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name,
+                   const uint64_t* global_ranks, size_t n_global_ranks, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
                    int bound_cuda_device, tchd_group** out, char** err);
 void tchd_group_free(tchd_group* group);
@@ -114,6 +123,12 @@ int tchd_reducer_new(tchd_group* group, void* const* params, const char* const* 
 void tchd_reducer_free(tchd_reducer* reducer);
 // Before a forward pass that will be followed by a synchronised backward.
 int tchd_reducer_prepare_for_forward(tchd_reducer* reducer, char** err);
+// Before every forward pass with grad enabled: once, after the first synchronised
+// backward, re-buckets by the order gradients became ready (a broadcast from rank 0).
+int tchd_reducer_rebuild_buckets(tchd_reducer* reducer, char** err);
+// PyTorch DDP's model check (c10d::verify_params_across_processes): a mismatch is
+// TCHD_ERR_VALUE on the ranks whose parameters differ from rank 0's.
+int tchd_verify_params(tchd_group* group, void* const* params, size_t n, char** err);
 // After that forward pass: arms the gradient hooks. outputs are searched for unused
 // parameters when find_unused_parameters is set (pass n = 0 otherwise).
 int tchd_reducer_prepare_for_backward(tchd_reducer* reducer, void* const* outputs, size_t n, char** err);

@@ -2,7 +2,8 @@
 //! `c10d::Reducer` (the engine behind PyTorch's DDP).
 //!
 //! What happens, as in PyTorch:
-//! - construction checks every rank holds the same model, then broadcasts every
+//! - construction checks every rank holds the same model (c10d's
+//!   `verify_params_across_processes`, PyTorch DDP's own check), then broadcasts every
 //!   parameter and buffer from rank 0, so replicas start identical whatever their seed;
 //! - the Reducer hooks each parameter's gradient accumulator; during `backward()` it
 //!   all-reduces gradients bucket by bucket (1 MiB first bucket, then 25 MiB) while the
@@ -12,20 +13,24 @@
 //!   training forward pass;
 //! - [`DistributedDataParallel::no_sync`] skips the all-reduce for gradient accumulation.
 //!
-//! Parameters are taken from the VarStore sorted by name: VarStore keeps them in a
-//! hash map, and every rank must hand the Reducer the same order.
+//! Variables are taken in PyTorch's `named_parameters()` / `named_buffers()` order for
+//! a model built the same way: modules in the order they created their parameters;
+//! within a module `weight`, then `bias` (tch's linear and conv create the bias
+//! first), then the rest as created. Buffers, for which tch keeps no creation order,
+//! follow their module, by name (for BatchNorm: `running_mean`, `running_var`, as
+//! PyTorch lists them). Same order, same collectives: a PyTorch rank can train in the
+//! same group.
 use std::cell::Cell;
 use std::ffi::{c_void, CString};
-use std::hash::Hasher;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 use tch::nn::{ModuleT, VarStore};
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
-use crate::group::{ProcessGroup, ReduceOp};
+use crate::group::ProcessGroup;
 
 /// Chunk size for broadcasting model state (PyTorch uses the same 250 MiB).
 const BROADCAST_BUCKET_BYTES: i64 = 250 * 1024 * 1024;
@@ -92,22 +97,25 @@ impl<M: ModuleT> DistributedDataParallel<M> {
                 "DDP bucket sizes must be positive (bucket_cap_mb, first_bucket_cap_mb)",
             ));
         }
-        let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        vars.sort_by(|a, b| a.0.cmp(&b.0));
-        if vars.is_empty() {
+        let (params, buffers) = in_module_order(vs);
+        if params.is_empty() && buffers.is_empty() {
             return Err(DistError::invalid("DDP needs a model with parameters, but the VarStore is empty"));
         }
-        verify_same_model(&group, &vars)?;
-
-        // Every replica starts from rank 0's parameters and buffers.
-        let mut all: Vec<Tensor> = vars.iter().map(|(_, t)| t.shallow_clone()).collect();
-        broadcast_coalesced(&group, &mut all)?;
-
-        let (params, buffers): (Vec<_>, Vec<_>) =
-            vars.into_iter().map(|(n, t)| (n, t.shallow_clone())).partition(|(_, t)| t.requires_grad());
+        // PyTorch's DDP: the parameters that get gradients go to the Reducer; frozen
+        // ones are broadcast with the rest of the state, never reduced.
+        let (params, frozen): (Vec<_>, Vec<_>) = params.into_iter().partition(|(_, t)| t.requires_grad());
         if params.is_empty() {
             return Err(DistError::invalid("DDP found no trainable parameter (none requires grad)"));
         }
+        verify_same_model(&group, &params)?;
+
+        // Every replica starts from rank 0's parameters (and buffers, when they are
+        // broadcast at all), in named_parameters() then named_buffers() order.
+        let mut state: Vec<Tensor> = params.iter().chain(&frozen).map(|(_, t)| t.shallow_clone()).collect();
+        if opts.broadcast_buffers {
+            state.extend(buffers.iter().map(|(_, t)| t.shallow_clone()));
+        }
+        broadcast_coalesced(&group, &mut state)?;
         let names: Vec<CString> =
             params.iter().map(|(n, _)| CString::new(n.as_str()).unwrap_or_default()).collect();
         let name_ptrs: Vec<*const std::ffi::c_char> = names.iter().map(|n| n.as_ptr()).collect();
@@ -149,6 +157,12 @@ impl<M: ModuleT> DistributedDataParallel<M> {
         if sync_backward {
             let mut err = ptr::null_mut();
             check(unsafe { ffi::tchd_reducer_prepare_for_forward(self.reducer.as_ptr(), &mut err) }, err)
+                .map_err(|e| e.context("DDP forward"))?;
+        }
+        if grad {
+            // As PyTorch's forward: whenever grad is on, inside no_sync too.
+            let mut err = ptr::null_mut();
+            check(unsafe { ffi::tchd_reducer_rebuild_buckets(self.reducer.as_ptr(), &mut err) }, err)
                 .map_err(|e| e.context("DDP forward"))?;
         }
         if self.forward_sync.get() && self.opts.broadcast_buffers && self.group.world_size() > 1 {
@@ -201,12 +215,12 @@ impl<M: ModuleT> DistributedDataParallel<M> {
         &self.group
     }
 
-    /// Trainable parameters in the order the Reducer sees them (sorted by name).
+    /// Trainable parameters in the order the Reducer sees them (creation order).
     pub fn parameters(&self) -> &[(String, Tensor)] {
         &self.params
     }
 
-    /// Non-trainable variables (buffers), sorted by name.
+    /// Non-trainable variables (buffers), in module order.
     pub fn buffers(&self) -> &[(String, Tensor)] {
         &self.buffers
     }
@@ -278,51 +292,84 @@ pub fn broadcast_coalesced(group: &ProcessGroup, tensors: &mut [Tensor]) -> Resu
         .map_err(|e| e.context(format!("broadcasting model state from rank 0 (rank {})", group.rank())))
 }
 
-/// Every rank must wrap the same model: compare a fingerprint of names and shapes with
-/// rank 0's before any state is broadcast (mismatched broadcasts corrupt or hang).
-fn verify_same_model(group: &ProcessGroup, vars: &[(String, Tensor)]) -> Result<()> {
-    let mut fingerprint = fnv::FnvHasher::default();
-    let mut numel = 0i64;
-    for (name, t) in vars {
-        fingerprint.write(name.as_bytes());
-        for d in t.size() {
-            fingerprint.write(&d.to_le_bytes());
+/// Variables with their names.
+type Named = Vec<(String, Tensor)>;
+
+/// The VarStore's parameters and buffers in PyTorch's order (see the module docs),
+/// each with its name.
+fn in_module_order(vs: &VarStore) -> (Named, Named) {
+    let mut named = vs.variables();
+    let mut created = Vec::new();
+    for t in vs.trainable_variables() {
+        // VarStore lists trainable variables in creation order, without names.
+        let name = named.iter().find(|(_, v)| v.data_ptr() == t.data_ptr()).map(|(n, _)| n.clone());
+        if let Some(name) = name {
+            named.remove(&name);
+            created.push((name, t));
         }
-        fingerprint.write(format!("{:?}", t.kind()).as_bytes());
-        numel += t.numel() as i64;
     }
-    // Two i64 words; hash split to stay exact through the collective.
-    let hash = fingerprint.finish();
-    let mine = [vars.len() as i64, numel, (hash >> 32) as i64, (hash & 0xffff_ffff) as i64];
-    let device = vars[0].1.device();
-    let device = if group.backend() == crate::Backend::Nccl { device } else { Device::Cpu };
-    let mut theirs = Tensor::from_slice(&mine).to_device(device);
-    group.broadcast(&mut theirs, 0)?;
-    let rank0: Vec<i64> = Vec::<i64>::try_from(theirs.to_device(Device::Cpu)).unwrap_or_default();
-    // Agree on the verdict, so that no rank goes on to broadcast alone and hang.
-    let mut all_match = Tensor::from_slice(&[(rank0 == mine) as i64]).to_device(device);
-    group.all_reduce(&mut all_match, ReduceOp::Min)?;
-    if all_match.int64_value(&[0]) == 1 {
+    let module_of = |name: &str| name.rsplit_once('.').map_or(String::new(), |(m, _)| m.to_string());
+    // Modules in the order they created their first parameter.
+    let mut modules: Vec<String> = Vec::new();
+    for (name, _) in &created {
+        let module = module_of(name);
+        if !modules.contains(&module) {
+            modules.push(module);
+        }
+    }
+    let module_place = |name: &str| {
+        let module = module_of(name);
+        modules.iter().position(|m| *m == module).unwrap_or(modules.len())
+    };
+    // Within a module, PyTorch's layers register `weight` before `bias`, while tch's
+    // linear and conv layers create the bias first.
+    let in_module = |name: &str, created_at: usize| match name.rsplit('.').next() {
+        Some("weight") => 0,
+        Some("bias") => 1,
+        _ => 2 + created_at,
+    };
+    let mut params: Vec<(usize, usize, String, Tensor)> = created
+        .into_iter()
+        .enumerate()
+        .map(|(i, (n, t))| (module_place(&n), in_module(&n, i), n, t))
+        .collect();
+    params.sort_by_key(|p| (p.0, p.1));
+    let mut buffers: Vec<(usize, String, Tensor)> =
+        named.into_iter().map(|(n, t)| (module_place(&n), n, t)).collect();
+    buffers.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    (
+        params.into_iter().map(|(_, _, n, t)| (n, t)).collect(),
+        buffers.into_iter().map(|(_, n, t)| (n, t)).collect(),
+    )
+}
+
+/// Every rank must wrap the same model: PyTorch DDP's check, c10d's
+/// `verify_params_across_processes` (an all-gather of the parameter counts, then rank
+/// 0's sizes and strides broadcast). A rank whose model differs fails here with
+/// [`ErrorKind::InvalidArgument`]; as in PyTorch, a rank that matches rank 0 goes on,
+/// and learns of the mismatch when the other rank leaves the group.
+fn verify_same_model(group: &ProcessGroup, params: &[(String, Tensor)]) -> Result<()> {
+    if group.world_size() == 1 {
         return Ok(());
     }
-    let detail = if rank0 == mine {
-        "this rank matches rank 0, another one does not".to_string()
-    } else {
-        format!(
-            "{} variables / {} values here, {} / {} on rank 0, or different names or shapes",
-            mine[0],
-            mine[1],
-            rank0.first().copied().unwrap_or(-1),
-            rank0.get(1).copied().unwrap_or(-1)
-        )
-    };
-    Err(DistError::new(
-        ErrorKind::InvalidArgument,
-        format!(
-            "DDP on rank {}: the ranks do not all hold the same model ({detail}): every rank must build the same model before wrapping it",
-            group.rank()
-        ),
-    ))
+    group.observe_tensors("verify_params_across_processes", None, Some(0), &[]);
+    let ptrs: Vec<*mut c_void> = params.iter().map(|(_, t)| t.as_ptr() as *mut c_void).collect();
+    let mut err = ptr::null_mut();
+    let status = unsafe { ffi::tchd_verify_params(group.raw(), ptrs.as_ptr(), ptrs.len(), &mut err) };
+    check(status, err).map_err(|e| {
+        if e.kind() == ErrorKind::InvalidArgument {
+            DistError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "DDP on rank {}: the ranks do not all hold the same model ({}): every rank must build the same model before wrapping it",
+                    group.rank(),
+                    e.message()
+                ),
+            )
+        } else {
+            e.context("DDP checking that every rank holds the same model")
+        }
+    })
 }
 
 fn mib(mb: f64) -> i64 {

@@ -19,9 +19,9 @@ struct RollCall {
 static DEFAULT_STORE: RwLock<Option<RollCall>> = RwLock::new(None);
 
 /// `init_process_group` keeps its store here for the roll call.
-pub(crate) fn keep_for_roll_call(store: Store, rank: usize, world_size: usize, hosts_store: bool) {
+pub(crate) fn keep_for_roll_call(store: Arc<Store>, rank: usize, world_size: usize, hosts_store: bool) {
     *DEFAULT_STORE.write().unwrap_or_else(|p| p.into_inner()) =
-        Some(RollCall { store: Arc::new(store), rank, world_size, hosts_store });
+        Some(RollCall { store, rank, world_size, hosts_store });
 }
 
 /// `destroy_process_group` forgets it.

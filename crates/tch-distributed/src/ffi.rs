@@ -69,12 +69,26 @@ extern "C" {
         out: *mut i64,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn tchd_store_compare_set(
+        store: *mut tchd_store,
+        key: *const c_char,
+        expected: *const u8,
+        expected_len: usize,
+        desired: *const u8,
+        desired_len: usize,
+        value: *mut *mut u8,
+        len: *mut usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn tchd_store_port(store: *mut tchd_store, out: *mut u16, err: *mut *mut c_char) -> c_int;
 
     #[allow(clippy::too_many_arguments)]
     pub fn tchd_group_new(
         store: *mut tchd_store,
         prefix: *const c_char,
+        group_name: *const c_char,
+        global_ranks: *const u64,
+        n_global_ranks: usize,
         backend: c_int,
         rank: c_int,
         size: c_int,
@@ -151,6 +165,13 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn tchd_reducer_free(reducer: *mut tchd_reducer);
+    pub fn tchd_reducer_rebuild_buckets(reducer: *mut tchd_reducer, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_verify_params(
+        group: *mut tchd_group,
+        params: *const *mut c_void,
+        n: usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn tchd_reducer_prepare_for_forward(reducer: *mut tchd_reducer, err: *mut *mut c_char) -> c_int;
     pub fn tchd_reducer_prepare_for_backward(
         reducer: *mut tchd_reducer,

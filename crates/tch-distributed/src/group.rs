@@ -145,8 +145,10 @@ pub struct ProcessGroup {
     world_size: usize,
     backend: Backend,
     timeout: Duration,
-    /// Which group of this process, in creation order (also its store prefix).
+    /// Which group of this process, in creation order: its c10d group name.
     id: u64,
+    /// Where its keys live in the store, e.g. "default_pg/0/".
+    store_prefix: String,
     /// Collectives issued so far, for [`crate::debug`]'s sequence numbers.
     issued: AtomicU64,
 }
@@ -155,11 +157,25 @@ pub struct ProcessGroup {
 unsafe impl Send for ProcessGroup {}
 unsafe impl Sync for ProcessGroup {}
 
+/// Python's `_world.group_count`: the default group is "0", and every group created
+/// after it on every rank takes the next number as its name, which is also its key
+/// prefix in the store. A Python rank and a Rust rank that create the same groups in
+/// the same order therefore meet on the same keys.
 static GROUP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn next_group_number() -> u64 {
+    GROUP_COUNTER.fetch_add(1, Ordering::SeqCst)
+}
+
+/// `destroy_process_group` starts the numbering again, as PyTorch's does.
+pub(crate) fn reset_group_numbers() {
+    GROUP_COUNTER.store(0, Ordering::SeqCst);
+}
 
 impl ProcessGroup {
     /// Creates a group over `store`. Every member calls this with the same backend and
     /// world size; it returns once all of them have connected (or fails on timeout).
+    /// Its keys are PyTorch's for a group over this store: `<number>/<device>/...`.
     pub fn new(
         store: &Store,
         backend: Backend,
@@ -169,16 +185,29 @@ impl ProcessGroup {
     ) -> Result<Self> {
         validate_rank(rank, world_size)?;
         backend.check_available()?;
-        // Groups created in the same order on every rank get the same prefix, so
-        // several groups can share one store without their keys colliding.
-        let id = GROUP_COUNTER.fetch_add(1, Ordering::SeqCst);
-        // After a torchrun restart the agent's store still holds the last attempt's
-        // keys: each attempt gets its own.
-        let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
-        let prefix = match attempt.trim() {
-            "" | "0" => cstring(&format!("tchd/group{id}"))?,
-            n => cstring(&format!("tchd/attempt{n}/group{id}"))?,
-        };
+        Self::create(store, "", next_group_number(), &[], backend, rank, world_size, opts)
+    }
+
+    /// A group named `id` whose keys live under `store_prefix` (PyTorch's PrefixStore
+    /// chain, "default_pg" for the default group and the ones made from it), with
+    /// `global_ranks` as its members (empty: every rank of the store's job).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create(
+        store: &Store,
+        store_prefix: &str,
+        id: u64,
+        global_ranks: &[usize],
+        backend: Backend,
+        rank: usize,
+        world_size: usize,
+        opts: &GroupOptions,
+    ) -> Result<Self> {
+        // Nested PrefixStores join with "/": PrefixStore("1/", PrefixStore("default_pg"))
+        // is PrefixStore("default_pg/1/").
+        let prefix = if store_prefix.is_empty() { format!("{id}/") } else { format!("{store_prefix}/{id}/") };
+        let cprefix = cstring(&prefix)?;
+        let name = cstring(&id.to_string())?;
+        let members: Vec<u64> = global_ranks.iter().map(|&r| r as u64).collect();
         let host = opts.gloo_hostname.as_deref().map(cstring).transpose()?;
         let iface = opts.gloo_interface.as_deref().map(cstring).transpose()?;
         let mut out = ptr::null_mut();
@@ -186,7 +215,10 @@ impl ProcessGroup {
         let status = unsafe {
             ffi::tchd_group_new(
                 store.raw(),
-                prefix.as_ptr(),
+                cprefix.as_ptr(),
+                name.as_ptr(),
+                members.as_ptr(),
+                members.len(),
                 backend.raw(),
                 rank as i32,
                 world_size as i32,
@@ -211,8 +243,19 @@ impl ProcessGroup {
             backend,
             timeout: opts.timeout,
             id,
+            store_prefix: prefix,
             issued: AtomicU64::new(0),
         })
+    }
+
+    /// The group's name in c10d ("0" for the default group), as `group.group_name`.
+    pub fn group_name(&self) -> String {
+        self.id.to_string()
+    }
+
+    /// The store prefix of this group's keys (PyTorch's `PrefixStore` chain joined).
+    pub(crate) fn store_prefix(&self) -> &str {
+        &self.store_prefix
     }
 
     /// The shim's handle, for other shim entry points (DDP, SyncBatchNorm).

@@ -7,7 +7,10 @@ use std::time::Duration;
 use tch::Tensor;
 
 use crate::error::{DistError, ErrorKind, Result};
-use crate::group::{validate_rank, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
+use crate::group::{
+    next_group_number, reset_group_numbers, validate_rank, Backend, GroupOptions, ProcessGroup, ReduceOp,
+    Work,
+};
 use crate::store::{Store, TcpStoreOptions};
 
 /// Where the ranks meet (PyTorch's `init_method`).
@@ -136,14 +139,14 @@ pub(crate) fn is_loopback(host: &str) -> bool {
 
 /// Opens the store and creates a group from a resolved rendezvous.
 pub fn connect(rdzv: &Rendezvous, backend: Backend, timeout: Duration) -> Result<ProcessGroup> {
-    connect_with_store(rdzv, backend, timeout).map(|(group, _)| group)
+    connect_with_store(rdzv, backend, timeout).map(|(group, _, _)| group)
 }
 
 fn connect_with_store(
     rdzv: &Rendezvous,
     backend: Backend,
     timeout: Duration,
-) -> Result<(ProcessGroup, Store)> {
+) -> Result<(ProcessGroup, Store, GroupOptions)> {
     // Fail before the network: a store that others wait on would otherwise be opened.
     backend.check_available()?;
     let store = Store::tcp(&TcpStoreOptions {
@@ -165,8 +168,18 @@ fn connect_with_store(
     if backend == Backend::Nccl {
         opts.device_id = nccl_device_of_this_rank();
     }
-    let group = ProcessGroup::new(&store, backend, rdzv.rank, rdzv.world_size, &opts)?;
-    Ok((group, store))
+    // PyTorch's init_process_group wraps the rendezvous store in PrefixStore("default_pg").
+    let group = ProcessGroup::create(
+        &store,
+        DEFAULT_PG_PREFIX,
+        next_group_number(),
+        &[],
+        backend,
+        rdzv.rank,
+        rdzv.world_size,
+        &opts,
+    )?;
+    Ok((group, store, opts))
 }
 
 /// The GPU an NCCL rank binds its default group to: `cuda:<local rank>`, the one-GPU-
@@ -181,20 +194,25 @@ pub(crate) fn nccl_device_of_this_rank() -> Option<tch::Device> {
     local_rank.map(tch::Device::Cuda)
 }
 
+/// The key prefix of PyTorch's default group and of the groups made from it.
+const DEFAULT_PG_PREFIX: &str = "default_pg";
+
 /// Ranks of one job started with different world sizes would wait on each other until
-/// the timeout: rank 0 publishes its world size in the store and every other rank
-/// compares it with its own before creating the group.
+/// the timeout. The first rank to get here records its world size in the store
+/// (compare-and-set, so no rank waits for another: a Python rank in the job never
+/// writes this key); every later rank compares its own with it.
 fn check_same_world_size(store: &Store, rdzv: &Rendezvous) -> Result<()> {
     let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
     let key = format!("tchd/world_size/{}", attempt.trim());
-    let mine = rdzv.world_size.to_string();
-    if rdzv.rank == 0 {
-        return store.set(&key, mine.as_bytes());
-    }
-    let theirs = store.get(&key)?;
-    let theirs = String::from_utf8_lossy(&theirs).to_string();
-    if theirs != mine {
-        let note = format!("rank {} has world size {mine}, rank 0 has {theirs}", rdzv.rank);
+    let mine = format!("{} {}", rdzv.world_size, rdzv.rank);
+    let first = store.compare_set(&key, b"", mine.as_bytes())?;
+    let first = String::from_utf8_lossy(&first).to_string();
+    let (their_size, their_rank) = first.split_once(' ').unwrap_or((first.as_str(), "?"));
+    if their_size != rdzv.world_size.to_string() {
+        let note = format!(
+            "rank {} has world size {}, rank {their_rank} has {their_size}",
+            rdzv.rank, rdzv.world_size
+        );
         return Err(DistError::invalid(format!(
             "ranks of one job were started with different world sizes: {note}; start every rank with the same WORLD_SIZE (--num-nodes and --num-gpus)"
         )));
@@ -202,7 +220,16 @@ fn check_same_world_size(store: &Store, rdzv: &Rendezvous) -> Result<()> {
     Ok(())
 }
 
-static DEFAULT_GROUP: RwLock<Option<Arc<ProcessGroup>>> = RwLock::new(None);
+/// The default group, and the store that groups made from it share.
+struct World {
+    group: Arc<ProcessGroup>,
+    store: Arc<Store>,
+    /// How the default group was made (timeout, Gloo's address, bound GPU): new groups
+    /// are made the same way.
+    opts: GroupOptions,
+}
+
+static DEFAULT_GROUP: RwLock<Option<World>> = RwLock::new(None);
 
 /// Joins this process to the default group, as `dist.init_process_group` does.
 ///
@@ -231,8 +258,9 @@ pub fn init_process_group(
         ));
     }
     let rdzv = Rendezvous::resolve(&init, world_size, rank)?;
-    let (group, store) = connect_with_store(&rdzv, backend, timeout)?;
-    crate::diagnostics::keep_for_roll_call(store, rdzv.rank, rdzv.world_size, rdzv.hosts_store());
+    let (group, store, opts) = connect_with_store(&rdzv, backend, timeout)?;
+    let store = Arc::new(store);
+    crate::diagnostics::keep_for_roll_call(store.clone(), rdzv.rank, rdzv.world_size, rdzv.hosts_store());
     let mut slot = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner());
     if slot.is_some() {
         return Err(DistError::new(
@@ -240,7 +268,7 @@ pub fn init_process_group(
             "the default process group was initialized concurrently",
         ));
     }
-    *slot = Some(Arc::new(group));
+    *slot = Some(World { group: Arc::new(group), store, opts });
     Ok(())
 }
 
@@ -252,16 +280,73 @@ pub fn is_initialized() -> bool {
 /// Leaves the default group. Collectives still in flight elsewhere keep their handle.
 pub fn destroy_process_group() -> Result<()> {
     crate::diagnostics::forget_roll_call();
-    let group = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner()).take();
-    match group {
-        Some(g) => g.shutdown(),
+    let world = DEFAULT_GROUP.write().unwrap_or_else(|p| p.into_inner()).take();
+    match world {
+        Some(World { group, .. }) => {
+            reset_group_numbers();
+            group.shutdown()
+        }
         None => Err(not_initialized()),
     }
 }
 
 /// The default group (for APIs that take an explicit group).
 pub fn default_group() -> Result<Arc<ProcessGroup>> {
-    DEFAULT_GROUP.read().unwrap_or_else(|p| p.into_inner()).clone().ok_or_else(not_initialized)
+    DEFAULT_GROUP
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_ref()
+        .map(|w| w.group.clone())
+        .ok_or_else(not_initialized)
+}
+
+/// A group of some of the default group's ranks, as `dist.new_group(ranks)`: every
+/// rank of the default group calls it with the same `ranks` (`None`: all of them), in
+/// the same order as its other groups, members or not. Members get the group (their
+/// rank in it is their place in the sorted `ranks`), the others `None`. `backend`
+/// `None` keeps the default group's. Its keys are PyTorch's, so Python ranks that call
+/// `new_group` at the same point join the same group.
+pub fn new_group(ranks: Option<&[usize]>, backend: Option<Backend>) -> Result<Option<Arc<ProcessGroup>>> {
+    let (default, store, mut opts) = {
+        let world = DEFAULT_GROUP.read().unwrap_or_else(|p| p.into_inner());
+        let world = world.as_ref().ok_or_else(not_initialized)?;
+        (world.group.clone(), world.store.clone(), world.opts.clone())
+    };
+    let world_size = default.world_size();
+    let mut members: Vec<usize> = ranks.map(<[usize]>::to_vec).unwrap_or_else(|| (0..world_size).collect());
+    members.sort_unstable();
+    if members.is_empty() {
+        return Err(DistError::invalid("new_group: the list of ranks is empty; pass None for every rank"));
+    }
+    if let Some(bad) = members.iter().find(|&&r| r >= world_size) {
+        return Err(DistError::invalid(format!(
+            "new_group: rank {bad} is outside the default group's ranks 0..{world_size}"
+        )));
+    }
+    if members.windows(2).any(|w| w[0] == w[1]) {
+        return Err(DistError::invalid(format!("new_group: ranks {members:?} name a rank twice")));
+    }
+    let backend = backend.unwrap_or(default.backend());
+    backend.check_available()?;
+    // Every rank numbers the group, members or not, as Python's _process_group_name does.
+    let id = next_group_number();
+    let Some(rank) = members.iter().position(|&r| r == default.rank()) else {
+        return Ok(None);
+    };
+    // As Python's new_group without device_id: the new group is not bound to a GPU.
+    opts.device_id = None;
+    // Made from the default group: its keys nest under the default group's prefix.
+    let group = ProcessGroup::create(
+        &store,
+        default.store_prefix(),
+        id,
+        &members,
+        backend,
+        rank,
+        members.len(),
+        &opts,
+    )?;
+    Ok(Some(Arc::new(group)))
 }
 
 fn not_initialized() -> DistError {

@@ -76,7 +76,7 @@ pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp,
 pub use init::{
     all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
-    init_process_group, is_initialized, reduce, reduce_async, Init, Rendezvous,
+    init_process_group, is_initialized, new_group, reduce, reduce_async, Init, Rendezvous,
 };
 pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;

@@ -140,6 +140,33 @@ impl Store {
         Ok(bytes)
     }
 
+    /// Sets `key` to `desired` if it holds `expected` (an absent key holds the empty
+    /// value) and returns what it holds afterwards, atomically: `store.compare_set`.
+    pub fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        let ckey = cstring(key)?;
+        let mut data = ptr::null_mut();
+        let mut len = 0usize;
+        let mut err = ptr::null_mut();
+        let status = unsafe {
+            ffi::tchd_store_compare_set(
+                self.raw(),
+                ckey.as_ptr(),
+                expected.as_ptr(),
+                expected.len(),
+                desired.as_ptr(),
+                desired.len(),
+                &mut data,
+                &mut len,
+                &mut err,
+            )
+        };
+        check(status, err).map_err(|e| e.context(format!("store compare_set {key:?}")))?;
+        // SAFETY: the shim malloc'ed `len` bytes (at least 1) that we now own.
+        let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+        unsafe { ffi::tchd_free_bytes(data) };
+        Ok(bytes)
+    }
+
     /// Atomically adds `delta` to the counter at `key` and returns the new value.
     pub fn add(&self, key: &str, delta: i64) -> Result<i64> {
         let key = cstring(key)?;

@@ -227,7 +227,7 @@ fn sizes_from_one_element_to_64_mb() {
 #[test]
 fn explicit_tcp_init_without_environment() {
     let url = format!("tcp://127.0.0.1:{}", free_port());
-    let ranks = (0..3).map(|rank| RankSpec { rank, env: vec![] }).collect();
+    let ranks = (0..3).map(|rank| RankSpec { rank, env: vec![], program: None }).collect();
     assert_all_ok(&run_ranks(
         "explicit_init",
         ranks,

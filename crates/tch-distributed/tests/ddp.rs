@@ -275,15 +275,33 @@ fn unused_scenario() {
     }
 }
 
+/// Rank 1 builds another model: with `TCHD_MISMATCH=count` one more layer (every rank
+/// sees the counts, so every rank refuses), with `shape` a wider layer (as in PyTorch,
+/// only the rank that differs from rank 0 refuses; rank 0 goes on and fails, without
+/// hanging, at its next collective once rank 1 has left).
 fn mismatch_scenario() {
     let rank = dist::get_rank().unwrap();
+    let count = std::env::var("TCHD_MISMATCH").unwrap() == "count";
     let vs = nn::VarStore::new(Device::Cpu);
-    let width = if rank == 1 { 5 } else { 4 };
+    let width = if rank == 1 && !count { 5 } else { 4 };
     let model = nn::linear(vs.root() / "fc", width, 2, Default::default());
-    let e = DistributedDataParallel::new(model, &vs, DdpOptions::default()).unwrap_err();
-    println!("MISMATCH-ERROR {e}");
-    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-    assert!(e.message().contains("do not all hold the same model"), "{e}");
+    if rank == 1 && count {
+        let _extra = nn::linear(vs.root() / "extra", 2, 2, Default::default());
+    }
+    let made = DistributedDataParallel::new(model, &vs, DdpOptions::default());
+    if count || rank == 1 {
+        let e = made.unwrap_err();
+        println!("MISMATCH-ERROR {e}");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("do not all hold the same model"), "{e}");
+        return;
+    }
+    let failed = match made {
+        Err(e) => e,
+        Ok(_) => dist::barrier().unwrap_err(),
+    };
+    println!("MISMATCH-RANK-0 {failed}");
+    assert!(failed.is_communication_failure(), "{failed}");
 }
 
 /// Rank 1 dies after its forward pass; rank 0's backward cannot all-reduce and must
@@ -395,8 +413,19 @@ fn unused_parameter_with_find_unused_trains() {
 }
 
 #[test]
-fn different_models_are_refused_on_every_rank() {
-    assert_all_ok(&run("mismatch", 2, &[]));
+fn different_parameter_counts_are_refused_on_every_rank() {
+    assert_all_ok(&run("mismatch", 2, &[("TCHD_MISMATCH", "count")]));
+}
+
+#[test]
+fn a_different_parameter_shape_is_refused_where_it_differs() {
+    let outcomes = run("mismatch", 2, &[("TCHD_MISMATCH", "shape"), ("TCHD_TIMEOUT_MS", "10000")]);
+    assert_all_ok(&outcomes);
+    assert!(
+        outcomes[1].output.contains("appears not to match sizes of the same param in process 0"),
+        "{}",
+        outcomes[1].output
+    );
 }
 
 #[test]

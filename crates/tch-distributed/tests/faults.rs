@@ -177,7 +177,7 @@ fn bad_environment_values_name_the_variable() {
         ),
     ];
     for (env, var) in cases {
-        let mut spec = RankSpec { rank: 0, env: vec![] };
+        let mut spec = RankSpec { rank: 0, env: vec![], program: None };
         spec.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let out = run_ranks("join", vec![spec], &[("TCHD_TIMEOUT_MS", "30000")], DEADLINE);
         assert_all_ok(&out);
@@ -217,9 +217,9 @@ fn agent_store_makes_every_rank_a_client() {
     drop(store);
 }
 
-/// Ranks of one job started with different world sizes: the rank that disagrees with
-/// rank 0 says so (both sizes, and the fix) before creating the group; rank 0 gives up
-/// at its timeout instead of hanging.
+/// Ranks of one job started with different world sizes: whichever of them comes second
+/// to the store says so (both sizes, and the fix) before creating the group; the other
+/// gives up at its timeout instead of hanging.
 #[test]
 fn ranks_with_different_world_sizes_are_a_clear_error() {
     let port = free_port();
@@ -231,12 +231,18 @@ fn ranks_with_different_world_sizes_are_a_clear_error() {
     }
     let outcomes = run_ranks("join", ranks, &[("TCHD_TIMEOUT_MS", "4000")], DEADLINE);
     assert_all_ok(&outcomes);
-    let one = &outcomes[1].output;
-    assert_eq!(field(one, "kind="), Some("InvalidArgument"), "{one}");
-    assert!(one.contains("different world sizes: rank 1 has world size 3, rank 0 has 2"), "{one}");
-    assert!(one.contains("WORLD_SIZE"), "{one}");
-    let zero = &outcomes[0].output;
-    assert!(field(zero, "kind=").is_some(), "rank 0 must fail, not join: {zero}");
+    let (zero, one) = (&outcomes[0].output, &outcomes[1].output);
+    let told = |out: &str| field(out, "kind=") == Some("InvalidArgument");
+    let (second, first) = match (told(zero), told(one)) {
+        (false, true) => (one, zero),
+        (true, false) => (zero, one),
+        _ => panic!("exactly one rank must name the mismatch:\n--- rank 0\n{zero}\n--- rank 1\n{one}"),
+    };
+    let named = second.contains("different world sizes: rank 1 has world size 3, rank 0 has 2")
+        || second.contains("different world sizes: rank 0 has world size 2, rank 1 has 3");
+    assert!(named, "{second}");
+    assert!(second.contains("WORLD_SIZE"), "{second}");
+    assert!(field(first, "kind=").is_some(), "the other rank must fail, not join: {first}");
 }
 
 /// The listening sockets of this process on `port`, as (address, port) from

@@ -67,6 +67,9 @@ pub struct RankOutcome {
 pub struct RankSpec {
     pub rank: usize,
     pub env: Vec<(String, String)>,
+    /// Another program to run as this rank (e.g. a Python rank: the interpreter and
+    /// its script); `None` runs the scenario in this test binary.
+    pub program: Option<Vec<String>>,
 }
 
 /// The usual env:// rank set: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
@@ -81,6 +84,7 @@ pub fn env_ranks(ranks: impl IntoIterator<Item = usize>, world_size: usize, port
                 ("MASTER_ADDR".into(), "127.0.0.1".into()),
                 ("MASTER_PORT".into(), port.to_string()),
             ],
+            program: None,
         })
         .collect()
 }
@@ -100,9 +104,19 @@ pub fn run_ranks(
     let mut children: Vec<(usize, launcher::Child)> = ranks
         .into_iter()
         .map(|spec| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([ENTRY, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-                .env_remove("RANK")
+            let mut cmd = match &spec.program {
+                Some(program) => {
+                    let mut cmd = Command::new(&program[0]);
+                    cmd.args(&program[1..]);
+                    cmd
+                }
+                None => {
+                    let mut cmd = Command::new(&exe);
+                    cmd.args([ENTRY, "--exact", "--ignored", "--nocapture", "--test-threads=1"]);
+                    cmd
+                }
+            };
+            cmd.env_remove("RANK")
                 .env_remove("WORLD_SIZE")
                 .env_remove("MASTER_ADDR")
                 .env_remove("MASTER_PORT")
