@@ -1,0 +1,164 @@
+//! DDP across languages: Rust ranks (`ddp_peer`: labkit's WideResNet under
+//! tch-distributed's DistributedDataParallel) and PyTorch ranks
+//! (`bench/python/ddp_peer.py`: `bench/python/wideresnet.py` under PyTorch's
+//! DistributedDataParallel) train in one Gloo group. Every rank, whatever its
+//! language, starts from rank 0's broadcast weights and ends with bit-identical ones
+//! after the same SGD steps; the Python rank also checks that they are where one
+//! process with the whole batch ends (N ranks x B = 1 x N*B, across languages).
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const STEPS: usize = 3;
+const BATCH: i64 = 4;
+const LR: f64 = 0.05;
+/// Both sides' runs together take seconds; this only bounds a hang.
+const DEADLINE: Duration = Duration::from_secs(300);
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Runs a job whose rank `i` is Python where `languages[i]` is 'p', Rust where 'r';
+/// returns each rank's output.
+fn run_mixed(languages: &str) -> Option<Vec<String>> {
+    let python = workspace().join(".venv/bin/python");
+    if !python.exists() {
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
+            "{} is missing although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh",
+            python.display()
+        );
+        eprintln!("skipped: {} is missing (scripts/setup.sh installs it)", python.display());
+        return None;
+    }
+    let port = launcher::free_port().unwrap();
+    let n = languages.len();
+    let ranks: Vec<launcher::Child> = languages
+        .chars()
+        .enumerate()
+        .map(|(rank, language)| {
+            let mut cmd = if language == 'p' {
+                let mut cmd = Command::new(&python);
+                cmd.arg(workspace().join("bench/python/ddp_peer.py")).args([
+                    "--steps",
+                    &STEPS.to_string(),
+                    "--batch-size",
+                    &BATCH.to_string(),
+                    "--lr",
+                    &LR.to_string(),
+                ]);
+                cmd
+            } else {
+                let mut cmd = Command::new(env!("CARGO_BIN_EXE_ddp_peer"));
+                cmd.args([
+                    "--steps",
+                    &STEPS.to_string(),
+                    "--batch-size",
+                    &BATCH.to_string(),
+                    "--lr",
+                    &LR.to_string(),
+                ]);
+                cmd
+            };
+            cmd.env("RANK", rank.to_string())
+                .env("WORLD_SIZE", n.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            launcher::spawn(cmd).expect("start a rank")
+        })
+        .collect();
+    // Every rank waited for (and its pipes drained) at once: a rank blocked on a full
+    // pipe would stall the collectives of the others.
+    let waits: Vec<_> = ranks
+        .into_iter()
+        .map(|child| {
+            std::thread::spawn(move || {
+                let out = child.wait_with_output(Some(DEADLINE)).expect("wait for a rank");
+                format!("(exit: {})\n{}{}", out.describe(), out.stdout, out.stderr)
+            })
+        })
+        .collect();
+    Some(waits.into_iter().map(|w| w.join().unwrap()).collect())
+}
+
+fn line<'a>(output: &'a str, prefix: &str) -> Option<&'a str> {
+    output.lines().find(|l| l.starts_with(prefix))
+}
+
+fn check(languages: &str) {
+    let Some(outputs) = run_mixed(languages) else { return };
+    let all = outputs.iter().enumerate().map(|(r, o)| format!("--- rank {r}\n{o}\n")).collect::<String>();
+    for (rank, out) in outputs.iter().enumerate() {
+        let done =
+            if languages.as_bytes()[rank] == b'p' { "python peer finished" } else { "rust rank finished" };
+        assert!(out.contains(done), "{languages}: rank {rank} did not finish:\n{all}");
+    }
+    for what in ["start: ", "end: "] {
+        let first = line(&outputs[0], what).unwrap();
+        for (rank, out) in outputs.iter().enumerate() {
+            assert_eq!(
+                line(out, what),
+                Some(first),
+                "{languages}: rank {rank}'s {what}weights differ from rank 0's:\n{all}"
+            );
+        }
+    }
+    assert_ne!(line(&outputs[0], "start: "), line(&outputs[0], "end: "), "the weights never moved:\n{all}");
+    // The Python ranks' one-process reference: same start, whole batch, same steps.
+    for (rank, out) in outputs.iter().enumerate().filter(|(r, _)| languages.as_bytes()[*r] == b'p') {
+        let text = line(out, "reference max diff: ").unwrap();
+        let diff: f64 =
+            text["reference max diff: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
+        assert!(diff < 1e-5, "{languages}: rank {rank}: N ranks x B is not 1 x N*B: {text}\n{all}");
+    }
+}
+
+#[test]
+fn a_rust_and_a_python_rank_train_to_the_same_weights() {
+    check("rp");
+}
+
+#[test]
+fn python_rank_zero_two_rust_ranks_and_another_python_rank() {
+    check("prrp");
+}
+
+/// README's "One job, two languages" commands, run as written (with this build's
+/// `ddp_peer` for `target/release/ddp_peer`, and a free port).
+#[test]
+fn the_readme_example_runs_as_written() {
+    if !workspace().join(".venv/bin/python").exists() {
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
+            "the venv is missing: run scripts/setup.sh"
+        );
+        return;
+    }
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let section = &readme[readme.find("### One job, two languages").expect("README's mixed-job section")..];
+    let block =
+        section.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("its first sh block");
+    assert!(block.contains("cargo build --release -p ddp-bench --bin ddp_peer"), "{block}");
+    let port = launcher::free_port().unwrap().to_string();
+    let script: String = block
+        .lines()
+        .filter(|l| !l.starts_with("cargo build"))
+        .map(|l| {
+            l.replace("target/release/ddp_peer", env!("CARGO_BIN_EXE_ddp_peer")).replace("29512", &port)
+                + "\n"
+        })
+        .collect();
+    let mut cmd = Command::new("bash");
+    cmd.args(["-euc", &script]).current_dir(workspace());
+    let out = launcher::output(cmd, Some(DEADLINE)).expect("run the README's commands");
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert!(out.success(), "{script}\n{text}");
+    let starts: Vec<&str> = text.lines().filter(|l| l.starts_with("start: ")).collect();
+    let ends: Vec<&str> = text.lines().filter(|l| l.starts_with("end: ")).collect();
+    assert_eq!((starts.len(), ends.len()), (2, 2), "{text}");
+    assert!(starts[0] == starts[1] && ends[0] == ends[1], "the two ranks differ:\n{text}");
+    assert!(text.contains("rust rank finished") && text.contains("python peer finished"), "{text}");
+}
