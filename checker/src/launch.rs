@@ -21,8 +21,7 @@ pub enum Build {
 /// path, or the errors.
 pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io::Result<Build> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = target_dir(root);
     let mut cmd = Command::new(cargo);
     cmd.args(["build", "--quiet", "--color", "never", "-p", package]);
     match manifest_dir {
@@ -39,6 +38,28 @@ pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io
         return Ok(Build::Failed(out.stderr));
     }
     Ok(Build::Binary(target.join("debug").join(package)))
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"))
+}
+
+/// Where `cargo build -p package` puts the package's binary.
+pub fn binary_path(root: &Path, package: &str) -> PathBuf {
+    target_dir(root).join("debug").join(package)
+}
+
+/// Builds several packages of the workspace in one cargo run (one dependency check
+/// instead of one per package). False when any of them fails: each is then built on
+/// its own, so that the failure is reported with its step.
+pub fn build_all(root: &Path, packages: &[String]) -> bool {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--color", "never"]).current_dir(root);
+    for package in packages {
+        cmd.args(["-p", package]);
+    }
+    launcher::output(cmd, None).is_ok_and(|out| out.success())
 }
 
 /// One process to start.

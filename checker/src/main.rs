@@ -215,8 +215,9 @@ fn main() -> ExitCode {
             let seed = runs.seed();
             let root = repo_root();
             let mut all_passed = true;
+            let built = build_all(&root, &steps, subject);
             for step in steps {
-                match run_step(&root, step, subject, seed, runs.limit(), keep)
+                match run_step(&root, step, subject, seed, runs.limit(), keep, built)
                     .map(|run| print_run(&root, step, seed, &run))
                 {
                     Ok(passed) => all_passed &= passed,
@@ -268,7 +269,7 @@ fn watch_step(
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
     loop {
-        let passed = match run_step(&root, step, subject, seed, limit, false)
+        let passed = match run_step(&root, step, subject, seed, limit, false, false)
             .map(|run| print_run(&root, step, seed, &run))
         {
             Ok(passed) => passed,
@@ -308,8 +309,9 @@ fn grade(target: &[String], subject: Subject, seed: u64, limit: Duration, json: 
     };
     let root = repo_root();
     let mut graded = Vec::new();
+    let built = build_all(&root, &steps, subject);
     for step in steps {
-        match run_step(&root, step, subject, seed, limit, false) {
+        match run_step(&root, step, subject, seed, limit, false, built) {
             Ok(run) => graded.push(grade::GradedStep {
                 step,
                 title: coursegen::STEPS[usize::from(step)],
@@ -417,6 +419,25 @@ struct StepRun {
 }
 
 /// Builds and runs one step and judges it; prints nothing but progress.
+/// Several steps: their crates built in one cargo run first. True when that built
+/// them all (each step then skips its own build).
+fn build_all(root: &Path, steps: &[u8], subject: Subject) -> bool {
+    let prefix = match subject {
+        Subject::Step => "step",
+        Subject::Solution => "solution",
+        Subject::Elsewhere(_) => return false,
+    };
+    if steps.len() < 2 {
+        return false;
+    }
+    let spinner = spinner::Spinner::new(false);
+    spinner.phase(&format!("building {} crates", steps.len()));
+    let packages: Vec<String> = steps.iter().map(|s| format!("{prefix}_{s:02}")).collect();
+    let built = launch::build_all(root, &packages);
+    spinner.clear();
+    built
+}
+
 fn run_step(
     root: &Path,
     step: u8,
@@ -424,6 +445,7 @@ fn run_step(
     seed: u64,
     limit: Duration,
     keep: bool,
+    built: bool,
 ) -> Result<StepRun, String> {
     let read = |dir: PathBuf| -> Result<String, String> {
         let main_rs = dir.join("src/main.rs");
@@ -446,7 +468,12 @@ fn run_step(
     spinner.step(step);
     spinner.phase(&format!("building {package}"));
 
-    let (results, output, kept) = match observe::build_or_fail(root, &package, manifest_dir.as_deref()) {
+    let binary = if built {
+        Ok(launch::binary_path(root, &package))
+    } else {
+        observe::build_or_fail(root, &package, manifest_dir.as_deref())
+    };
+    let (results, output, kept) = match binary {
         Err(failed) => {
             let output = failed.observed.clone();
             (vec![failed], output, None)
