@@ -1,14 +1,12 @@
 //! Speed settings of a run (`--amp`, `--channels-last`, `--peak-tflops`), which
-//! [`crate::RunOptions::apply`] records for the whole process so that `train`, `test`
-//! and the model follow them without the lab program passing them around; and the
-//! model-FLOP utilisation (MFU) that rank 0 reports at the end.
+//! `train`, `test` and the model follow (recorded for the process by the `run` module);
+//! and the model-FLOP utilisation (MFU) that rank 0 reports at the end.
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Mutex;
 
 use tch::{Device, Tensor};
 
-use crate::model::Widths;
+use crate::widths::Widths;
 
 /// Mixed precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,7 +42,7 @@ impl fmt::Display for Amp {
     }
 }
 
-/// What [`crate::RunOptions::apply`] recorded for this process.
+/// The speed settings of a run, from its options.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PerfSettings {
     pub amp: Amp,
@@ -66,18 +64,6 @@ impl Default for PerfSettings {
             gpu_allowed: true,
         }
     }
-}
-
-static SETTINGS: Mutex<Option<PerfSettings>> = Mutex::new(None);
-
-/// Records the settings for this process.
-pub fn configure(settings: PerfSettings) {
-    *SETTINGS.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings);
-}
-
-/// The recorded settings (the defaults when nothing was recorded).
-pub fn settings() -> PerfSettings {
-    SETTINGS.lock().unwrap_or_else(|p| p.into_inner()).unwrap_or_default()
 }
 
 /// The same values in channels-last (NHWC) memory layout, for a 4-D tensor; others
@@ -144,39 +130,41 @@ pub fn mfu(images_per_sec_per_device: f64, widths: Widths, peak_tflops: f64) -> 
     3.0 * forward_flops_per_image(widths) as f64 * images_per_sec_per_device / (peak_tflops * 1e12)
 }
 
-/// The line rank 0 prints after the summary, when a peak is known: `--peak-tflops`,
-/// or the table for the GPU this run used. None on CPU runs without `--peak-tflops`.
-pub fn mfu_line(images_per_sec_per_device: f64) -> Option<String> {
-    let s = settings();
-    let on_gpu = s.gpu_allowed && tch::Cuda::is_available();
-    let (peak, source) = match s.peak_tflops {
-        Some(p) => (p, "given with --peak-tflops".to_string()),
-        None if on_gpu => {
-            let name = gpu_name().unwrap_or_else(|| "unknown GPU".into());
-            match peak_tflops(&name, s.amp) {
-                Some(p) => (p, format!("{name}, {}", if s.amp == Amp::Bf16 { "BF16" } else { "TF32" })),
-                None => {
-                    return Some(format!(
-                        "Model FLOP utilisation: unknown peak for {name} at amp {}: pass --peak-tflops",
-                        s.amp
-                    ))
+impl PerfSettings {
+    /// The line rank 0 prints after the summary, when a peak is known: `--peak-tflops`,
+    /// or the table for the GPU this run used. None on CPU runs without `--peak-tflops`.
+    pub fn mfu_line(&self, images_per_sec_per_device: f64) -> Option<String> {
+        let s = self;
+        let on_gpu = s.gpu_allowed && tch::Cuda::is_available();
+        let (peak, source) = match s.peak_tflops {
+            Some(p) => (p, "given with --peak-tflops".to_string()),
+            None if on_gpu => {
+                let name = gpu_name().unwrap_or_else(|| "unknown GPU".into());
+                match peak_tflops(&name, s.amp) {
+                    Some(p) => (p, format!("{name}, {}", if s.amp == Amp::Bf16 { "BF16" } else { "TF32" })),
+                    None => {
+                        return Some(format!(
+                            "Model FLOP utilisation: unknown peak for {name} at amp {}: pass --peak-tflops",
+                            s.amp
+                        ))
+                    }
                 }
             }
-        }
-        None => return None,
-    };
-    let flops = forward_flops_per_image(s.widths);
-    Some(format!(
-        "Model FLOP utilisation: {:.1}% ({:.3} GFLOP forward per image, × 3 for training, {:.1} images/sec per device, peak {peak} TFLOP/s: {source})",
-        mfu(images_per_sec_per_device, s.widths, peak) * 100.0,
-        flops as f64 / 1e9,
-        images_per_sec_per_device
-    ))
-}
+            None => return None,
+        };
+        let flops = forward_flops_per_image(s.widths);
+        Some(format!(
+            "Model FLOP utilisation: {:.1}% ({:.3} GFLOP forward per image, × 3 for training, {:.1} images/sec per device, peak {peak} TFLOP/s: {source})",
+            mfu(images_per_sec_per_device, s.widths, peak) * 100.0,
+            flops as f64 / 1e9,
+            images_per_sec_per_device
+        ))
+    }
 
-/// Whether `device` should run under bf16 autocast.
-pub(crate) fn autocast_on(device: Device) -> Option<Device> {
-    (settings().amp == Amp::Bf16).then_some(device)
+    /// The device to run under bf16 autocast: `device` with `--amp bf16`, else none.
+    pub(crate) fn autocast_on(&self, device: Device) -> Option<Device> {
+        (self.amp == Amp::Bf16).then_some(device)
+    }
 }
 
 #[cfg(test)]
