@@ -31,7 +31,7 @@ use tch::nn::VarStore;
 use tch::{Device, Tensor};
 use thiserror::Error;
 
-use crate::data::fsutil::{self, TempFile};
+use crate::data::fsutil;
 use crate::error::Result;
 use crate::report::EarlyStopping;
 use crate::{probes, run, trace};
@@ -169,6 +169,11 @@ impl Checkpoint {
     }
 }
 
+/// A checkpoint directory that cannot be written (exit code 2, as bad input).
+fn unusable(dir: &Path, action: &str, path: &Path, e: std::io::Error) -> CheckpointError {
+    CheckpointError::invalid(dir, format!("cannot {action} {}: {e}", path.display()))
+}
+
 fn md5_of(path: &Path) -> Result<String, CheckpointError> {
     let bytes = fs::read(path).map_err(|e| CheckpointError::io("read", path, e))?;
     Ok(Md5::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
@@ -188,21 +193,22 @@ pub fn write(
     let variables: BTreeMap<String, Tensor> =
         vs.variables().into_iter().map(|(k, v)| (k, v.to_device(Device::Cpu))).collect();
     let named: Vec<(&str, &Tensor)> = variables.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let tmp = TempFile::create(dir, &checkpoint.weights)
-        .map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    let weights_path = dir.join(&checkpoint.weights);
+    let tmp =
+        fsutil::writer().create(&weights_path).map_err(|e| unusable(dir, "create", &weights_path, e))?;
     let tmp_path = tmp.path().to_path_buf();
     Tensor::write_safetensors(&named, &tmp_path)
         .map_err(|source| CheckpointError::Tensor { path: tmp_path.clone(), source })?;
     checkpoint.weights_md5 = md5_of(&tmp_path)?;
-    tmp.persist(dir, &checkpoint.weights).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    tmp.commit().map_err(|e| unusable(dir, "rename into place", &weights_path, e))?;
 
     let text = serde_json::to_string_pretty(&checkpoint.to_json()).expect("JSON of plain values");
-    let mut tmp =
-        TempFile::create(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    let json_path = dir.join(CHECKPOINT_FILE);
+    let mut tmp = fsutil::writer().create(&json_path).map_err(|e| unusable(dir, "create", &json_path, e))?;
     let tmp_path = tmp.path().to_path_buf();
     tmp.file().write_all(text.as_bytes()).map_err(|e| CheckpointError::io("write", &tmp_path, e))?;
     probes::in_checkpoint_commit(checkpoint.epoch);
-    tmp.persist(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    tmp.commit().map_err(|e| unusable(dir, "rename into place", &json_path, e))?;
     // Committed: older weights are no longer referenced.
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {
