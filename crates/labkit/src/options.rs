@@ -2,50 +2,28 @@
 //! (a narrow model, a subset, a thread count), where the data comes from, which
 //! device, and how long to wait for other ranks. Step programs flatten them into
 //! their `Args` (`#[command(flatten)] run: labkit::RunOptions`).
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use tch::Device;
 
 use crate::checkpoint::CheckpointOptions;
 use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
 use crate::parsers::{positive_tflops, threads, timeout_seconds};
-use crate::perf::{Amp, PerfSettings};
+use crate::perf::{Amp, AmpParser, PerfSettings};
 use crate::run::{self, RunSettings};
 use crate::widths::Widths;
 
-/// Where a rank computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a rank computes: `auto` (one GPU per rank when this node has a GPU for every
+/// rank, else the CPU), `cpu`, or `cuda` (`gpu` too).
+// No doc comments on the values: see `DatasetKind`'s note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DeviceChoice {
-    /// One GPU per rank when this node has a GPU for every rank, else the CPU.
     Auto,
     Cpu,
+    #[value(alias = "gpu")]
     Cuda,
-}
-
-impl FromStr for DeviceChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(DeviceChoice::Auto),
-            "cpu" => Ok(DeviceChoice::Cpu),
-            "cuda" | "gpu" => Ok(DeviceChoice::Cuda),
-            _ => Err(format!("unknown device `{s}`: expected auto, cpu or cuda")),
-        }
-    }
-}
-
-impl fmt::Display for DeviceChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeviceChoice::Auto => "auto",
-            DeviceChoice::Cpu => "cpu",
-            DeviceChoice::Cuda => "cuda",
-        })
-    }
 }
 
 impl DeviceChoice {
@@ -118,7 +96,7 @@ pub struct RunOptions {
     /// `real` (Fashion-MNIST; downloaded when missing), `generated` (a learnable
     /// stand-in made on this machine; works offline) or `auto` (real when present or
     /// downloadable, otherwise generated, and the program says so).
-    #[arg(long, default_value = "auto", value_name = "KIND")]
+    #[arg(long, default_value = "auto", value_name = "KIND", ignore_case = true)]
     pub dataset: DatasetKind,
 
     /// Base URL to download Fashion-MNIST from, instead of the public mirrors
@@ -127,7 +105,7 @@ pub struct RunOptions {
     pub mirror: Option<String>,
 
     /// `auto` (a GPU per rank when this node has enough, else the CPU), `cpu` or `cuda`.
-    #[arg(long, default_value = "auto", value_name = "DEVICE")]
+    #[arg(long, default_value = "auto", value_name = "DEVICE", ignore_case = true)]
     pub device: DeviceChoice,
 
     /// Torch threads per rank on the CPU (default: torch's own choice). On a CPU-only
@@ -149,7 +127,7 @@ pub struct RunOptions {
 
     /// Mixed precision: `off`, or `bf16` (autocast: convolutions in bfloat16;
     /// parameters, gradients and the loss stay float32). CPU and CUDA.
-    #[arg(long, default_value = "off", value_name = "MODE")]
+    #[arg(long, default_value = "off", value_name = "MODE", ignore_case = true, value_parser = AmpParser)]
     pub amp: Amp,
 
     /// Channels-last (NHWC) layout for images and convolution weights: faster
@@ -301,7 +279,48 @@ impl RunOptions {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_gpus, DeviceChoice};
+    use super::{check_gpus, Amp, DatasetKind, DeviceChoice, RunOptions};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunOptions,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunOptions, String> {
+        let args = std::iter::once("lab").chain(args.iter().copied());
+        Cli::try_parse_from(args).map(|cli| cli.run).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn enum_options_parse_through_clap_in_any_case_and_with_their_aliases() {
+        let run = parse(&["--device", "GPU", "--dataset", "Generated", "--amp", "bfloat16"]).unwrap();
+        assert_eq!(
+            (run.device, run.dataset, run.amp),
+            (DeviceChoice::Cuda, DatasetKind::Generated, Amp::Bf16)
+        );
+        let run = parse(&[]).unwrap();
+        assert_eq!((run.device, run.dataset, run.amp), (DeviceChoice::Auto, DatasetKind::Auto, Amp::Off));
+        assert_eq!(parse(&["--amp", "fp32"]).unwrap().amp, Amp::Off);
+        let e = parse(&["--device", "tpu"]).unwrap_err();
+        assert!(e.contains("invalid value 'tpu'") && e.contains("[possible values: auto, cpu, cuda]"), "{e}");
+        let e = parse(&["--dataset", "mnist"]).unwrap_err();
+        assert!(e.contains("[possible values: real, generated, auto]"), "{e}");
+        // fp16 is not a typo: it gets the reason, in clap's "invalid value" form.
+        let e = parse(&["--amp", "FP16"]).unwrap_err();
+        assert!(
+            e.contains("invalid value 'FP16' for '--amp <MODE>'") && e.contains("gradient scaler"),
+            "{e}"
+        );
+        let e = parse(&["--amp", "int8"]).unwrap_err();
+        assert!(e.contains("[possible values: off, bf16]"), "{e}");
+        // Display gives the names clap parses (the trace and the MFU line print them).
+        assert_eq!(
+            (DatasetKind::Generated.to_string(), Amp::Bf16.to_string()),
+            ("generated".into(), "bf16".into())
+        );
+    }
 
     #[test]
     fn more_ranks_than_gpus_is_refused_unless_shared() {

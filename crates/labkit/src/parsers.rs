@@ -1,6 +1,22 @@
 //! The value parsers of the step programs' options: whole numbers in a range, a
 //! learning rate, a peak TFLOP/s. Each error says what is expected and why, as clap
-//! prints it after "invalid value". Below the options' modules, which all use them.
+//! prints it after "invalid value". Below the options' modules, which all use them;
+//! and the names of the options' `ValueEnum`s, for messages and `Display`.
+use clap::ValueEnum;
+
+/// The name clap knows `value` by (`--dataset generated`: "generated").
+pub(crate) fn value_name<E: ValueEnum>(value: &E) -> String {
+    value.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+}
+
+/// The names of every value of `E`, for "expected …": "off or bf16", "real, generated or auto".
+pub(crate) fn one_of<E: ValueEnum>() -> String {
+    let names: Vec<String> = E::value_variants().iter().map(value_name).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.concat(),
+    }
+}
 
 /// Value parser for `--peak-tflops`.
 pub(crate) fn positive_tflops(s: &str) -> Result<f64, String> {
@@ -62,4 +78,28 @@ pub fn learning_rate(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(lr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, ValueEnum)]
+    enum One {
+        Only,
+    }
+
+    #[derive(Clone, ValueEnum)]
+    enum Three {
+        Real,
+        Generated,
+        Auto,
+    }
+
+    #[test]
+    fn expected_values_read_as_a_list() {
+        assert_eq!(one_of::<One>(), "only");
+        assert_eq!(one_of::<Three>(), "real, generated or auto");
+        assert_eq!(value_name(&Three::Generated), "generated");
+    }
 }

@@ -1,44 +1,75 @@
 //! Speed settings of a run (`--amp`, `--channels-last`, `--peak-tflops`), which
 //! `train`, `test` and the model follow (recorded for the process by the `run` module);
 //! and the model-FLOP utilisation (MFU) that rank 0 reports at the end.
+use std::ffi::OsStr;
 use std::fmt;
 use std::str::FromStr;
+
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::{Arg, Command, ValueEnum};
 
 use tch::{Device, Tensor};
 
 use crate::widths::Widths;
 
-/// Mixed precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Mixed precision: `off`, everything in float32 (the lab), or `bf16`, autocast:
+/// convolutions and matrix products in bfloat16, parameters, gradients and the loss
+/// in float32.
+// No doc comments on the values: see `DatasetKind`'s note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum Amp {
-    /// Everything in float32 (the lab).
     #[default]
+    #[value(alias = "none", alias = "fp32")]
     Off,
-    /// bf16 autocast: convolutions and matrix products in bfloat16, parameters,
-    /// gradients and the loss in float32.
+    #[value(alias = "bfloat16")]
     Bf16,
 }
 
+/// Why there is no `--amp fp16`, for whoever asks for it.
+const FP16_LESSON: &str =
+    "--amp fp16 is not offered: it needs a gradient scaler; use bf16 (same speed on tensor cores)";
+
+fn is_fp16(s: &str) -> bool {
+    matches!(s.to_ascii_lowercase().as_str(), "fp16" | "float16")
+}
+
+/// For text outside clap (and tests); `--amp` parses through [`AmpParser`].
 impl FromStr for Amp {
     type Err = String;
     fn from_str(s: &str) -> Result<Amp, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "off" | "none" | "fp32" => Ok(Amp::Off),
-            "bf16" | "bfloat16" => Ok(Amp::Bf16),
-            "fp16" | "float16" => {
-                Err("--amp fp16 is not offered: it needs a gradient scaler; use bf16 (same speed on tensor cores)".into())
-            }
-            _ => Err(format!("unknown --amp `{s}`: expected off or bf16")),
+        if is_fp16(s) {
+            return Err(FP16_LESSON.into());
         }
+        <Amp as ValueEnum>::from_str(s, true)
+            .map_err(|_| format!("unknown --amp `{s}`: expected {}", crate::parsers::one_of::<Amp>()))
     }
 }
 
 impl fmt::Display for Amp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Amp::Off => "off",
-            Amp::Bf16 => "bf16",
-        })
+        f.write_str(&crate::parsers::value_name(self))
+    }
+}
+
+/// clap's parser of `--amp`: the `ValueEnum`'s (its values in `--help`, its error for
+/// a typo), except that fp16 gets the reason it is missing rather than a list.
+#[derive(Debug, Clone, Copy)]
+pub struct AmpParser;
+
+impl TypedValueParser for AmpParser {
+    type Value = Amp;
+
+    fn parse_ref(&self, cmd: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<Amp, clap::Error> {
+        if value.to_str().is_some_and(is_fp16) {
+            // A plain function parser: clap's "invalid value 'fp16' for '--amp': <lesson>".
+            let lesson = |_: &str| -> Result<Amp, &'static str> { Err(FP16_LESSON) };
+            return lesson.parse_ref(cmd, arg, value);
+        }
+        EnumValueParser::<Amp>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(Amp::value_variants().iter().filter_map(ValueEnum::to_possible_value)))
     }
 }
 
