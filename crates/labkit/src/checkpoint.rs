@@ -24,22 +24,49 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use clap::Args;
 use md5::{Digest, Md5};
 use serde_json::{json, Value};
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
 use thiserror::Error;
 
-use crate::data::fsutil::{self, TempFile};
-use crate::options::RunOptions;
+use crate::data::fsutil;
+use crate::error::Result;
 use crate::report::EarlyStopping;
-use crate::trace;
+use crate::{probes, run, trace};
 
 /// The file that commits a checkpoint.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
 /// The `format` field of [`CHECKPOINT_FILE`].
 pub const FORMAT: &str = "ddp-lab-checkpoint/1";
 pub use crate::probes::CRASH_IN_SAVE_ENV;
+
+/// The checkpoint options of every step program (flattened into `RunOptions`, whose
+/// `AsRef` hands them to [`resume`] and [`save`]).
+#[derive(Args, Debug, Clone)]
+pub struct CheckpointOptions {
+    /// Rank 0 saves a checkpoint (weights, epoch, learning rate, early-stopping
+    /// history) every N epochs into --checkpoint-dir. Default: never.
+    #[arg(long, value_name = "N", value_parser = crate::parsers::positive)]
+    pub save_every: Option<usize>,
+
+    /// Where checkpoints are saved and resumed from (safetensors + checkpoint.json).
+    #[arg(long, default_value = "checkpoints", value_name = "DIR")]
+    pub checkpoint_dir: PathBuf,
+
+    /// Continue from the checkpoint in --checkpoint-dir, if there is one (every rank
+    /// loads it onto its own device); otherwise start at epoch 0. Safe to pass on the
+    /// first run too, as torchrun restarts repeat the same command line.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl AsRef<CheckpointOptions> for CheckpointOptions {
+    fn as_ref(&self) -> &CheckpointOptions {
+        self
+    }
+}
 
 /// What can go wrong with a checkpoint. Every message names the file and the fix.
 #[derive(Debug, Error)]
@@ -142,6 +169,11 @@ impl Checkpoint {
     }
 }
 
+/// A checkpoint directory that cannot be written (exit code 2, as bad input).
+fn unusable(dir: &Path, action: &str, path: &Path, e: std::io::Error) -> CheckpointError {
+    CheckpointError::invalid(dir, format!("cannot {action} {}: {e}", path.display()))
+}
+
 fn md5_of(path: &Path) -> Result<String, CheckpointError> {
     let bytes = fs::read(path).map_err(|e| CheckpointError::io("read", path, e))?;
     Ok(Md5::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
@@ -161,21 +193,22 @@ pub fn write(
     let variables: BTreeMap<String, Tensor> =
         vs.variables().into_iter().map(|(k, v)| (k, v.to_device(Device::Cpu))).collect();
     let named: Vec<(&str, &Tensor)> = variables.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let tmp = TempFile::create(dir, &checkpoint.weights)
-        .map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    let weights_path = dir.join(&checkpoint.weights);
+    let tmp =
+        fsutil::writer().create(&weights_path).map_err(|e| unusable(dir, "create", &weights_path, e))?;
     let tmp_path = tmp.path().to_path_buf();
     Tensor::write_safetensors(&named, &tmp_path)
         .map_err(|source| CheckpointError::Tensor { path: tmp_path.clone(), source })?;
     checkpoint.weights_md5 = md5_of(&tmp_path)?;
-    tmp.persist(dir, &checkpoint.weights).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    tmp.commit().map_err(|e| unusable(dir, "rename into place", &weights_path, e))?;
 
     let text = serde_json::to_string_pretty(&checkpoint.to_json()).expect("JSON of plain values");
-    let mut tmp =
-        TempFile::create(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    let json_path = dir.join(CHECKPOINT_FILE);
+    let mut tmp = fsutil::writer().create(&json_path).map_err(|e| unusable(dir, "create", &json_path, e))?;
     let tmp_path = tmp.path().to_path_buf();
     tmp.file().write_all(text.as_bytes()).map_err(|e| CheckpointError::io("write", &tmp_path, e))?;
-    crate::probes::in_checkpoint_commit(checkpoint.epoch);
-    tmp.persist(dir, CHECKPOINT_FILE).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
+    probes::in_checkpoint_commit(checkpoint.epoch);
+    tmp.commit().map_err(|e| unusable(dir, "rename into place", &json_path, e))?;
     // Committed: older weights are no longer referenced.
     if let Ok(entries) = fs::read_dir(dir) {
         for entry in entries.flatten() {
@@ -262,14 +295,19 @@ pub fn load_weights(dir: &Path, checkpoint: &Checkpoint, vs: &VarStore) -> Resul
 /// `--resume`: loads the last checkpoint of `--checkpoint-dir` into `vs` (on every
 /// rank, onto that rank's device) and `early_stopping`, and says where to start.
 /// Without `--resume`, or without a checkpoint yet, starts at epoch 0.
-pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStopping) -> crate::Result<Start> {
+pub fn resume(
+    options: &impl AsRef<CheckpointOptions>,
+    vs: &VarStore,
+    early_stopping: &mut EarlyStopping,
+) -> Result<Start> {
+    let options = options.as_ref();
     let fresh = Start { epoch: 0, total_time: 0.0 };
-    if !run.resume {
+    if !options.resume {
         return Ok(fresh);
     }
-    let dir = &run.checkpoint_dir;
+    let dir = &options.checkpoint_dir;
     let Some(checkpoint) = read(dir)? else {
-        if crate::lab::is_rank_zero() {
+        if run::is_rank_zero() {
             println!("resume: no checkpoint in {} yet, starting at epoch 0", dir.display());
         }
         return Ok(fresh);
@@ -279,7 +317,7 @@ pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStoppin
     crate::report::restore(&checkpoint.accuracy_history, checkpoint.total_time);
     if early_stopping.should_stop() {
         // The saved run had already stopped early: another epoch would change its result.
-        if crate::lab::is_rank_zero() {
+        if run::is_rank_zero() {
             println!(
                 "resume: the run saved in {} had already stopped early after epoch {} (target reached); nothing left to train",
                 dir.display(),
@@ -289,8 +327,8 @@ pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStoppin
         return Ok(Start { epoch: usize::MAX, total_time: checkpoint.total_time });
     }
     let start = Start { epoch: checkpoint.epoch + 1, total_time: checkpoint.total_time };
-    crate::lab::set_epoch_counter(start.epoch);
-    if crate::lab::is_rank_zero() {
+    run::continue_at(start.epoch);
+    if run::is_rank_zero() {
         println!(
             "resume: continuing at epoch {} from {} (saved after epoch {})",
             start.epoch,
@@ -312,15 +350,16 @@ pub fn resume(run: &RunOptions, vs: &VarStore, early_stopping: &mut EarlyStoppin
 /// Rank 0 saves a checkpoint after `epoch` when `--save-every N` divides the number of
 /// epochs done; every other rank, and runs without `--save-every`, do nothing.
 pub fn save(
-    run: &RunOptions,
+    options: &impl AsRef<CheckpointOptions>,
     vs: &VarStore,
     epoch: usize,
     total_time: f64,
     learning_rate: f64,
     early_stopping: &EarlyStopping,
-) -> crate::Result<()> {
-    let Some(every) = run.save_every else { return Ok(()) };
-    if !(epoch + 1).is_multiple_of(every) || !crate::lab::is_rank_zero() {
+) -> Result<()> {
+    let options = options.as_ref();
+    let Some(every) = options.save_every else { return Ok(()) };
+    if !(epoch + 1).is_multiple_of(every) || !run::is_rank_zero() {
         return Ok(());
     }
     let fields = Checkpoint {
@@ -331,7 +370,7 @@ pub fn save(
         weights: String::new(),
         weights_md5: String::new(),
     };
-    let saved = write(&run.checkpoint_dir, vs, &fields)?;
+    let saved = write(&options.checkpoint_dir, vs, &fields)?;
     trace::record(
         "checkpoint_saved",
         json!({ "epoch": epoch, "weights": saved.weights, "md5": saved.weights_md5 }),
@@ -406,10 +445,10 @@ mod tests {
     #[derive(clap::Parser)]
     struct Cli {
         #[command(flatten)]
-        run: RunOptions,
+        run: CheckpointOptions,
     }
 
-    fn resume_options(dir: &Path) -> RunOptions {
+    fn resume_options(dir: &Path) -> CheckpointOptions {
         use clap::Parser;
         let dir = dir.to_str().unwrap();
         Cli::try_parse_from(["lab", "--resume", "--save-every", "1", "--checkpoint-dir", dir]).unwrap().run

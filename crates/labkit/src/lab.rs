@@ -11,17 +11,15 @@ use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 use tch_distributed as dist;
 
+use crate::checkpoint::CheckpointError;
 use crate::data::{
     ensure_dataset, DataError, DatasetKind, DatasetOptions, DatasetReady, FashionMnist, Split,
 };
+use crate::error::{BoxError, Result};
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
-use crate::{probes, trace};
-
-/// Any error a step program can meet.
-pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
-/// The step programs' result type.
-pub type Result<T, E = BoxError> = std::result::Result<T, E>;
+use crate::perf::{self, PerfSettings};
+use crate::{probes, run, trace};
 
 /// A model the training loop can run: the plain WideResNet, or the WideResNet wrapped
 /// in DDP (whose forward can fail when another rank is gone).
@@ -41,15 +39,6 @@ impl<M: ModuleT> Model for dist::DistributedDataParallel<M> {
     }
 }
 
-/// Rank 0 of the job: the global rank once the process group exists, the local rank
-/// before that (a single-process program is rank 0).
-pub(crate) fn is_rank_zero() -> bool {
-    match dist::get_rank() {
-        Ok(rank) => rank == 0,
-        Err(_) => trace::local_rank().unwrap_or(0) == 0,
-    }
-}
-
 /// One epoch of training, as the lab's `train` function: every batch the loader's
 /// sampler gives, forward, cross-entropy, backward, an SGD step. With DDP the
 /// backward pass also averages the gradients over all ranks.
@@ -61,7 +50,8 @@ pub fn train<M: Model, S: Sampler>(
     loader: &mut DataLoader<'_, S>,
 ) -> Result<()> {
     let indices = loader.sampler.epoch_indices();
-    let epoch = next_epoch_number();
+    let epoch = run::next_epoch();
+    let perf = run::settings().perf;
     if trace::enabled() {
         // Only built when traced: a full epoch is tens of thousands of indices.
         trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
@@ -73,7 +63,7 @@ pub fn train<M: Model, S: Sampler>(
     let bar = progress_bar(loader.len() as u64, epoch);
     // The epoch's indices go to the device once; nothing in the loop waits for the GPU.
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, loader.device) {
-        let logits = run_forward(model, &images, true, loader.device)?;
+        let logits = run_forward(model, &images, true, loader.device, &perf)?;
         let loss = logits.cross_entropy_for_logits(&labels);
         optimizer.zero_grad();
         // DDP's Reducer all-reduces inside backward: its failure is a DistError.
@@ -97,12 +87,13 @@ pub fn train<M: Model, S: Sampler>(
 pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> Result<(f64, f64)> {
     let indices = loader.sampler.epoch_indices();
     let device = loader.device;
+    let perf = run::settings().perf;
     let mut loss_sum = Tensor::zeros([0i64; 0], (Kind::Double, device));
     let mut correct = Tensor::zeros([0i64; 0], (Kind::Int64, device));
     let (mut total, mut batches) = (0usize, 0usize);
     let _no_grad = tch::no_grad_guard();
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, device) {
-        let logits = run_forward(model, &images, false, device)?;
+        let logits = run_forward(model, &images, false, device, &perf)?;
         loss_sum += logits.cross_entropy_for_logits(&labels).to_kind(Kind::Double);
         correct += logits.argmax(-1, false).eq_tensor(&labels).sum(Kind::Int64);
         total += labels.size()[0] as usize;
@@ -124,37 +115,29 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
 /// The model's logits as float32, under the run's speed settings (`--channels-last`,
 /// `--amp bf16`; see [`crate::perf`]). Under autocast the logits come out in bf16;
 /// the loss is then taken in float32, as autocast itself does for cross-entropy.
-fn run_forward<M: Model>(model: &M, images: &Tensor, train: bool, device: tch::Device) -> Result<Tensor> {
-    let settings = crate::perf::settings();
+fn run_forward<M: Model>(
+    model: &M,
+    images: &Tensor,
+    train: bool,
+    device: tch::Device,
+    settings: &PerfSettings,
+) -> Result<Tensor> {
     let channels_last;
     let images = if settings.channels_last {
-        channels_last = crate::perf::to_channels_last(images);
+        channels_last = perf::to_channels_last(images);
         &channels_last
     } else {
         images
     };
-    let logits = match crate::perf::autocast_on(device) {
+    let logits = match settings.autocast_on(device) {
         Some(device) => dist::autocast_bf16(device, || model.forward(images, train))??,
         None => model.forward(images, train)?,
     };
     Ok(if logits.kind() == Kind::Float { logits } else { logits.to_kind(Kind::Float) })
 }
 
-static EPOCHS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Counts the epochs `train` has run (0-based; a resumed run continues the count),
-/// for the trace, the progress bar and the test hooks.
-fn next_epoch_number() -> usize {
-    EPOCHS.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-}
-
-/// A resumed run's first epoch.
-pub(crate) fn set_epoch_counter(epoch: usize) {
-    EPOCHS.store(epoch, std::sync::atomic::Ordering::SeqCst);
-}
-
 fn progress_bar(batches: u64, epoch: usize) -> ProgressBar {
-    if !(is_rank_zero() && std::io::stderr().is_terminal()) {
+    if !(run::is_rank_zero() && std::io::stderr().is_terminal()) {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(batches);
@@ -267,7 +250,7 @@ pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
     if let Some(data) = e.downcast_ref::<DataError>() {
         return data.exit_code() as u8;
     }
-    if let Some(c) = e.downcast_ref::<crate::checkpoint::CheckpointError>() {
+    if let Some(c) = e.downcast_ref::<CheckpointError>() {
         return c.exit_code() as u8;
     }
     if let Some(d) = e.downcast_ref::<dist::DistError>() {
@@ -276,21 +259,6 @@ pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
         }
     }
     1
-}
-
-/// The run's `--seed`, once [`crate::RunOptions::apply`] has set it.
-static RUN_SEED: std::sync::Mutex<Option<u64>> = std::sync::Mutex::new(None);
-
-/// Seeds libtorch's generators (CPU and CUDA) with `--seed` and remembers it for
-/// [`apply_init_seed`] and [`run_seed`].
-pub(crate) fn set_run_seed(seed: u64) {
-    *RUN_SEED.lock().unwrap_or_else(|p| p.into_inner()) = Some(seed);
-    tch::manual_seed(seed as i64);
-}
-
-/// The run's `--seed`; `None` outside a step program (library use, unit tests).
-pub(crate) fn run_seed() -> Option<u64> {
-    *RUN_SEED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

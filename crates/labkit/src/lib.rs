@@ -1,34 +1,41 @@
 //! What the DDP lab hands students ready-made: the WideResNet model, Fashion-MNIST
 //! (download, checksums, a generated stand-in), batch iteration, the lab's report
 //! lines, and the trace the checker reads.
+//!
+//! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
+//! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`; `data`, `perf`, `probes`,
+//! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
+//! `lab` (`train`, `test`); `options` (`RunOptions::apply`).
 pub mod checkpoint;
 pub mod data;
 pub mod dropout;
+mod error;
 mod lab;
 pub mod loader;
 pub mod model;
 mod options;
+mod parsers;
 pub mod perf;
 pub mod probes;
 pub mod report;
 mod rng;
+pub mod run;
 pub mod trace;
+mod widths;
 
-pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, Start};
+pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start};
 pub use data::{
     download, ensure_dataset, generate, DataError, DatasetAction, DatasetKind, DatasetOptions, DatasetReady,
     DownloadOptions, EpochBatches, FashionMnist, GenerateOptions, Manifest, Split,
 };
+pub use error::{BoxError, Result};
 pub use lab::{
-    announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, BoxError,
-    Model, Result,
+    announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, Model,
 };
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
-pub use model::{parameter_count, Norm, WideResNet, Widths};
-pub use options::{
-    check_gpus, check_node_id, learning_rate, node_count, node_index, positive, ranks_per_node, DeviceChoice,
-    RunOptions,
-};
+pub use model::{parameter_count, Norm, WideResNet};
+pub use options::{check_gpus, check_node_id, DeviceChoice, RunOptions};
+pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
 pub use probes::{
     EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_RANK_DELAY,
@@ -37,6 +44,7 @@ pub use probes::{
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
+pub use widths::Widths;
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests
 /// running in parallel threads do not draw from each other's seeds.

@@ -54,7 +54,7 @@ impl RandomSampler {
     pub fn new(dataset_len: usize) -> Self {
         // PyTorch's RandomSampler draws its order from the global generator, which
         // torch.manual_seed sets: here `--seed` (0 outside a step program).
-        RandomSampler { len: dataset_len, seed: crate::lab::run_seed().unwrap_or(0), epochs_drawn: 0 }
+        RandomSampler { len: dataset_len, seed: crate::run::settings().seed.unwrap_or(0), epochs_drawn: 0 }
     }
 }
 

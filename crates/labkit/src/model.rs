@@ -7,50 +7,13 @@
 //! Block w2→w2; MaxPool 2; Block w2→w3 (scale); Block w3→w3; AvgPool 7; Linear w3→10.
 //! The lab's widths [16, 160, 320, 640] give 17,117,466 parameters; CPU runs use
 //! narrower ones (e.g. [8, 16, 32, 64]: 173,778), same architecture.
-use std::fmt;
-use std::str::FromStr;
-
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
-/// Channel widths of the four stages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Widths(pub [i64; 4]);
-
-impl Widths {
-    /// The lab's model (17,117,466 parameters).
-    pub const LAB: Widths = Widths([16, 160, 320, 640]);
-    /// A CPU-friendly model with the same shape (173,778 parameters).
-    pub const NARROW: Widths = Widths([8, 16, 32, 64]);
-}
-
-impl fmt::Display for Widths {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let [a, b, c, d] = self.0;
-        write!(f, "{a},{b},{c},{d}")
-    }
-}
-
-impl FromStr for Widths {
-    type Err = String;
-    /// `lab`, `narrow`, or four comma-separated channel counts such as `8,16,32,64`.
-    fn from_str(s: &str) -> Result<Widths, String> {
-        match s {
-            "lab" | "full" => return Ok(Widths::LAB),
-            "narrow" => return Ok(Widths::NARROW),
-            _ => {}
-        }
-        let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-        let values: Vec<i64> =
-            parts.iter().filter_map(|p| p.parse().ok()).filter(|v| *v > 0 && *v <= 4096).collect();
-        if parts.len() != 4 || values.len() != 4 {
-            return Err(format!(
-                "width {s:?} is not `lab`, `narrow`, or four channel counts 1..4096 like 8,16,32,64"
-            ));
-        }
-        Ok(Widths([values[0], values[1], values[2], values[3]]))
-    }
-}
+use crate::dropout::dropout;
+use crate::probes;
+use crate::run;
+use crate::widths::Widths;
 
 // PyTorch's default initialisation, which the lab's model gets and tch's defaults
 // differ from: conv and linear weights and biases uniform in ±1/sqrt(fan_in) (tch:
@@ -109,10 +72,19 @@ impl NormLayer {
     }
 }
 
+/// How every layer of one model is built, decided once in [`WideResNet::new`].
+#[derive(Debug, Clone, Copy)]
+struct Layers {
+    norm: Norm,
+    /// `--channels-last`.
+    channels_last: bool,
+    dropout: f64,
+}
+
 /// With `--channels-last`, stores the conv's weight in NHWC layout once, rather than
 /// letting every convolution convert it.
-fn channels_last_if_set(conv: nn::Conv2D) -> nn::Conv2D {
-    if crate::perf::settings().channels_last {
+fn channels_last_if_set(conv: nn::Conv2D, layers: Layers) -> nn::Conv2D {
+    if layers.channels_last {
         let nhwc = crate::perf::to_channels_last(&conv.ws);
         let mut ws = conv.ws.shallow_clone();
         // Same storage as the VarStore's variable: the optimizer sees the new layout.
@@ -129,10 +101,10 @@ struct Cbr {
 }
 
 impl Cbr {
-    fn new(p: nn::Path, cin: i64, cout: i64, norm: Norm) -> Cbr {
+    fn new(p: nn::Path, cin: i64, cout: i64, layers: Layers) -> Cbr {
         let cfg = nn::ConvConfig { padding: 1, bias: false, ..torch_conv(cin * 9) };
-        let conv = channels_last_if_set(nn::conv2d(&p / "conv", cin, cout, 3, cfg));
-        Cbr { conv, norm: NormLayer::new(&p / "bn", cout, norm) }
+        let conv = channels_last_if_set(nn::conv2d(&p / "conv", cin, cout, 3, cfg), layers);
+        Cbr { conv, norm: NormLayer::new(&p / "bn", cout, layers.norm) }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
@@ -151,23 +123,20 @@ struct Block {
 const DROPOUT: f64 = 0.01;
 
 impl Block {
-    fn new(p: nn::Path, cin: i64, cout: i64, scale: bool, norm: Norm) -> Block {
+    fn new(p: nn::Path, cin: i64, cout: i64, scale: bool, layers: Layers) -> Block {
         Block {
-            first: Cbr::new(&p / "cbr1", cin, cout, norm),
-            second: Cbr::new(&p / "cbr2", cout, cout, norm),
-            shortcut: scale
-                .then(|| channels_last_if_set(nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin)))),
-            // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
-            // each process's own generator.
-            dropout: if crate::probes::equivalence_run() { 0.0 } else { DROPOUT },
+            first: Cbr::new(&p / "cbr1", cin, cout, layers),
+            second: Cbr::new(&p / "cbr2", cout, cout, layers),
+            shortcut: scale.then(|| {
+                channels_last_if_set(nn::conv2d(&p / "shortcut", cin, cout, 1, torch_conv(cin)), layers)
+            }),
+            dropout: layers.dropout,
         }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let main = self.second.forward_t(
-            &crate::dropout::dropout(&self.first.forward_t(xs, train), self.dropout, train),
-            train,
-        );
+        let main =
+            self.second.forward_t(&dropout(&self.first.forward_t(xs, train), self.dropout, train), train);
         let residual = match &self.shortcut {
             Some(conv) => xs.apply(conv),
             None => xs.shallow_clone(),
@@ -188,24 +157,32 @@ pub struct WideResNet {
 
 impl WideResNet {
     pub fn new(p: &nn::Path, widths: Widths, norm: Norm) -> WideResNet {
-        crate::probes::seed_before_model();
-        // The checker's equivalence run normalises over the global batch, as one rank
-        // with the whole batch does.
-        let norm = if crate::probes::equivalence_run() { Norm::SyncBatchNorm } else { norm };
+        let run = run::settings();
+        probes::seed_before_model(run.seed);
+        let equivalence = probes::equivalence_run();
+        let layers = Layers {
+            // The checker's equivalence run normalises over the global batch, as one rank
+            // with the whole batch does.
+            norm: if equivalence { Norm::SyncBatchNorm } else { norm },
+            channels_last: run.perf.channels_last,
+            // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
+            // each process's own generator.
+            dropout: if equivalence { 0.0 } else { DROPOUT },
+        };
         let [w0, w1, w2, w3] = widths.0;
         WideResNet {
-            stem: Cbr::new(p / "stem", 1, w0, norm),
+            stem: Cbr::new(p / "stem", 1, w0, layers),
             stage1: [
-                Block::new(p / "block1", w0, w1, true, norm),
-                Block::new(p / "block2", w1, w1, false, norm),
+                Block::new(p / "block1", w0, w1, true, layers),
+                Block::new(p / "block2", w1, w1, false, layers),
             ],
             stage2: [
-                Block::new(p / "block3", w1, w2, true, norm),
-                Block::new(p / "block4", w2, w2, false, norm),
+                Block::new(p / "block3", w1, w2, true, layers),
+                Block::new(p / "block4", w2, w2, false, layers),
             ],
             stage3: [
-                Block::new(p / "block5", w2, w3, true, norm),
-                Block::new(p / "block6", w3, w3, false, norm),
+                Block::new(p / "block5", w2, w3, true, layers),
+                Block::new(p / "block6", w3, w3, false, layers),
             ],
             fc: nn::linear(p / "fc", w3, 10, torch_linear(w3)),
         }

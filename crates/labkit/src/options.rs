@@ -2,47 +2,28 @@
 //! (a narrow model, a subset, a thread count), where the data comes from, which
 //! device, and how long to wait for other ranks. Step programs flatten them into
 //! their `Args` (`#[command(flatten)] run: labkit::RunOptions`).
-use std::fmt;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use tch::Device;
 
+use crate::checkpoint::CheckpointOptions;
 use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
-use crate::model::Widths;
-use crate::perf::{Amp, PerfSettings};
+use crate::parsers::{positive_tflops, threads, timeout_seconds};
+use crate::perf::{Amp, AmpParser, PerfSettings};
+use crate::run::{self, RunSettings};
+use crate::widths::Widths;
 
-/// Where a rank computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a rank computes: `auto` (one GPU per rank when this node has a GPU for every
+/// rank, else the CPU), `cpu`, or `cuda` (`gpu` too).
+// No doc comments on the values: see `DatasetKind`'s note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum DeviceChoice {
-    /// One GPU per rank when this node has a GPU for every rank, else the CPU.
     Auto,
     Cpu,
+    #[value(alias = "gpu")]
     Cuda,
-}
-
-impl FromStr for DeviceChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(DeviceChoice::Auto),
-            "cpu" => Ok(DeviceChoice::Cpu),
-            "cuda" | "gpu" => Ok(DeviceChoice::Cuda),
-            _ => Err(format!("unknown device `{s}`: expected auto, cpu or cuda")),
-        }
-    }
-}
-
-impl fmt::Display for DeviceChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeviceChoice::Auto => "auto",
-            DeviceChoice::Cpu => "cpu",
-            DeviceChoice::Cuda => "cuda",
-        })
-    }
 }
 
 impl DeviceChoice {
@@ -115,7 +96,7 @@ pub struct RunOptions {
     /// `real` (Fashion-MNIST; downloaded when missing), `generated` (a learnable
     /// stand-in made on this machine; works offline) or `auto` (real when present or
     /// downloadable, otherwise generated, and the program says so).
-    #[arg(long, default_value = "auto", value_name = "KIND")]
+    #[arg(long, default_value = "auto", value_name = "KIND", ignore_case = true)]
     pub dataset: DatasetKind,
 
     /// Base URL to download Fashion-MNIST from, instead of the public mirrors
@@ -124,7 +105,7 @@ pub struct RunOptions {
     pub mirror: Option<String>,
 
     /// `auto` (a GPU per rank when this node has enough, else the CPU), `cpu` or `cuda`.
-    #[arg(long, default_value = "auto", value_name = "DEVICE")]
+    #[arg(long, default_value = "auto", value_name = "DEVICE", ignore_case = true)]
     pub device: DeviceChoice,
 
     /// Torch threads per rank on the CPU (default: torch's own choice). On a CPU-only
@@ -146,7 +127,7 @@ pub struct RunOptions {
 
     /// Mixed precision: `off`, or `bf16` (autocast: convolutions in bfloat16;
     /// parameters, gradients and the loss stay float32). CPU and CUDA.
-    #[arg(long, default_value = "off", value_name = "MODE")]
+    #[arg(long, default_value = "off", value_name = "MODE", ignore_case = true, value_parser = AmpParser)]
     pub amp: Amp,
 
     /// Channels-last (NHWC) layout for images and convolution weights: faster
@@ -166,81 +147,16 @@ pub struct RunOptions {
     #[arg(long, value_name = "TFLOPS", value_parser = positive_tflops)]
     pub peak_tflops: Option<f64>,
 
-    /// Rank 0 saves a checkpoint (weights, epoch, learning rate, early-stopping
-    /// history) every N epochs into --checkpoint-dir. Default: never.
-    #[arg(long, value_name = "N", value_parser = positive)]
-    pub save_every: Option<usize>,
-
-    /// Where checkpoints are saved and resumed from (safetensors + checkpoint.json).
-    #[arg(long, default_value = "checkpoints", value_name = "DIR")]
-    pub checkpoint_dir: PathBuf,
-
-    /// Continue from the checkpoint in --checkpoint-dir, if there is one (every rank
-    /// loads it onto its own device); otherwise start at epoch 0. Safe to pass on the
-    /// first run too, as torchrun restarts repeat the same command line.
-    #[arg(long)]
-    pub resume: bool,
+    // --save-every, --checkpoint-dir, --resume: with the checkpoints, which read them.
+    #[command(flatten)]
+    pub checkpoint: CheckpointOptions,
 }
 
-fn positive_tflops(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a positive number of TFLOP/s")),
+/// What `labkit::resume` and `labkit::save_checkpoint` read of the options.
+impl AsRef<CheckpointOptions> for RunOptions {
+    fn as_ref(&self) -> &CheckpointOptions {
+        &self.checkpoint
     }
-}
-
-/// Parses a whole number in `low..=high`, or says which range is allowed and why.
-fn bounded(s: &str, low: usize, high: usize, what: &str) -> Result<usize, String> {
-    let n: i128 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a whole number; expected {what}, from {low} to {high}"))?;
-    if n < low as i128 || n > high as i128 {
-        return Err(format!("{n} is out of range; expected {what}, from {low} to {high}"));
-    }
-    Ok(n as usize)
-}
-
-/// Value parser for counts that must be at least 1 (batch size, epochs, --save-every).
-pub fn positive(s: &str) -> Result<usize, String> {
-    bounded(s, 1, 1_000_000, "a count of at least 1")
-}
-
-/// Value parser for `--num-gpus`: ranks on one node.
-pub fn ranks_per_node(s: &str) -> Result<usize, String> {
-    bounded(s, 1, 1024, "the number of ranks (GPUs, or CPU processes) on each node")
-}
-
-/// Value parser for `--num-nodes`.
-pub fn node_count(s: &str) -> Result<usize, String> {
-    bounded(s, 1, 4096, "the number of nodes in the job")
-}
-
-/// Value parser for `--node-id` (checked against `--num-nodes` by [`check_node_id`]).
-pub fn node_index(s: &str) -> Result<usize, String> {
-    bounded(s, 0, 4095, "this node's index, 0 to --num-nodes minus 1")
-}
-
-fn threads(s: &str) -> Result<usize, String> {
-    bounded(s, 1, 4096, "torch threads per rank")
-}
-
-fn timeout_seconds(s: &str) -> Result<u64, String> {
-    bounded(s, 1, 86_400, "seconds to wait for other ranks").map(|n| n as u64)
-}
-
-/// Value parser for `--base-lr`: a finite number above 0 and at most 10.
-pub fn learning_rate(s: &str) -> Result<f64, String> {
-    let lr: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number; expected a learning rate such as 0.01"))?;
-    if !(lr.is_finite() && lr > 0.0 && lr <= 10.0) {
-        return Err(format!(
-            "{lr} is not a usable learning rate; expected a number above 0 and at most 10, such as 0.01"
-        ));
-    }
-    Ok(lr)
 }
 
 /// Rejects a `--node-id` that is not one of the job's `--num-nodes` nodes: prints the
@@ -324,8 +240,8 @@ impl RunOptions {
 
     /// Applies the process-wide settings: torch's thread count, the seed, cuDNN's benchmark
     /// mode when GPUs may be used (the lab's shapes never change, so autotuning each
-    /// convolution once pays off), and the speed settings `train`, `test` and the
-    /// model read ([`crate::perf`]); and spawned ranks exit with 2 on bad input.
+    /// convolution once pays off), and the settings `train`, `test`, the model and the
+    /// samplers read ([`crate::run`]); and spawned ranks exit with 2 on bad input.
     pub fn apply(&self) {
         // A spawned rank that finds bad input exits with 2, and so does the run.
         tch_distributed::set_worker_exit_code(|e| i32::from(crate::lab::exit_code(e)));
@@ -341,24 +257,70 @@ impl RunOptions {
         tch_distributed::set_spawn_check(move |nprocs| {
             check_gpus(device, share, tch::Cuda::device_count().max(0) as usize, nprocs)
         });
-        crate::lab::set_run_seed(self.seed);
+        // Seeds libtorch's generators (CPU and CUDA), as torch.manual_seed(seed) at the
+        // top of a PyTorch script; the model and the plain sampler reseed from it.
+        tch::manual_seed(self.seed as i64);
         let gpu_allowed = self.device != DeviceChoice::Cpu;
         if gpu_allowed && tch::Cuda::is_available() {
             tch::Cuda::cudnn_set_benchmark(true);
         }
-        crate::perf::configure(PerfSettings {
-            amp: self.amp,
-            channels_last: self.channels_last,
-            widths: self.width,
-            peak_tflops: self.peak_tflops,
-            gpu_allowed,
+        run::configure(RunSettings {
+            seed: Some(self.seed),
+            perf: PerfSettings {
+                amp: self.amp,
+                channels_last: self.channels_last,
+                widths: self.width,
+                peak_tflops: self.peak_tflops,
+                gpu_allowed,
+            },
         });
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{check_gpus, DeviceChoice};
+    use super::{check_gpus, Amp, DatasetKind, DeviceChoice, RunOptions};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunOptions,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunOptions, String> {
+        let args = std::iter::once("lab").chain(args.iter().copied());
+        Cli::try_parse_from(args).map(|cli| cli.run).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn enum_options_parse_through_clap_in_any_case_and_with_their_aliases() {
+        let run = parse(&["--device", "GPU", "--dataset", "Generated", "--amp", "bfloat16"]).unwrap();
+        assert_eq!(
+            (run.device, run.dataset, run.amp),
+            (DeviceChoice::Cuda, DatasetKind::Generated, Amp::Bf16)
+        );
+        let run = parse(&[]).unwrap();
+        assert_eq!((run.device, run.dataset, run.amp), (DeviceChoice::Auto, DatasetKind::Auto, Amp::Off));
+        assert_eq!(parse(&["--amp", "fp32"]).unwrap().amp, Amp::Off);
+        let e = parse(&["--device", "tpu"]).unwrap_err();
+        assert!(e.contains("invalid value 'tpu'") && e.contains("[possible values: auto, cpu, cuda]"), "{e}");
+        let e = parse(&["--dataset", "mnist"]).unwrap_err();
+        assert!(e.contains("[possible values: real, generated, auto]"), "{e}");
+        // fp16 is not a typo: it gets the reason, in clap's "invalid value" form.
+        let e = parse(&["--amp", "FP16"]).unwrap_err();
+        assert!(
+            e.contains("invalid value 'FP16' for '--amp <MODE>'") && e.contains("gradient scaler"),
+            "{e}"
+        );
+        let e = parse(&["--amp", "int8"]).unwrap_err();
+        assert!(e.contains("[possible values: off, bf16]"), "{e}");
+        // Display gives the names clap parses (the trace and the MFU line print them).
+        assert_eq!(
+            (DatasetKind::Generated.to_string(), Amp::Bf16.to_string()),
+            ("generated".into(), "bf16".into())
+        );
+    }
 
     #[test]
     fn more_ranks_than_gpus_is_refused_unless_shared() {

@@ -1,50 +1,79 @@
 //! Speed settings of a run (`--amp`, `--channels-last`, `--peak-tflops`), which
-//! [`crate::RunOptions::apply`] records for the whole process so that `train`, `test`
-//! and the model follow them without the lab program passing them around; and the
-//! model-FLOP utilisation (MFU) that rank 0 reports at the end.
+//! `train`, `test` and the model follow (recorded for the process by the `run` module);
+//! and the model-FLOP utilisation (MFU) that rank 0 reports at the end.
+use std::ffi::OsStr;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Mutex;
+
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::{Arg, Command, ValueEnum};
 
 use tch::{Device, Tensor};
 
-use crate::model::Widths;
+use crate::widths::Widths;
 
-/// Mixed precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Mixed precision: `off`, everything in float32 (the lab), or `bf16`, autocast:
+/// convolutions and matrix products in bfloat16, parameters, gradients and the loss
+/// in float32.
+// No doc comments on the values: see `DatasetKind`'s note.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum Amp {
-    /// Everything in float32 (the lab).
     #[default]
+    #[value(alias = "none", alias = "fp32")]
     Off,
-    /// bf16 autocast: convolutions and matrix products in bfloat16, parameters,
-    /// gradients and the loss in float32.
+    #[value(alias = "bfloat16")]
     Bf16,
 }
 
+/// Why there is no `--amp fp16`, for whoever asks for it.
+const FP16_LESSON: &str =
+    "--amp fp16 is not offered: it needs a gradient scaler; use bf16 (same speed on tensor cores)";
+
+fn is_fp16(s: &str) -> bool {
+    matches!(s.to_ascii_lowercase().as_str(), "fp16" | "float16")
+}
+
+/// For text outside clap (and tests); `--amp` parses through [`AmpParser`].
 impl FromStr for Amp {
     type Err = String;
     fn from_str(s: &str) -> Result<Amp, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "off" | "none" | "fp32" => Ok(Amp::Off),
-            "bf16" | "bfloat16" => Ok(Amp::Bf16),
-            "fp16" | "float16" => {
-                Err("--amp fp16 is not offered: it needs a gradient scaler; use bf16 (same speed on tensor cores)".into())
-            }
-            _ => Err(format!("unknown --amp `{s}`: expected off or bf16")),
+        if is_fp16(s) {
+            return Err(FP16_LESSON.into());
         }
+        <Amp as ValueEnum>::from_str(s, true)
+            .map_err(|_| format!("unknown --amp `{s}`: expected {}", crate::parsers::one_of::<Amp>()))
     }
 }
 
 impl fmt::Display for Amp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Amp::Off => "off",
-            Amp::Bf16 => "bf16",
-        })
+        f.write_str(&crate::parsers::value_name(self))
     }
 }
 
-/// What [`crate::RunOptions::apply`] recorded for this process.
+/// clap's parser of `--amp`: the `ValueEnum`'s (its values in `--help`, its error for
+/// a typo), except that fp16 gets the reason it is missing rather than a list.
+#[derive(Debug, Clone, Copy)]
+pub struct AmpParser;
+
+impl TypedValueParser for AmpParser {
+    type Value = Amp;
+
+    fn parse_ref(&self, cmd: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<Amp, clap::Error> {
+        if value.to_str().is_some_and(is_fp16) {
+            // A plain function parser: clap's "invalid value 'fp16' for '--amp': <lesson>".
+            let lesson = |_: &str| -> Result<Amp, &'static str> { Err(FP16_LESSON) };
+            return lesson.parse_ref(cmd, arg, value);
+        }
+        EnumValueParser::<Amp>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(Amp::value_variants().iter().filter_map(ValueEnum::to_possible_value)))
+    }
+}
+
+/// The speed settings of a run, from its options.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PerfSettings {
     pub amp: Amp,
@@ -66,18 +95,6 @@ impl Default for PerfSettings {
             gpu_allowed: true,
         }
     }
-}
-
-static SETTINGS: Mutex<Option<PerfSettings>> = Mutex::new(None);
-
-/// Records the settings for this process.
-pub fn configure(settings: PerfSettings) {
-    *SETTINGS.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings);
-}
-
-/// The recorded settings (the defaults when nothing was recorded).
-pub fn settings() -> PerfSettings {
-    SETTINGS.lock().unwrap_or_else(|p| p.into_inner()).unwrap_or_default()
 }
 
 /// The same values in channels-last (NHWC) memory layout, for a 4-D tensor; others
@@ -144,39 +161,41 @@ pub fn mfu(images_per_sec_per_device: f64, widths: Widths, peak_tflops: f64) -> 
     3.0 * forward_flops_per_image(widths) as f64 * images_per_sec_per_device / (peak_tflops * 1e12)
 }
 
-/// The line rank 0 prints after the summary, when a peak is known: `--peak-tflops`,
-/// or the table for the GPU this run used. None on CPU runs without `--peak-tflops`.
-pub fn mfu_line(images_per_sec_per_device: f64) -> Option<String> {
-    let s = settings();
-    let on_gpu = s.gpu_allowed && tch::Cuda::is_available();
-    let (peak, source) = match s.peak_tflops {
-        Some(p) => (p, "given with --peak-tflops".to_string()),
-        None if on_gpu => {
-            let name = gpu_name().unwrap_or_else(|| "unknown GPU".into());
-            match peak_tflops(&name, s.amp) {
-                Some(p) => (p, format!("{name}, {}", if s.amp == Amp::Bf16 { "BF16" } else { "TF32" })),
-                None => {
-                    return Some(format!(
-                        "Model FLOP utilisation: unknown peak for {name} at amp {}: pass --peak-tflops",
-                        s.amp
-                    ))
+impl PerfSettings {
+    /// The line rank 0 prints after the summary, when a peak is known: `--peak-tflops`,
+    /// or the table for the GPU this run used. None on CPU runs without `--peak-tflops`.
+    pub fn mfu_line(&self, images_per_sec_per_device: f64) -> Option<String> {
+        let s = self;
+        let on_gpu = s.gpu_allowed && tch::Cuda::is_available();
+        let (peak, source) = match s.peak_tflops {
+            Some(p) => (p, "given with --peak-tflops".to_string()),
+            None if on_gpu => {
+                let name = gpu_name().unwrap_or_else(|| "unknown GPU".into());
+                match peak_tflops(&name, s.amp) {
+                    Some(p) => (p, format!("{name}, {}", if s.amp == Amp::Bf16 { "BF16" } else { "TF32" })),
+                    None => {
+                        return Some(format!(
+                            "Model FLOP utilisation: unknown peak for {name} at amp {}: pass --peak-tflops",
+                            s.amp
+                        ))
+                    }
                 }
             }
-        }
-        None => return None,
-    };
-    let flops = forward_flops_per_image(s.widths);
-    Some(format!(
-        "Model FLOP utilisation: {:.1}% ({:.3} GFLOP forward per image, × 3 for training, {:.1} images/sec per device, peak {peak} TFLOP/s: {source})",
-        mfu(images_per_sec_per_device, s.widths, peak) * 100.0,
-        flops as f64 / 1e9,
-        images_per_sec_per_device
-    ))
-}
+            None => return None,
+        };
+        let flops = forward_flops_per_image(s.widths);
+        Some(format!(
+            "Model FLOP utilisation: {:.1}% ({:.3} GFLOP forward per image, × 3 for training, {:.1} images/sec per device, peak {peak} TFLOP/s: {source})",
+            mfu(images_per_sec_per_device, s.widths, peak) * 100.0,
+            flops as f64 / 1e9,
+            images_per_sec_per_device
+        ))
+    }
 
-/// Whether `device` should run under bf16 autocast.
-pub(crate) fn autocast_on(device: Device) -> Option<Device> {
-    (settings().amp == Amp::Bf16).then_some(device)
+    /// The device to run under bf16 autocast: `device` with `--amp bf16`, else none.
+    pub(crate) fn autocast_on(&self, device: Device) -> Option<Device> {
+        (self.amp == Amp::Bf16).then_some(device)
+    }
 }
 
 #[cfg(test)]

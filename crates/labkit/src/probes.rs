@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tch_distributed as dist;
 
+use crate::error::Result;
 use crate::trace;
 
 /// Environment variable the checker sets to give every rank a different initial
@@ -15,11 +16,11 @@ use crate::trace;
 pub const INIT_SEED_ENV: &str = "DDP_LAB_INIT_SEED";
 
 /// Environment variable the checker sets to a global rank that then ends each
-/// [`crate::train`] call [`SLOW_RANK_DELAY`] late (a slow rank, as on a busy GPU).
+/// `train` call [`SLOW_RANK_DELAY`] late (a slow rank, as on a busy GPU).
 pub const SLOW_RANK_ENV: &str = "DDP_LAB_SLOW_RANK";
 /// How late the slow rank is.
 pub const SLOW_RANK_DELAY: Duration = Duration::from_millis(1500);
-/// Environment variable the checker sets to a global rank whose [`crate::train`] then fails
+/// Environment variable the checker sets to a global rank whose `train` then fails
 /// (a rank that dies), to see the others end instead of hanging.
 pub const FAIL_RANK_ENV: &str = "DDP_LAB_FAIL_RANK";
 
@@ -29,7 +30,7 @@ pub const FAIL_AT_EPOCH_ENV: &str = "DDP_LAB_FAIL_AT_EPOCH";
 /// exist yet, and creates it (a rank that dies once, for restart tests).
 pub const FAIL_ONCE_ENV: &str = "DDP_LAB_FAIL_ONCE";
 /// Environment variable naming a global rank that gets stuck (sleeps an hour) at the
-/// end of its [`crate::train`] call, before the epoch's next collective.
+/// end of its `train` call, before the epoch's next collective.
 pub const STALL_RANK_ENV: &str = "DDP_LAB_STALL_RANK";
 
 /// Whether the checker hook `var` names this process's rank (the global rank once
@@ -51,13 +52,13 @@ pub(crate) fn equivalence_run() -> bool {
     std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
-/// Environment variable naming an epoch: [`crate::save_checkpoint`] of that epoch
+/// Environment variable naming an epoch: `save_checkpoint` of that epoch
 /// SIGKILLs its own process after writing the temporary checkpoint, before the
 /// commit (the reliability tests resume from what is left).
 pub const CRASH_IN_SAVE_ENV: &str = "DDP_LAB_CRASH_IN_SAVE";
 
 /// At the start of each epoch of `train`: the [`FAIL_RANK_ENV`] rank fails here.
-pub(crate) fn at_epoch_start(epoch: usize) -> crate::Result<()> {
+pub(crate) fn at_epoch_start(epoch: usize) -> Result<()> {
     if hook_targets_me(FAIL_RANK_ENV) && fail_now(epoch) {
         return Err(format!(
             "rank failed on purpose ({FAIL_RANK_ENV} is set: the checker tests how the others react)"
@@ -100,12 +101,12 @@ fn fail_now(epoch: usize) -> bool {
 /// Seeds libtorch's generators just before a model is built, so that its initial
 /// weights and the dropout draws after them depend on the seed alone, not on what
 /// was drawn before: [`INIT_SEED_ENV`] + local rank when the checker sets it (a
-/// different model on every rank), else `--seed` (the same on every rank, as
+/// different model on every rank), else the run's `--seed` (the same on every rank, as
 /// `torch.manual_seed(seed)` at the top of a PyTorch script). Neither: untouched.
-pub(crate) fn seed_before_model() {
+pub(crate) fn seed_before_model(run_seed: Option<u64>) {
     if let Some(seed) = std::env::var(INIT_SEED_ENV).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
         tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
-    } else if let Some(seed) = crate::lab::run_seed() {
+    } else if let Some(seed) = run_seed {
         tch::manual_seed(seed as i64);
     }
 }

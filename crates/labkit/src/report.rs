@@ -199,7 +199,7 @@ pub fn print_summary(target_accuracy: f64, world_size: usize) {
     let line = summary.line(target_accuracy);
     println!("{line}");
     let per_device = summary.images_per_sec / world_size.max(1) as f64;
-    if let Some(mfu) = crate::perf::mfu_line(per_device) {
+    if let Some(mfu) = crate::run::settings().perf.mfu_line(per_device) {
         println!("{mfu}");
     }
     crate::trace::record(
@@ -262,7 +262,7 @@ impl EarlyStopping {
         &self.history
     }
 
-    /// Puts back the history of a resumed run (see [`crate::checkpoint`]).
+    /// Puts back the history of a resumed run (the checkpoint's).
     pub fn restore(&mut self, history: &[f64]) {
         self.history = history.to_vec();
     }

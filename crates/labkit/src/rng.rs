@@ -1,6 +1,6 @@
 //! The workspace's one pseudo-random generator, for what must not depend on libtorch's:
 //! the generated stand-in data set (the same images on every machine), the gaps
-//! between dropped elements in [`crate::dropout`] (seeded from libtorch's generator),
+//! between dropped elements in the model's dropout (seeded from libtorch's generator),
 //! and the checker's hidden variations.
 
 /// SplitMix64: tiny, fast, and fully specified, so the stream is the same everywhere.

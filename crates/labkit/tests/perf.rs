@@ -1,8 +1,9 @@
 //! The speed options on the CPU: --channels-last and --amp bf16 train correctly, and
-//! the options parse. One test function: the settings are process-wide, so the steps
-//! run in order in this test binary of their own.
+//! the options parse. One test function: the settings are the process's run settings
+//! (`labkit::run`), so the steps run in order in this test binary of their own.
 use clap::Parser;
 use labkit::perf::{self, Amp, PerfSettings};
+use labkit::run::{self, RunSettings};
 use labkit::{DataLoader, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -15,6 +16,11 @@ struct Cli {
 
 fn settings(amp: Amp, channels_last: bool) -> PerfSettings {
     PerfSettings { amp, channels_last, widths: Widths::NARROW, peak_tflops: None, gpu_allowed: false }
+}
+
+/// Records `perf` for this process, as `RunOptions::apply` does (no `--seed`).
+fn configure(perf: PerfSettings) {
+    run::configure(RunSettings { seed: None, perf });
 }
 
 fn model(seed: i64) -> (nn::VarStore, WideResNet) {
@@ -48,9 +54,9 @@ fn speed_options_on_cpu() {
     assert!(Cli::try_parse_from(["lab", "--peak-tflops", "0"]).is_err());
 
     // Channels-last: NHWC weights, the same function as the plain model.
-    perf::configure(settings(Amp::Off, false));
+    configure(settings(Amp::Off, false));
     let (_, plain) = model(5);
-    perf::configure(settings(Amp::Off, true));
+    configure(settings(Amp::Off, true));
     let (vs_cl, nhwc) = model(5);
     let w = &vs_cl.variables()["block3.cbr1.conv.weight"];
     assert_eq!(w.size(), vec![8, 8, 3, 3]);
@@ -62,7 +68,7 @@ fn speed_options_on_cpu() {
 
     // bf16 autocast on the CPU: a training epoch runs, the parameters stay float32 and
     // move, and validation gives finite float metrics.
-    perf::configure(settings(Amp::Bf16, true));
+    configure(settings(Amp::Bf16, true));
     let (vs, net) = model(7);
     let before: Vec<Tensor> = vs.trainable_variables().iter().map(|t| t.copy()).collect();
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
@@ -81,9 +87,9 @@ fn speed_options_on_cpu() {
     assert_eq!(y.matmul(&y).kind(), Kind::Float);
 
     // The MFU line is printed only when a peak is known: none on a CPU run without one.
-    assert_eq!(perf::mfu_line(100.0), None);
-    perf::configure(PerfSettings { peak_tflops: Some(1.0), ..settings(Amp::Off, false) });
-    let line = perf::mfu_line(1000.0).unwrap();
+    assert_eq!(run::settings().perf.mfu_line(100.0), None);
+    let with_peak = PerfSettings { peak_tflops: Some(1.0), ..settings(Amp::Off, false) };
+    let line = with_peak.mfu_line(1000.0).unwrap();
     // 3 × 38,649,344 FLOP × 1000 images/s = 0.116 TFLOP/s of 1: 11.6%.
     assert!(line.starts_with("Model FLOP utilisation: 11.6%"), "{line}");
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use md5::{Digest, Md5};
 
-use super::fsutil::{self, DirLock, TempFile};
+use super::fsutil::{self, DirLock};
 use super::manifest::{hex, Manifest, MANIFEST_FILE};
 use super::{DataError, MirrorFailure, FILES, MANIFEST_ENV, MIRROR_ENV};
 
@@ -204,7 +204,9 @@ fn fetch(
 ) -> Result<(), Fetch> {
     let mut response = agent.get(url).call().map_err(|e| Fetch::Mirror(describe(e)))?;
     let announced = response.body().content_length();
-    let mut tmp = TempFile::create(dir, file).map_err(Fetch::Local)?;
+    let target = dir.join(file);
+    let mut tmp =
+        fsutil::writer().create(&target).map_err(|e| Fetch::Local(DataError::io("create", &target, e)))?;
     let bar = progress.then(|| progress_bar(file, announced));
 
     let mut reader = response.body_mut().as_reader();
@@ -249,7 +251,7 @@ fn fetch(
         )));
     }
     // `tmp` is deleted by its Drop on every early return above.
-    tmp.persist(dir, file).map_err(Fetch::Local)?;
+    tmp.commit().map_err(|e| Fetch::Local(DataError::io("rename into place", &target, e)))?;
     if progress {
         eprintln!("downloaded {file} from {url}");
     }

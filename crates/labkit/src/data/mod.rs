@@ -43,39 +43,36 @@ pub const MIRROR_ENV: &str = "DDP_LAB_MIRROR";
 /// published checksums for downloads (see [`DownloadOptions::expected`]).
 pub const MANIFEST_ENV: &str = "DDP_LAB_MANIFEST";
 
-/// Which data to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which data to use: `real` (the real Fashion-MNIST: verified, or downloaded),
+/// `generated` (the generated stand-in: verified, or generated), or `auto` (the real
+/// data when present or downloadable, the generated stand-in otherwise).
+// The values carry no doc comments: clap would make them per-value help, and with
+// it turn every option's `--help` into its long layout; `--dataset`'s help says it all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum DatasetKind {
-    /// The real Fashion-MNIST: verified, or downloaded.
     Real,
-    /// The generated stand-in: verified, or generated.
     Generated,
-    /// The real data when present or downloadable, the generated stand-in otherwise.
     Auto,
 }
 
+/// For programs that take the kind as text (the demo, the benchmarks); clap parses
+/// `--dataset` through `ValueEnum`, with the same names.
 impl FromStr for DatasetKind {
     type Err = DataError;
 
     fn from_str(s: &str) -> Result<Self, DataError> {
-        match s.to_ascii_lowercase().as_str() {
-            "real" => Ok(DatasetKind::Real),
-            "generated" => Ok(DatasetKind::Generated),
-            "auto" => Ok(DatasetKind::Auto),
-            _ => Err(DataError::InvalidOption(format!(
-                "unknown dataset `{s}`: expected real, generated or auto"
-            ))),
-        }
+        <DatasetKind as clap::ValueEnum>::from_str(s, true).map_err(|_| {
+            DataError::InvalidOption(format!(
+                "unknown dataset `{s}`: expected {}",
+                crate::parsers::one_of::<DatasetKind>()
+            ))
+        })
     }
 }
 
 impl std::fmt::Display for DatasetKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DatasetKind::Real => "real",
-            DatasetKind::Generated => "generated",
-            DatasetKind::Auto => "auto",
-        })
+        f.write_str(&crate::parsers::value_name(self))
     }
 }
 
