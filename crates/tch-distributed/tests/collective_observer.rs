@@ -2,26 +2,14 @@
 //! asked for it: operation, reduce op, root, dtype, element count, sequence number and
 //! (small tensors) the input's values before the call. The checker judges steps 8 and
 //! 9 from exactly this.
+mod common;
+
+use common::single_rank_group;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tch::{Kind, Tensor};
 use tch_distributed::debug::{self, CollectiveCall};
-use tch_distributed::{Backend, GroupOptions, ProcessGroup, ReduceOp, Store, TcpStoreOptions};
-
-fn single_rank_group() -> ProcessGroup {
-    let store = Store::tcp(&TcpStoreOptions {
-        host: "127.0.0.1".into(),
-        port: 0,
-        is_server: true,
-        world_size: Some(1),
-        wait_for_workers: true,
-        timeout: Duration::from_secs(30),
-    })
-    .expect("a one-rank store");
-    let opts = GroupOptions { gloo_hostname: Some("127.0.0.1".into()), ..GroupOptions::default() };
-    ProcessGroup::new(&store, Backend::Gloo, 0, 1, &opts).expect("a one-rank Gloo group")
-}
+use tch_distributed::ReduceOp;
 
 #[test]
 fn the_observer_sees_each_call_as_issued() {
@@ -30,7 +18,7 @@ fn the_observer_sees_each_call_as_issued() {
     assert!(debug::set_collective_observer(move |call| sink.lock().unwrap().push(call.clone())));
     assert!(!debug::set_collective_observer(|_| {}), "a second observer must be refused");
 
-    let group = single_rank_group();
+    let group = single_rank_group(None);
     let mut throughput = Tensor::from(652.5f64);
     group.reduce(&mut throughput, 0, ReduceOp::Sum).unwrap();
     let mut metrics = Tensor::from_slice(&[0.75f32, 0.5]);

@@ -207,3 +207,20 @@ pub fn test_rank() -> usize {
 pub fn env_usize(name: &str) -> usize {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} not set")).parse().unwrap()
 }
+
+/// A Gloo group of one rank on a store of its own, bound to `device_id` if given: for
+/// tests of one process's view of a group.
+pub fn single_rank_group(device_id: Option<tch::Device>) -> tch_distributed::ProcessGroup {
+    use tch_distributed::{Backend, GroupOptions, ProcessGroup, Store, TcpStoreOptions};
+    let store = Store::tcp(&TcpStoreOptions {
+        host: "127.0.0.1".into(),
+        port: 0,
+        is_server: true,
+        world_size: Some(1),
+        wait_for_workers: true,
+        timeout: Duration::from_secs(30),
+    })
+    .expect("a one-rank store");
+    let opts = GroupOptions { gloo_hostname: Some("127.0.0.1".into()), device_id, ..GroupOptions::default() };
+    ProcessGroup::new(&store, Backend::Gloo, 0, 1, &opts).expect("a one-rank Gloo group")
+}
