@@ -237,32 +237,42 @@ pub fn observe(
     phase: &dyn Fn(&str),
 ) -> Observation {
     let grace = Duration::from_secs(45);
-    // Runs that share nothing (ports, work files) go side by side: --help and the bad
-    // value, and step 11's quick evaluation, beside the main job and its comparisons.
+    // Runs that share nothing (ports, work files, traces) go side by side: --help and
+    // the bad value, the comparison runs, the failing rank and step 11's quick
+    // evaluation, beside the main job. Every check compares ranks or runs with each
+    // other, never with a fixed time, so a busier machine judges the same.
     std::thread::scope(|scope| {
         let help_and_bad_value = (step >= 1).then(|| scope.spawn(|| help_and_bad_value(bin, setup, grace)));
         let quick_run = (step >= 11).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
-        let also = if step >= 11 { " (and the quick evaluation, about a minute)" } else { "" };
-        phase(&format!("running {} rank(s){also}", v.world_size()));
-        let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
         // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
         // initial weights, dropout off and statistics over the global batch.
         let equivalence = (step >= 7).then(|| {
-            phase(&format!("comparing with one rank and the whole batch{also}"));
             let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
             let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
-            // Independent jobs on their own ports: run them side by side.
-            let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
-                let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many")));
-                let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"));
-                (many_job.join().expect("the comparison's run thread"), one_run)
-            });
-            Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+            let many_job = scope.spawn(move || run_job(step, bin, &many, setup, Job::Equivalence("many")));
+            let one_job = scope.spawn(move || run_job(step, bin, &one, setup, Job::Equivalence("one")));
+            (many_job, one_job)
         });
-        let fail_run = (step >= 10).then(|| {
-            phase(&format!("running with a failing rank{also}"));
-            failing_rank_run(step, bin, v, setup, grace)
+        let fail_run = (step >= 10).then(|| scope.spawn(|| failing_rank_run(step, bin, v, setup, grace)));
+        let mut what = vec![format!("{} rank(s)", v.world_size())];
+        if step >= 7 {
+            what.push("the comparison with one rank and the whole batch".into());
+        }
+        if step >= 10 {
+            what.push("a failing rank".into());
+        }
+        if step >= 11 {
+            what.push("the quick evaluation (about a minute)".into());
+        }
+        phase(&format!("running {}", what.join(", ")));
+        let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
+        let equivalence = equivalence.map(|(many_job, one_job)| {
+            let (many_p, many_t, _) = many_job.join().expect("the comparison's run thread");
+            let (one_p, one_t, _) = one_job.join().expect("the comparison's run thread");
+            let settings = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+            Equivalence { settings, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
         });
+        let fail_run = fail_run.map(|run| run.join().expect("the failing rank's thread"));
         if step >= 11 {
             phase("finishing the quick evaluation");
         }
