@@ -40,27 +40,14 @@ fn run_mixed(languages: &str) -> Option<Vec<String>> {
         .map(|(rank, language)| {
             let mut cmd = if language == 'p' {
                 let mut cmd = Command::new(&python);
-                cmd.arg(workspace().join("bench/python/ddp_peer.py")).args([
-                    "--steps",
-                    &STEPS.to_string(),
-                    "--batch-size",
-                    &BATCH.to_string(),
-                    "--lr",
-                    &LR.to_string(),
-                ]);
+                cmd.arg(workspace().join("bench/python/ddp_peer.py"));
                 cmd
             } else {
-                let mut cmd = Command::new(env!("CARGO_BIN_EXE_ddp_peer"));
-                cmd.args([
-                    "--steps",
-                    &STEPS.to_string(),
-                    "--batch-size",
-                    &BATCH.to_string(),
-                    "--lr",
-                    &LR.to_string(),
-                ]);
-                cmd
+                Command::new(env!("CARGO_BIN_EXE_ddp_peer"))
             };
+            // Both programs take the same options.
+            let (steps, batch, lr) = (STEPS.to_string(), BATCH.to_string(), LR.to_string());
+            cmd.args(["--steps", &steps, "--batch-size", &batch, "--lr", &lr]);
             cmd.env("RANK", rank.to_string())
                 .env("WORLD_SIZE", n.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")

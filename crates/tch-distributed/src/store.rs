@@ -134,10 +134,7 @@ impl Store {
         let mut err = ptr::null_mut();
         let status = unsafe { ffi::tchd_store_get(self.raw(), ckey.as_ptr(), &mut data, &mut len, &mut err) };
         check(status, err).map_err(|e| e.context(format!("store get {key:?}")))?;
-        // SAFETY: the shim malloc'ed `len` bytes (at least 1) that we now own.
-        let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
-        unsafe { ffi::tchd_free_bytes(data) };
-        Ok(bytes)
+        Ok(take_bytes(data, len))
     }
 
     /// Sets `key` to `desired` if it holds `expected` (an absent key holds the empty
@@ -161,10 +158,7 @@ impl Store {
             )
         };
         check(status, err).map_err(|e| e.context(format!("store compare_set {key:?}")))?;
-        // SAFETY: the shim malloc'ed `len` bytes (at least 1) that we now own.
-        let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
-        unsafe { ffi::tchd_free_bytes(data) };
-        Ok(bytes)
+        Ok(take_bytes(data, len))
     }
 
     /// Atomically adds `delta` to the counter at `key` and returns the new value.
@@ -175,6 +169,14 @@ impl Store {
         check(unsafe { ffi::tchd_store_add(self.raw(), key.as_ptr(), delta, &mut value, &mut err) }, err)?;
         Ok(value)
     }
+}
+
+/// Copies out a value the shim malloc'ed (`len` bytes, at least 1 allocated) and frees it.
+fn take_bytes(data: *mut u8, len: usize) -> Vec<u8> {
+    // SAFETY: the shim handed over ownership of `len` readable bytes at `data`.
+    let bytes = unsafe { std::slice::from_raw_parts(data, len) }.to_vec();
+    unsafe { ffi::tchd_free_bytes(data) };
+    bytes
 }
 
 impl Drop for Store {
