@@ -16,6 +16,16 @@
 
 using namespace tchd;
 
+#ifdef TCHD_WITH_NCCL
+// The NCCL backend of a group (for splitting new groups from it).
+static c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_backend(tchd_group* group) {
+  auto nccl = c10::dynamic_intrusive_pointer_cast<c10d::ProcessGroupNCCL>(
+      group->pg->getBackend(c10::DeviceType::CUDA));
+  TORCH_CHECK_VALUE(nccl, "the group to split from has no NCCL backend");
+  return nccl;
+}
+#endif
+
 
 extern "C" {
 
@@ -100,7 +110,8 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err) {
 int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name,
                    const uint64_t* global_ranks, size_t n_global_ranks, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
-                   int bound_cuda_device, tchd_group** out, char** err) {
+                   int bound_cuda_device, tchd_group* split_from, int split_color, tchd_group** out,
+                   char** err) {
   return guarded(err, [&] {
     TORCH_CHECK_VALUE(size >= 1, "world size must be at least 1, got ", size);
     TORCH_CHECK_VALUE(rank >= 0 && rank < size, "rank ", rank, " is outside 0..", size);
@@ -147,6 +158,15 @@ int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name
       opts->timeout = timeout;
       opts->group_name = group_name;
       opts->global_ranks_in_group = ranks;
+      // As Python's new_group under a default group bound to a GPU: the communicator is
+      // split from the default group's (ncclCommSplit, one call on every parent rank).
+      if (split_from != nullptr) {
+        auto parent = nccl_backend(split_from);
+        if (parent->supportsSplitting()) {
+          opts->split_from = parent;
+          opts->split_color = split_color;
+        }
+      }
       auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank, size, opts);
       nccl->setSequenceNumberForGroup();
       pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
@@ -168,6 +188,21 @@ int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name
     g->pg = pg;
     g->timeout = timeout;
     *out = g;
+  });
+}
+
+int tchd_group_nocolor_split(tchd_group* parent, int cuda_device, char** err) {
+  return guarded(err, [&] {
+#ifdef TCHD_WITH_NCCL
+    auto nccl = nccl_backend(parent);
+    if (nccl->supportsSplitting()) {
+      nccl->performNocolorSplit(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)));
+    }
+#else
+    (void)parent;
+    (void)cuda_device;
+    TORCH_CHECK_VALUE(false, "this build of tch-distributed has no NCCL (no CUDA headers at build time)");
+#endif
   });
 }
 

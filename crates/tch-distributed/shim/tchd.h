@@ -76,7 +76,12 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err);
 int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name,
                    const uint64_t* global_ranks, size_t n_global_ranks, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
-                   int bound_cuda_device, tchd_group** out, char** err);
+                   int bound_cuda_device, tchd_group* split_from, int split_color, tchd_group** out,
+                   char** err);
+// split_from (or NULL) / split_color: an NCCL group made by splitting split_from's
+// communicator with this color (PyTorch's new_group under a bound default group).
+// A rank of split_from that is not in the new group takes part in the split here:
+int tchd_group_nocolor_split(tchd_group* parent, int cuda_device, char** err);
 void tchd_group_free(tchd_group* group);
 // The CUDA device index the group is bound to, or -1.
 int tchd_group_bound_device(tchd_group* group);

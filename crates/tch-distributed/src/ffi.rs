@@ -96,7 +96,14 @@ extern "C" {
         gloo_interface: *const c_char,
         timeout_ms: i64,
         bound_cuda_device: c_int,
+        split_from: *mut tchd_group,
+        split_color: c_int,
         out: *mut *mut tchd_group,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_group_nocolor_split(
+        parent: *mut tchd_group,
+        cuda_device: c_int,
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn tchd_group_free(group: *mut tchd_group);

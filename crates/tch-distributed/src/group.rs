@@ -185,12 +185,13 @@ impl ProcessGroup {
     ) -> Result<Self> {
         validate_rank(rank, world_size)?;
         backend.check_available()?;
-        Self::create(store, "", next_group_number(), &[], backend, rank, world_size, opts)
+        Self::create(store, "", next_group_number(), &[], backend, rank, world_size, opts, None)
     }
 
     /// A group named `id` whose keys live under `store_prefix` (PyTorch's PrefixStore
     /// chain, "default_pg" for the default group and the ones made from it), with
-    /// `global_ranks` as its members (empty: every rank of the store's job).
+    /// `global_ranks` as its members (empty: every rank of the store's job); an NCCL
+    /// group split from `split`'s group with its color, when given.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn create(
         store: &Store,
@@ -201,6 +202,7 @@ impl ProcessGroup {
         rank: usize,
         world_size: usize,
         opts: &GroupOptions,
+        split: Option<(&ProcessGroup, i32)>,
     ) -> Result<Self> {
         // Nested PrefixStores join with "/": PrefixStore("1/", PrefixStore("default_pg"))
         // is PrefixStore("default_pg/1/").
@@ -229,6 +231,8 @@ impl ProcessGroup {
                     Some(Device::Cuda(index)) => index as i32,
                     _ => -1,
                 },
+                split.map_or(ptr::null_mut(), |(parent, _)| parent.raw()),
+                split.map_or(-1, |(_, color)| color),
                 &mut out,
                 &mut err,
             )
@@ -246,6 +250,14 @@ impl ProcessGroup {
             store_prefix: prefix,
             issued: AtomicU64::new(0),
         })
+    }
+
+    /// A rank of this (NCCL) group that is not in a group being split from it takes
+    /// part in the split: `perform_nocolor_split`.
+    pub(crate) fn nocolor_split(&self, cuda_device: usize) -> Result<()> {
+        let mut err = ptr::null_mut();
+        check(unsafe { ffi::tchd_group_nocolor_split(self.raw(), cuda_device as i32, &mut err) }, err)
+            .map_err(|e| e.context("splitting the default group's NCCL communicator for a new group"))
     }
 
     /// The group's name in c10d ("0" for the default group), as `group.group_name`.
