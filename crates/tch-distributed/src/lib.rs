@@ -51,6 +51,10 @@
 //! CUDA tensors only; a mismatch is an error, never a crash. Every C++ exception is
 //! caught in the shim and arrives as a [`DistError`] carrying c10d's message.
 //!
+//! The keys in the rendezvous store, the groups' names and the collectives DDP issues
+//! are PyTorch's, so a PyTorch rank can join the same job: see `tests/python_peers.rs`
+//! and the workspace README's "One job, two languages".
+//!
 //! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
 mod amp;
