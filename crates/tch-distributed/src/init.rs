@@ -169,9 +169,18 @@ fn connect_with_store(
         opts.device_id = nccl_device_of_this_rank();
     }
     // PyTorch's init_process_group wraps the rendezvous store in PrefixStore("default_pg").
+    // One deviation: torchrun's agent keeps its store across restarts, and a restarted
+    // rank could read the previous attempt's Gloo addresses (refused connections); each
+    // restart gets keys of its own. Python ranks only meet Rust ranks on the first
+    // attempt.
+    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
+    let prefix = match attempt.trim() {
+        "" | "0" => DEFAULT_PG_PREFIX.to_string(),
+        n => format!("tchd/attempt{n}/{DEFAULT_PG_PREFIX}"),
+    };
     let group = ProcessGroup::create(
         &store,
-        DEFAULT_PG_PREFIX,
+        &prefix,
         next_group_number(),
         &[],
         backend,
