@@ -237,119 +237,93 @@ pub fn observe(
     phase: &dyn Fn(&str),
 ) -> Observation {
     let grace = Duration::from_secs(45);
-    // Runs that share nothing (ports, work files, traces) go side by side: --help and
-    // the bad value, the comparison runs, the failing rank and step 11's quick
-    // evaluation, beside the main job. Every check compares ranks or runs with each
-    // other, never with a fixed time, so a busier machine judges the same.
-    std::thread::scope(|scope| {
-        let help_and_bad_value = (step >= 1).then(|| scope.spawn(|| help_and_bad_value(bin, setup, grace)));
-        let quick_run = (step >= 11).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
-        // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
-        // initial weights, dropout off and statistics over the global batch.
-        let equivalence = (step >= 7).then(|| {
-            let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
-            let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
-            let many_job = scope.spawn(move || run_job(step, bin, &many, setup, Job::Equivalence("many")));
-            let one_job = scope.spawn(move || run_job(step, bin, &one, setup, Job::Equivalence("one")));
-            (many_job, one_job)
+    phase(&format!("running {} rank(s)", v.world_size()));
+    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
+    // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
+    // initial weights, dropout off and statistics over the global batch.
+    let equivalence = (step >= 7).then(|| {
+        phase("comparing with one rank and the whole batch");
+        let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+        let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
+        // Independent jobs on their own ports: run them side by side.
+        let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
+            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many")));
+            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+            (many_job.join().expect("the comparison's run thread"), one_run)
         });
-        let fail_run = (step >= 10).then(|| scope.spawn(|| failing_rank_run(step, bin, v, setup, grace)));
-        let mut what = vec![format!("{} rank(s)", v.world_size())];
-        if step >= 7 {
-            what.push("the comparison with one rank and the whole batch".into());
-        }
-        if step >= 10 {
-            what.push("a failing rank".into());
-        }
-        if step >= 11 {
-            what.push("the quick evaluation (about a minute)".into());
-        }
-        phase(&format!("running {}", what.join(", ")));
-        let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
-        let equivalence = equivalence.map(|(many_job, one_job)| {
-            let (many_p, many_t, _) = many_job.join().expect("the comparison's run thread");
-            let (one_p, one_t, _) = one_job.join().expect("the comparison's run thread");
-            let settings = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
-            Equivalence { settings, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
-        });
-        let fail_run = fail_run.map(|run| run.join().expect("the failing rank's thread"));
-        if step >= 11 {
-            phase("finishing the quick evaluation");
-        }
-        let (help, bad_value) = match help_and_bad_value {
-            Some(runs) => runs.join().expect("the --help run's thread"),
-            None => (None, None),
+        Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+    });
+
+    if step >= 1 {
+        phase("checking --help and a bad option value");
+    }
+    let (help, bad_value) = if step >= 1 {
+        // Both at once: neither touches the network or the other's files.
+        let launch = |name: &str, args: &[&str]| Launch {
+            name: name.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: vec![],
         };
-        let quick_run = quick_run.map(|run| run.join().expect("the quick evaluation's thread"));
-        Observation {
-            step,
-            variation: v.clone(),
-            source,
-            processes,
-            trace,
-            port,
-            help,
-            bad_value,
-            fail_run,
-            quick_run,
-            downloads: None,
-            equivalence,
-        }
-    })
-}
-
-/// `--help` and `--num-gpus two`, both at once: neither touches the network or the
-/// other's files.
-fn help_and_bad_value(bin: &Path, setup: &Setup, grace: Duration) -> (Option<Ended>, Option<Ended>) {
-    let launch = |name: &str, args: &[&str]| Launch {
-        name: name.into(),
-        args: args.iter().map(|s| s.to_string()).collect(),
-        env: vec![],
+        let mut ended = launch::run_all(
+            bin,
+            &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
+            &setup.work,
+            Duration::from_secs(60),
+            grace,
+        );
+        let bad = ended.pop();
+        (ended.pop(), bad)
+    } else {
+        (None, None)
     };
-    let mut ended = launch::run_all(
-        bin,
-        &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
-        &setup.work,
-        Duration::from_secs(60),
-        grace,
-    );
-    let bad = ended.pop();
-    (ended.pop(), bad)
-}
-
-/// The program run with rank 1 made to fail (step 10 on).
-fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: Duration) -> Ended {
-    let mut args = common_args(step, v, 0);
-    args.extend(["--dataset".into(), "generated".into()]);
-    args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-    let env = vec![
-        (labkit::FAIL_RANK_ENV.into(), "1".into()),
-        ("MASTER_ADDR".into(), "127.0.0.1".into()),
-        ("MASTER_PORT".into(), free_port().to_string()),
-    ];
-    let launch = Launch { name: "failing-rank".into(), args, env };
-    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
-}
-
-/// The finished lab's quick evaluation (step 11), with scripts/quick-evaluation.args.
-fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {
-    let text = std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
-    let mut args: Vec<String> = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .flat_map(str::split_whitespace)
-        .map(String::from)
-        .collect();
-    args.extend(
-        ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
-            .map(String::from),
-    );
-    args.extend(placement(1, 2, gpus()).options());
-    args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-    let env =
-        vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), free_port().to_string())];
-    let launch = Launch { name: "quick-evaluation".into(), args, env };
-    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
+    let fail_run = (step >= 10).then(|| {
+        phase("running with a failing rank");
+        let mut args = common_args(step, v, 0);
+        args.extend(["--dataset".into(), "generated".into()]);
+        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+        let env = vec![
+            (labkit::FAIL_RANK_ENV.into(), "1".into()),
+            ("MASTER_ADDR".into(), "127.0.0.1".into()),
+            ("MASTER_PORT".into(), free_port().to_string()),
+        ];
+        let launch = Launch { name: "failing-rank".into(), args, env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
+    });
+    let quick_run = (step >= 11).then(|| {
+        phase("running the quick evaluation (about a minute)");
+        let text =
+            std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
+        let mut args: Vec<String> = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .flat_map(str::split_whitespace)
+            .map(String::from)
+            .collect();
+        args.extend(
+            ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
+                .map(String::from),
+        );
+        args.extend(placement(1, 2, gpus()).options());
+        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+        let env =
+            vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), free_port().to_string())];
+        let launch = Launch { name: "quick-evaluation".into(), args, env };
+        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
+    });
+    Observation {
+        step,
+        variation: v.clone(),
+        source,
+        processes,
+        trace,
+        port,
+        help,
+        bad_value,
+        fail_run,
+        quick_run,
+        downloads: None,
+        equivalence,
+    }
 }
 
 /// Which run of a verification.
