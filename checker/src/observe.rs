@@ -458,13 +458,35 @@ pub fn build_or_fail(
     }
 }
 
-/// The compiler's errors without the noise: the `error` and `warning: unused` blocks,
-/// at most 60 lines.
+/// The compiler's errors without the noise: no `Compiling` lines, a linker's command
+/// line (thousands of characters of object files) left out so that the linker's own
+/// message after it shows, other long lines cut, at most 60 lines.
 fn readable_errors(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("Compiling")).collect();
-    let mut out: Vec<&str> = lines.iter().take(60).copied().collect();
+    const WIDEST: usize = 300;
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("Compiling"))
+        .map(|l| {
+            let body = l.trim_start().trim_start_matches("= note:").trim_start();
+            if body.starts_with("\"cc\"") || body.starts_with("\"c++\"") || body.starts_with("LC_ALL=") {
+                let indent = &l[..l.len() - l.trim_start().len()];
+                format!("{indent}= note: (the linker's command line, left out)")
+            } else if l.chars().count() > WIDEST {
+                format!("{} ...", l.chars().take(WIDEST).collect::<String>())
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let mut out: Vec<String> = lines.iter().take(60).cloned().collect();
     if lines.len() > 60 {
-        out.push("... (more in `cargo build` output)");
+        out.push("... (more in `cargo build` output)".into());
+    }
+    if text.contains("No space left on device") {
+        out.push(
+            "the disk is full: free some space (`cargo clean` removes the build outputs) and check again"
+                .into(),
+        );
     }
     out.join("\n")
 }
@@ -490,6 +512,21 @@ mod tests {
         assert_eq!(shared.describe(2, 2), "2 node(s) x 2 GPU rank(s) sharing 1 GPU(s), Gloo");
         assert!(shared.options().contains(&"--share-gpus".to_string()));
         assert_eq!(placement(1, 2, 0).options(), ["--device", "cpu"]);
+    }
+
+    #[test]
+    fn a_link_error_shows_the_linkers_message_not_its_command_line() {
+        let objects = " \"/t/deps/a.o\"".repeat(500);
+        let cargo = format!(
+            "   Compiling solution_06 v0.1.0\nerror: linking with `cc` failed: exit status: 1\n  |\n  = note:  \"cc\" \"-m64\"{objects}\n  = note: /usr/bin/ld: final link failed: No space left on device\n          collect2: error: ld returned 1 exit status\n"
+        );
+        let shown = readable_errors(&cargo);
+        assert!(!shown.contains("Compiling"), "{shown}");
+        assert!(!shown.contains("a.o"), "{shown}");
+        assert!(shown.contains("(the linker's command line, left out)"), "{shown}");
+        assert!(shown.contains("final link failed: No space left on device"), "{shown}");
+        assert!(shown.contains("the disk is full"), "{shown}");
+        assert!(shown.lines().all(|l| l.chars().count() < 320), "{shown}");
     }
 
     use super::*;

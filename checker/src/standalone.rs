@@ -109,7 +109,30 @@ fn standalone_manifest(
         out.push('\n');
     }
     out.push_str("\n[workspace]\n");
+    out.push_str(&profiles(workspace));
     Ok(out)
+}
+
+/// The workspace's `[profile…]` sections, verbatim. Built with the same profiles, the
+/// crate's dependencies are the workspace's already compiled ones (same cargo
+/// fingerprints in the shared target directory), not another copy of the whole tree.
+fn profiles(workspace: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in workspace.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            inside = trimmed.starts_with("[profile.");
+            if inside {
+                out.push('\n');
+            }
+        }
+        if inside && !trimmed.is_empty() && !trimmed.starts_with('#') {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// FNV-1a, for a short stable directory name.
@@ -131,6 +154,17 @@ mod tests {
         assert_eq!(
             out,
             "[package]\nname = \"checked_step_07\"\nedition = \"2021\"\n\n[dependencies]\nlabkit = { path = \"/repo/crates/labkit\" }\ntch = \"=0.24.0\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n"
+        );
+    }
+
+    #[test]
+    fn the_workspaces_profiles_come_along() {
+        let workspace = "[workspace.package]\nedition = \"2021\"\n\n# why\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[profile.dev.package.labkit]\nopt-level = 2\n[workspace.dependencies]\ntch = \"=0.24.0\"\n";
+        let out =
+            standalone_manifest("[package]\nname = \"step_07\"\n", workspace, Path::new("/r"), "p").unwrap();
+        assert_eq!(
+            out,
+            "[package]\nname = \"p\"\n\n[workspace]\n\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[profile.dev.package.labkit]\nopt-level = 2\n"
         );
     }
 

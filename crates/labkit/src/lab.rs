@@ -299,6 +299,8 @@ mod tests {
 
     #[test]
     fn train_is_the_per_batch_loop_to_the_bit_and_builds_one_index_tensor_per_epoch() {
+        // The layers' initialisation draws from torch's process-wide generator.
+        let _rng = crate::torch_rng_lock();
         let data = split(50);
         let vs = nn::VarStore::new(Device::Cpu);
         let model = linear(&vs);
@@ -332,6 +334,7 @@ mod tests {
 
     #[test]
     fn test_reads_its_sums_once_and_matches_the_per_batch_reading_to_the_bit() {
+        let _rng = crate::torch_rng_lock();
         let data = split(50);
         let vs = nn::VarStore::new(Device::Cpu);
         let model = linear(&vs);
