@@ -197,7 +197,7 @@ fn training(args: Args) -> labkit::Result<()> {
     let vs = nn::VarStore::new(device);
     //@ step 7
     let norm = if args.sync_batch_norm { labkit::Norm::SyncBatchNorm } else { labkit::Norm::BatchNorm };
-    let model = labkit::WideResNet::new(&vs.root(), args.run.width, norm);
+    let model = labkit::WideResNet::new(&vs.root(), &args.run, norm);
     // DDP starts every rank from rank 0's weights and averages the gradients over all
     // ranks during backward, so every rank takes the same step.
     let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
@@ -205,7 +205,7 @@ fn training(args: Args) -> labkit::Result<()> {
     // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
     // option that builds the model with labkit::Norm::SyncBatchNorm.
     //@ old
-    let model = labkit::WideResNet::new(&vs.root(), args.run.width, labkit::Norm::BatchNorm);
+    let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
     //@ end
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
@@ -275,7 +275,7 @@ fn training(args: Args) -> labkit::Result<()> {
     //@ step 11
     // The quick evaluation's verdict, once; then leave the job cleanly.
     if global_rank == 0 {
-        labkit::print_summary(args.target_accuracy, args.world_size);
+        labkit::print_summary(&args.run, args.target_accuracy, args.world_size);
     }
     dist::destroy_process_group()?;
     //@ todo

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use labkit::DeviceChoice;
 use labrun::{
     finished_lab_binary, run_lab, steady_images_per_sec, workspace_root, write_atomically,
     write_through_temp, Failure, LabSettings,
@@ -46,9 +47,9 @@ struct Args {
     /// the GPUs of this node, or its CPUs].
     #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
     world_sizes: Vec<usize>,
-    /// `auto` (GPUs when there are any), `cpu` or `cuda`.
-    #[arg(long, default_value = "auto")]
-    device: String,
+    /// `auto` (GPUs when there are any), `cpu` or `cuda` (`gpu` too).
+    #[arg(long, default_value = "auto", value_name = "DEVICE", ignore_case = true)]
+    device: labkit::DeviceChoice,
     /// WideResNet widths [default: lab on GPUs and with --predict, narrow on CPUs].
     #[arg(long)]
     width: Option<String>,
@@ -140,16 +141,15 @@ fn powers_up_to(n: usize) -> Vec<usize> {
 
 fn plan(a: &Args) -> Result<Plan, String> {
     let gpus = tch::Cuda::device_count().max(0) as usize;
-    let cuda = match a.device.as_str() {
-        "auto" => gpus > 0,
-        "cpu" => false,
-        "cuda" | "gpu" => {
+    let cuda = match a.device {
+        DeviceChoice::Auto => gpus > 0,
+        DeviceChoice::Cpu => false,
+        DeviceChoice::Cuda => {
             if gpus == 0 {
                 return Err("--device cuda: this node has no GPU".into());
             }
             true
         }
-        other => return Err(format!("--device {other}: expected auto, cpu or cuda")),
     };
     let world_sizes = if a.world_sizes.is_empty() {
         powers_up_to(if cuda { gpus } else { cpus() })

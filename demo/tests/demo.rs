@@ -94,7 +94,7 @@ fn bad_input_exits_2_with_a_message() {
         (&["--world-sizes", "1,0", "--device", "cpu"], "increasing"),
         (&["--epochs", "1", "--device", "cpu"], "at least 2"),
         (&["--width", "wide", "--device", "cpu"], "width"),
-        (&["--device", "tpu"], "expected auto, cpu or cuda"),
+        (&["--device", "tpu"], "[possible values: auto, cpu, cuda]"),
         (&["--gpus", "8", "--device", "cpu"], "go with --predict"),
         (&["--predict", "--link-gbps", "300", "--device", "cpu"], "--gpus"),
         (&["--predict", "--gpus", "8", "--device", "cpu"], "--link-gbps"),

@@ -25,17 +25,26 @@ use crate::{probes, run, trace};
 /// in DDP (whose forward can fail when another rank is gone).
 pub trait Model {
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor>;
+    /// The run's speed settings the model was built with; `train` and `test` run its
+    /// forward pass under them (`--channels-last`, `--amp bf16`).
+    fn perf(&self) -> PerfSettings;
 }
 
 impl Model for WideResNet {
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
         Ok(self.forward_t(images, train))
     }
+    fn perf(&self) -> PerfSettings {
+        *WideResNet::perf(self)
+    }
 }
 
-impl<M: ModuleT> Model for dist::DistributedDataParallel<M> {
+impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
         Ok(self.try_forward_t(images, train)?)
+    }
+    fn perf(&self) -> PerfSettings {
+        self.module().perf()
     }
 }
 
@@ -51,7 +60,7 @@ pub fn train<M: Model, S: Sampler>(
 ) -> Result<()> {
     let indices = loader.sampler.epoch_indices();
     let epoch = run::next_epoch();
-    let perf = run::settings().perf;
+    let perf = model.perf();
     if trace::enabled() {
         // Only built when traced: a full epoch is tens of thousands of indices.
         trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
@@ -87,7 +96,7 @@ pub fn train<M: Model, S: Sampler>(
 pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> Result<(f64, f64)> {
     let indices = loader.sampler.epoch_indices();
     let device = loader.device;
-    let perf = run::settings().perf;
+    let perf = model.perf();
     let mut loss_sum = Tensor::zeros([0i64; 0], (Kind::Double, device));
     let mut correct = Tensor::zeros([0i64; 0], (Kind::Int64, device));
     let (mut total, mut batches) = (0usize, 0usize);
@@ -275,6 +284,9 @@ mod tests {
     impl Model for Linear {
         fn forward(&self, images: &Tensor, _train: bool) -> Result<Tensor> {
             Ok(self.0.forward(&images.flatten(1, -1)))
+        }
+        fn perf(&self) -> PerfSettings {
+            PerfSettings::default()
         }
     }
 

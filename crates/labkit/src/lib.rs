@@ -19,7 +19,7 @@ pub mod perf;
 pub mod probes;
 pub mod report;
 mod rng;
-pub mod run;
+mod run;
 pub mod trace;
 mod widths;
 
@@ -33,7 +33,7 @@ pub use lab::{
     announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, Model,
 };
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
-pub use model::{parameter_count, Norm, WideResNet};
+pub use model::{parameter_count, ModelSettings, Norm, WideResNet};
 pub use options::{check_gpus, check_node_id, DeviceChoice, RunOptions};
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};

@@ -2,7 +2,7 @@
 //!
 //! The whole data set is in memory, so a "loader" is only a sampler plus a batch size
 //! and a device; no worker threads are needed.
-use tch::Device;
+use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
 
 use crate::data::Split;
@@ -51,10 +51,15 @@ pub struct RandomSampler {
 }
 
 impl RandomSampler {
+    /// Draws its seed from torch's global generator, as PyTorch's `RandomSampler` does
+    /// (`torch.empty((), dtype=torch.int64).random_()`), so `torch.manual_seed` (in a
+    /// step program, `--seed`) decides the orders. PyTorch draws at every epoch; this
+    /// sampler draws once, here, and shuffles epoch `e` with that seed + `e`, so that
+    /// what the model draws in between (a per-rank initial seed, dropout) cannot make
+    /// ranks' orders differ.
     pub fn new(dataset_len: usize) -> Self {
-        // PyTorch's RandomSampler draws its order from the global generator, which
-        // torch.manual_seed sets: here `--seed` (0 outside a step program).
-        RandomSampler { len: dataset_len, seed: crate::run::settings().seed.unwrap_or(0), epochs_drawn: 0 }
+        let seed = Tensor::empty([0i64; 0], (Kind::Int64, Device::Cpu)).random_().int64_value(&[]) as u64;
+        RandomSampler { len: dataset_len, seed, epochs_drawn: 0 }
     }
 }
 
@@ -125,6 +130,8 @@ mod tests {
 
     #[test]
     fn random_sampler_reshuffles_each_epoch_and_covers_everything() {
+        let _rng = crate::torch_rng_lock();
+        tch::manual_seed(7);
         let mut s = RandomSampler::new(50);
         let a = s.epoch_indices();
         let b = s.epoch_indices();
@@ -134,7 +141,16 @@ mod tests {
             sorted.sort();
             assert_eq!(sorted, (0..50).collect::<Vec<_>>());
         }
-        assert_eq!(RandomSampler::new(50).epoch_indices(), a, "the same orders every run");
+        // torch.manual_seed decides the orders, as it does PyTorch's RandomSampler's.
+        tch::manual_seed(7);
+        assert_eq!(RandomSampler::new(50).epoch_indices(), a, "the same seed, the same orders");
+        tch::manual_seed(8);
+        assert_ne!(RandomSampler::new(50).epoch_indices(), a, "another seed, another order");
+        // What draws from the generator after the sampler was made changes nothing.
+        tch::manual_seed(7);
+        let mut s = RandomSampler::new(50);
+        let _ = Tensor::rand([10], (Kind::Float, Device::Cpu));
+        assert_eq!((s.epoch_indices(), s.epoch_indices()), (a, b));
     }
 
     #[test]

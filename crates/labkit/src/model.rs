@@ -11,8 +11,8 @@ use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
 use crate::dropout::dropout;
+use crate::perf::PerfSettings;
 use crate::probes;
-use crate::run;
 use crate::widths::Widths;
 
 // PyTorch's default initialisation, which the lab's model gets and tch's defaults
@@ -145,6 +145,24 @@ impl Block {
     }
 }
 
+/// What a model is built with: the run's settings that shape its layers and its
+/// forward pass. A step program passes `&args.run` (the seed, `--width`,
+/// `--channels-last`, `--amp`); library code and tests may pass bare [`Widths`]
+/// (nothing seeded, float32, NCHW).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ModelSettings {
+    /// `--seed`: the initial weights are drawn right after `torch.manual_seed(seed)`.
+    pub seed: Option<u64>,
+    /// The widths, the memory layout and the autocast `train` and `test` use.
+    pub perf: PerfSettings,
+}
+
+impl From<Widths> for ModelSettings {
+    fn from(widths: Widths) -> Self {
+        ModelSettings { seed: None, perf: PerfSettings { widths, ..PerfSettings::default() } }
+    }
+}
+
 /// The lab's WideResNet. Input: `[N, 1, 28, 28]` floats in [0, 1]; output: `[N, 10]` logits.
 #[derive(Debug)]
 pub struct WideResNet {
@@ -153,23 +171,26 @@ pub struct WideResNet {
     stage2: [Block; 2],
     stage3: [Block; 2],
     fc: nn::Linear,
+    /// The settings it was built with; `train` and `test` run its forward under them.
+    perf: PerfSettings,
 }
 
 impl WideResNet {
-    pub fn new(p: &nn::Path, widths: Widths, norm: Norm) -> WideResNet {
-        let run = run::settings();
-        probes::seed_before_model(run.seed);
+    /// `settings`: `&args.run` in a step program, or bare [`Widths`].
+    pub fn new(p: &nn::Path, settings: impl Into<ModelSettings>, norm: Norm) -> WideResNet {
+        let ModelSettings { seed, perf } = settings.into();
+        probes::seed_before_model(seed);
         let equivalence = probes::equivalence_run();
         let layers = Layers {
             // The checker's equivalence run normalises over the global batch, as one rank
             // with the whole batch does.
             norm: if equivalence { Norm::SyncBatchNorm } else { norm },
-            channels_last: run.perf.channels_last,
+            channels_last: perf.channels_last,
             // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
             // each process's own generator.
             dropout: if equivalence { 0.0 } else { DROPOUT },
         };
-        let [w0, w1, w2, w3] = widths.0;
+        let [w0, w1, w2, w3] = perf.widths.0;
         WideResNet {
             stem: Cbr::new(p / "stem", 1, w0, layers),
             stage1: [
@@ -185,7 +206,13 @@ impl WideResNet {
                 Block::new(p / "block6", w3, w3, false, layers),
             ],
             fc: nn::linear(p / "fc", w3, 10, torch_linear(w3)),
+            perf,
         }
+    }
+
+    /// The speed settings it was built with (`--amp`, `--channels-last`, `--width`, …).
+    pub fn perf(&self) -> &PerfSettings {
+        &self.perf
     }
 }
 

@@ -10,9 +10,9 @@ use tch::Device;
 
 use crate::checkpoint::CheckpointOptions;
 use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
+use crate::model::ModelSettings;
 use crate::parsers::{positive_tflops, threads, timeout_seconds};
 use crate::perf::{Amp, AmpParser, PerfSettings};
-use crate::run::{self, RunSettings};
 use crate::widths::Widths;
 
 /// Where a rank computes: `auto` (one GPU per rank when this node has a GPU for every
@@ -238,10 +238,12 @@ impl RunOptions {
         }
     }
 
-    /// Applies the process-wide settings: torch's thread count, the seed, cuDNN's benchmark
-    /// mode when GPUs may be used (the lab's shapes never change, so autotuning each
-    /// convolution once pays off), and the settings `train`, `test`, the model and the
-    /// samplers read ([`crate::run`]); and spawned ranks exit with 2 on bad input.
+    /// Applies the process-wide settings, as the top of a PyTorch script does: torch's
+    /// thread count, the seed (`torch.manual_seed`), cuDNN's benchmark mode when GPUs may
+    /// be used (the lab's shapes never change, so autotuning each convolution once pays
+    /// off); and spawned ranks exit with 2 on bad input. The rest of the options travel
+    /// explicitly: to the model (`WideResNet::new(&vs.root(), &args.run, norm)`, which
+    /// `train` and `test` take them from) and to `print_summary(&args.run, …)`.
     pub fn apply(&self) {
         // A spawned rank that finds bad input exits with 2, and so does the run.
         tch_distributed::set_worker_exit_code(|e| i32::from(crate::lab::exit_code(e)));
@@ -258,22 +260,39 @@ impl RunOptions {
             check_gpus(device, share, tch::Cuda::device_count().max(0) as usize, nprocs)
         });
         // Seeds libtorch's generators (CPU and CUDA), as torch.manual_seed(seed) at the
-        // top of a PyTorch script; the model and the plain sampler reseed from it.
+        // top of a PyTorch script; the plain sampler draws its seed from them.
         tch::manual_seed(self.seed as i64);
         let gpu_allowed = self.device != DeviceChoice::Cpu;
         if gpu_allowed && tch::Cuda::is_available() {
             tch::Cuda::cudnn_set_benchmark(true);
         }
-        run::configure(RunSettings {
-            seed: Some(self.seed),
-            perf: PerfSettings {
-                amp: self.amp,
-                channels_last: self.channels_last,
-                widths: self.width,
-                peak_tflops: self.peak_tflops,
-                gpu_allowed,
-            },
-        });
+    }
+
+    /// The speed settings: `--amp`, `--channels-last`, `--width`, `--peak-tflops`, and
+    /// whether `--device` allows GPUs.
+    pub fn perf(&self) -> PerfSettings {
+        PerfSettings {
+            amp: self.amp,
+            channels_last: self.channels_last,
+            widths: self.width,
+            peak_tflops: self.peak_tflops,
+            gpu_allowed: self.device != DeviceChoice::Cpu,
+        }
+    }
+}
+
+/// `WideResNet::new(&vs.root(), &args.run, norm)`: the model is built from `--seed` and
+/// the speed settings.
+impl From<&RunOptions> for ModelSettings {
+    fn from(run: &RunOptions) -> Self {
+        ModelSettings { seed: Some(run.seed), perf: run.perf() }
+    }
+}
+
+/// `print_summary(&args.run, …)`: the MFU line needs the widths and the peak TFLOPS.
+impl From<&RunOptions> for PerfSettings {
+    fn from(run: &RunOptions) -> Self {
+        run.perf()
     }
 }
 

@@ -4,6 +4,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::json;
 
+use crate::perf::PerfSettings;
+
 /// One epoch's figures, as rank 0 reports them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpochReport {
@@ -193,13 +195,14 @@ impl Summary {
 }
 
 /// The quick evaluation's last line, on rank 0: how far the run got, how fast, and
-/// whether it reached the target accuracy.
-pub fn print_summary(target_accuracy: f64, world_size: usize) {
+/// whether it reached the target accuracy. On a GPU also the model FLOPs utilisation,
+/// from `settings` (`&args.run` in a step program): the widths and `--peak-tflops`.
+pub fn print_summary(settings: impl Into<PerfSettings>, target_accuracy: f64, world_size: usize) {
     let summary = Summary::from_reports(target_accuracy, world_size);
     let line = summary.line(target_accuracy);
     println!("{line}");
     let per_device = summary.images_per_sec / world_size.max(1) as f64;
-    if let Some(mfu) = crate::run::settings().perf.mfu_line(per_device) {
+    if let Some(mfu) = settings.into().mfu_line(per_device) {
         println!("{mfu}");
     }
     crate::trace::record(

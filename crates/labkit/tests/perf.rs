@@ -1,10 +1,10 @@
-//! The speed options on the CPU: --channels-last and --amp bf16 train correctly, and
-//! the options parse. One test function: the settings are the process's run settings
-//! (`labkit::run`), so the steps run in order in this test binary of their own.
+//! The speed options on the CPU: --channels-last and --amp bf16 train correctly, the
+//! options parse, and they reach `train` and `test` with the model. One test function:
+//! the steps draw from torch's process-wide generator, so they run in order in this
+//! test binary of their own.
 use clap::Parser;
 use labkit::perf::{self, Amp, PerfSettings};
-use labkit::run::{self, RunSettings};
-use labkit::{DataLoader, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
+use labkit::{DataLoader, Model, ModelSettings, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
@@ -18,15 +18,10 @@ fn settings(amp: Amp, channels_last: bool) -> PerfSettings {
     PerfSettings { amp, channels_last, widths: Widths::NARROW, peak_tflops: None, gpu_allowed: false }
 }
 
-/// Records `perf` for this process, as `RunOptions::apply` does (no `--seed`).
-fn configure(perf: PerfSettings) {
-    run::configure(RunSettings { seed: None, perf });
-}
-
-fn model(seed: i64) -> (nn::VarStore, WideResNet) {
-    tch::manual_seed(seed);
+fn model(seed: u64, perf: PerfSettings) -> (nn::VarStore, WideResNet) {
     let vs = nn::VarStore::new(Device::Cpu);
-    let net = WideResNet::new(&vs.root(), Widths([4, 8, 8, 8]), Norm::BatchNorm);
+    let perf = PerfSettings { widths: Widths([4, 8, 8, 8]), ..perf };
+    let net = WideResNet::new(&vs.root(), ModelSettings { seed: Some(seed), perf }, Norm::BatchNorm);
     (vs, net)
 }
 
@@ -53,11 +48,26 @@ fn speed_options_on_cpu() {
     assert!(err.contains("bf16"), "{err}");
     assert!(Cli::try_parse_from(["lab", "--peak-tflops", "0"]).is_err());
 
+    // The options travel with the model built from them, and so to train and test.
+    let vs = nn::VarStore::new(Device::Cpu);
+    let cli =
+        Cli::try_parse_from(["lab", "--amp", "bf16", "--channels-last", "--width", "narrow", "--seed", "3"])
+            .unwrap();
+    let net = WideResNet::new(&vs.root(), &cli.run, Norm::BatchNorm);
+    assert_eq!(Model::perf(&net), cli.run.perf());
+    assert_eq!(
+        (net.perf().amp, net.perf().channels_last, net.perf().widths),
+        (Amp::Bf16, true, Widths::NARROW)
+    );
+    // --seed seeds the initial weights: the same seed, the same model.
+    let again = nn::VarStore::new(Device::Cpu);
+    let _ = WideResNet::new(&again.root(), &cli.run, Norm::BatchNorm);
+    let first = &vs.variables()["fc.weight"];
+    assert!(first.equal(&again.variables()["fc.weight"]), "--seed did not fix the initial weights");
+
     // Channels-last: NHWC weights, the same function as the plain model.
-    configure(settings(Amp::Off, false));
-    let (_, plain) = model(5);
-    configure(settings(Amp::Off, true));
-    let (vs_cl, nhwc) = model(5);
+    let (_, plain) = model(5, settings(Amp::Off, false));
+    let (vs_cl, nhwc) = model(5, settings(Amp::Off, true));
     let w = &vs_cl.variables()["block3.cbr1.conv.weight"];
     assert_eq!(w.size(), vec![8, 8, 3, 3]);
     assert_eq!(w.stride(), vec![72, 1, 24, 8], "NHWC strides");
@@ -68,8 +78,7 @@ fn speed_options_on_cpu() {
 
     // bf16 autocast on the CPU: a training epoch runs, the parameters stay float32 and
     // move, and validation gives finite float metrics.
-    configure(settings(Amp::Bf16, true));
-    let (vs, net) = model(7);
+    let (vs, net) = model(7, settings(Amp::Bf16, true));
     let before: Vec<Tensor> = vs.trainable_variables().iter().map(|t| t.copy()).collect();
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     let data = split(64);
@@ -82,12 +91,24 @@ fn speed_options_on_cpu() {
     let (accuracy, loss) = labkit::test(&net, &mut test_loader).unwrap();
     assert!((0.0..=1.0).contains(&accuracy));
     assert!(loss.is_finite() && loss > 0.0, "{loss}");
+    // The model's settings are what train runs under: the same start, the same data and
+    // the same dropout draws train to other weights with bf16 than without.
+    let trained = |amp| {
+        let (vs, net) = model(9, settings(amp, false));
+        let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
+        let mut loader = DataLoader::new(&data, 16, SequentialSampler::new(data.len()), Device::Cpu);
+        tch::manual_seed(10);
+        labkit::train(&net, &mut opt, &mut loader).unwrap();
+        vs.variables()["fc.weight"].copy()
+    };
+    assert!(trained(Amp::Off).equal(&trained(Amp::Off)), "a plain epoch does not repeat");
+    assert!(!trained(Amp::Off).equal(&trained(Amp::Bf16)), "--amp bf16 did not reach train");
     // The region ended: plain float32 again outside train/test.
     let y = Tensor::ones([2, 2], (Kind::Float, Device::Cpu));
     assert_eq!(y.matmul(&y).kind(), Kind::Float);
 
     // The MFU line is printed only when a peak is known: none on a CPU run without one.
-    assert_eq!(run::settings().perf.mfu_line(100.0), None);
+    assert_eq!(net.perf().mfu_line(100.0), None);
     let with_peak = PerfSettings { peak_tflops: Some(1.0), ..settings(Amp::Off, false) };
     let line = with_peak.mfu_line(1000.0).unwrap();
     // 3 × 38,649,344 FLOP × 1000 images/s = 0.116 TFLOP/s of 1: 11.6%.

@@ -73,7 +73,7 @@ fn training(args: Args) -> labkit::Result<()> {
     let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
 
     let vs = nn::VarStore::new(device);
-    let model = labkit::WideResNet::new(&vs.root(), args.run.width, labkit::Norm::BatchNorm);
+    let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);

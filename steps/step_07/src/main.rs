@@ -104,7 +104,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     let vs = nn::VarStore::new(device);
     // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
     // option that builds the model with labkit::Norm::SyncBatchNorm.
-    let model = labkit::WideResNet::new(&vs.root(), args.run.width, labkit::Norm::BatchNorm);
+    let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);

@@ -108,7 +108,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
 
     let vs = nn::VarStore::new(device);
     let norm = if args.sync_batch_norm { labkit::Norm::SyncBatchNorm } else { labkit::Norm::BatchNorm };
-    let model = labkit::WideResNet::new(&vs.root(), args.run.width, norm);
+    let model = labkit::WideResNet::new(&vs.root(), &args.run, norm);
     // DDP starts every rank from rank 0's weights and averages the gradients over all
     // ranks during backward, so every rank takes the same step.
     let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
