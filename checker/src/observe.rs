@@ -136,7 +136,8 @@ pub struct Equivalence {
     pub one_trace: Vec<Value>,
 }
 
-fn free_port() -> u16 {
+/// A free port for a run's rendezvous; the lab's default port if none can be found.
+fn rendezvous_port() -> u16 {
     launcher::free_port().unwrap_or(29_500)
 }
 
@@ -284,7 +285,7 @@ pub fn observe(
         let env = vec![
             (labkit::FAIL_RANK_ENV.into(), "1".into()),
             ("MASTER_ADDR".into(), "127.0.0.1".into()),
-            ("MASTER_PORT".into(), free_port().to_string()),
+            ("MASTER_PORT".into(), rendezvous_port().to_string()),
         ];
         let launch = Launch { name: "failing-rank".into(), args, env };
         launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
@@ -305,8 +306,10 @@ pub fn observe(
         );
         args.extend(placement(1, 2, gpus()).options());
         args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-        let env =
-            vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), free_port().to_string())];
+        let env = vec![
+            ("MASTER_ADDR".into(), "127.0.0.1".into()),
+            ("MASTER_PORT".into(), rendezvous_port().to_string()),
+        ];
         let launch = Launch { name: "quick-evaluation".into(), args, env };
         launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
     });
@@ -352,7 +355,7 @@ fn run_job(
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
-    let port = (step >= 4).then(free_port);
+    let port = (step >= 4).then(rendezvous_port);
     let mut launches = Vec::new();
     let mut placement = Vec::new();
     for node in 0..v.nodes {

@@ -43,10 +43,6 @@ fn data_dir() -> PathBuf {
     target_dir().join("ddp-lab-test-data")
 }
 
-fn free_port() -> u16 {
-    launcher::free_port().unwrap()
-}
-
 struct Run {
     /// stdout of every process, concatenated in rank order.
     stdout: String,
@@ -71,7 +67,7 @@ fn wait_with_limit(child: launcher::Child, limit: Duration, what: &str) -> launc
 fn run_solution(step: u8, extra: &[&str]) -> Run {
     let bin = solutions_built().join(format!("solution_{step:02}"));
     let trace_dir = tempdir(&format!("trace-{step:02}"));
-    let port = free_port().to_string();
+    let port = launcher::free_port().unwrap().to_string();
     let data = data_dir();
     let mut args: Vec<String> = [
         "--width",

@@ -182,9 +182,9 @@ fn serve(
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-/// A base URL on which nothing listens: a port bound and then released.
+/// A base URL on which nothing listens.
 fn dead_mirror() -> String {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = launcher::free_port().unwrap();
     format!("http://127.0.0.1:{port}/fashion/")
 }
 

@@ -49,10 +49,6 @@ pub fn torch_required() -> bool {
 }
 
 /// A port nobody listens on right now (the OS picks it; tests run in parallel).
-pub fn free_port() -> u16 {
-    launcher::free_port().unwrap()
-}
-
 #[derive(Debug)]
 pub struct RankOutcome {
     pub rank: usize,
