@@ -14,14 +14,17 @@ const BATCH: i64 = 4;
 const LR: f64 = 0.05;
 /// Both sides' runs together take seconds; this only bounds a hang.
 const DEADLINE: Duration = Duration::from_secs(300);
+/// How far N ranks x B may land from 1 x N*B: float32 on the CPU; on GPUs cuDNN's
+/// default TF32 convolutions round to 10-bit mantissas.
+const CPU_BOUND: f64 = 1e-5;
+const GPU_BOUND: f64 = 1e-3;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// Runs a job whose rank `i` is Python where `languages[i]` is 'p', Rust where 'r';
-/// returns each rank's output.
-fn run_mixed(languages: &str) -> Option<Vec<String>> {
+/// The venv's Python, or None (and the test skips) where setup has not run.
+fn python() -> Option<PathBuf> {
     let python = workspace().join(".venv/bin/python");
     if !python.exists() {
         assert!(
@@ -32,23 +35,36 @@ fn run_mixed(languages: &str) -> Option<Vec<String>> {
         eprintln!("skipped: {} is missing (scripts/setup.sh installs it)", python.display());
         return None;
     }
+    Some(python)
+}
+
+/// One rank's command: Python for 'p', Rust for 'r'.
+fn rank_command(python: &Path, language: char) -> Command {
+    if language == 'p' {
+        let mut cmd = Command::new(python);
+        cmd.arg(workspace().join("bench/python/ddp_peer.py"));
+        cmd
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_ddp_peer"))
+    }
+}
+
+/// Runs a job whose rank `i` is Python where `languages[i]` is 'p', Rust where 'r', on
+/// `device` (`cpu` or `cuda`: then rank i on cuda:i); returns each rank's output.
+fn run_mixed(languages: &str, device: &str) -> Option<Vec<String>> {
+    let python = python()?;
     let port = launcher::free_port().unwrap();
     let n = languages.len();
     let ranks: Vec<launcher::Child> = languages
         .chars()
         .enumerate()
         .map(|(rank, language)| {
-            let mut cmd = if language == 'p' {
-                let mut cmd = Command::new(&python);
-                cmd.arg(workspace().join("bench/python/ddp_peer.py"));
-                cmd
-            } else {
-                Command::new(env!("CARGO_BIN_EXE_ddp_peer"))
-            };
+            let mut cmd = rank_command(&python, language);
             // Both programs take the same options.
             let (steps, batch, lr) = (STEPS.to_string(), BATCH.to_string(), LR.to_string());
-            cmd.args(["--steps", &steps, "--batch-size", &batch, "--lr", &lr]);
+            cmd.args(["--steps", &steps, "--batch-size", &batch, "--lr", &lr, "--device", device]);
             cmd.env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
                 .env("WORLD_SIZE", n.to_string())
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", port.to_string())
@@ -75,8 +91,8 @@ fn line<'a>(output: &'a str, prefix: &str) -> Option<&'a str> {
     output.lines().find(|l| l.starts_with(prefix))
 }
 
-fn check(languages: &str) {
-    let Some(outputs) = run_mixed(languages) else { return };
+fn check(languages: &str, device: &str) {
+    let Some(outputs) = run_mixed(languages, device) else { return };
     let all = outputs.iter().enumerate().map(|(r, o)| format!("--- rank {r}\n{o}\n")).collect::<String>();
     for (rank, out) in outputs.iter().enumerate() {
         let done =
@@ -99,18 +115,55 @@ fn check(languages: &str) {
         let text = line(out, "reference max diff: ").unwrap();
         let diff: f64 =
             text["reference max diff: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
-        assert!(diff < 1e-5, "{languages}: rank {rank}: N ranks x B is not 1 x N*B: {text}\n{all}");
+        let bound = if device == "cuda" { GPU_BOUND } else { CPU_BOUND };
+        assert!(diff < bound, "{languages}: rank {rank}: N ranks x B is not 1 x N*B: {text}\n{all}");
     }
 }
 
 #[test]
 fn a_rust_and_a_python_rank_train_to_the_same_weights() {
-    check("rp");
+    check("rp", "cpu");
 }
 
 #[test]
 fn python_rank_zero_two_rust_ranks_and_another_python_rank() {
-    check("prrp");
+    check("prrp", "cpu");
+}
+
+/// The same job over NCCL, a GPU per rank: needs a node with 2 GPUs (NCCL refuses two
+/// ranks on one device); elsewhere it says so and passes.
+#[test]
+fn a_rust_and_a_python_rank_over_nccl_on_two_gpus() {
+    let gpus = tch::Cuda::device_count();
+    if gpus < 2 {
+        eprintln!("skipped: {gpus} GPU(s) here; the NCCL job needs 2");
+        return;
+    }
+    check("rp", "cuda");
+}
+
+/// `--device cuda` where it cannot work (no GPU, or fewer GPUs than the rank's local
+/// rank) is refused before any rendezvous, on both sides alike: exit code 2 and a
+/// message that names the way out.
+#[test]
+fn cuda_without_a_gpu_for_the_rank_is_refused_on_both_sides() {
+    let Some(python) = python() else { return };
+    for language in ['r', 'p'] {
+        let mut cmd = rank_command(&python, language);
+        cmd.args(["--device", "cuda"])
+            .env("RANK", "0")
+            .env("LOCAL_RANK", "4096")
+            .env("WORLD_SIZE", "2")
+            .env("MASTER_ADDR", "127.0.0.1")
+            // Nothing listens there: a rank that got as far as the rendezvous would fail
+            // differently (or wait), not with the message below.
+            .env("MASTER_PORT", launcher::free_port().unwrap().to_string());
+        let out = launcher::output(cmd, Some(Duration::from_secs(120))).expect("run a rank");
+        let text = format!("{}{}", out.stdout, out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{language}: {text}");
+        assert!(text.contains("--device cuda: ") && text.contains("--device cpu"), "{language}: {text}");
+        assert!(!text.contains("rank 0 of"), "{language}: it went on to the rendezvous: {text}");
+    }
 }
 
 /// README's "One job, two languages" commands, run as written (with this build's

@@ -6,6 +6,9 @@
 //!
 //!     export MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 WORLD_SIZE=2
 //!     RANK=0 target/release/ddp_peer & RANK=1 .venv/bin/python bench/python/ddp_peer.py; wait
+//!
+//! `--device cuda` (both sides): NCCL, one GPU per rank, `cuda:<LOCAL_RANK>` (LOCAL_RANK
+//! defaults to RANK for ranks started by hand on one node).
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,7 +20,7 @@ use tch_distributed as dist;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "One rank of a DDP job that PyTorch ranks (bench/python/ddp_peer.py) may share: env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Gloo, CPU"
+    about = "One rank of a DDP job that PyTorch ranks (bench/python/ddp_peer.py) may share: env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); Gloo on the CPU, or NCCL with --device cuda"
 )]
 struct Args {
     /// SGD steps.
@@ -35,16 +38,47 @@ struct Args {
     /// Seconds before a missing rank or a stuck collective is an error.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// `cpu` (Gloo) or `cuda` (NCCL, one GPU per rank: `cuda:<LOCAL_RANK>`).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    device: String,
 }
 
-/// Rank `rank`'s batch: the numbers `ddp_peer.py`'s `batch` computes.
-fn batch(rank: usize, size: i64) -> (Tensor, Tensor) {
+/// Where this rank computes: the CPU, or the GPU of its local rank (LOCAL_RANK, else
+/// RANK: ranks started by hand on one node). An error names what is missing.
+fn placement(device: &str) -> Result<Device, String> {
+    if device == "cpu" {
+        return Ok(Device::Cpu);
+    }
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok());
+    let local_rank = var("LOCAL_RANK").or_else(|| var("RANK")).unwrap_or(0);
+    let gpus = tch::Cuda::device_count().max(0) as usize;
+    if gpus == 0 {
+        return Err(
+            "--device cuda: libtorch sees no GPU on this machine; run with --device cpu (Gloo)".into()
+        );
+    }
+    if local_rank >= gpus {
+        return Err(format!(
+            "--device cuda: local rank {local_rank}, but this node has {gpus} GPU(s) and NCCL needs one per rank: \
+             start at most {gpus} rank(s) here (set LOCAL_RANK on each), or use --device cpu"
+        ));
+    }
+    if std::env::var_os("LOCAL_RANK").is_none() {
+        // The default group binds to cuda:<LOCAL_RANK>, as init_process_group(device_id=…).
+        std::env::set_var("LOCAL_RANK", local_rank.to_string());
+    }
+    Ok(Device::Cuda(local_rank))
+}
+
+/// Rank `rank`'s batch: the numbers `ddp_peer.py`'s `batch` computes (on the CPU, then
+/// moved, as there).
+fn batch(rank: usize, size: i64, device: Device) -> (Tensor, Tensor) {
     let pixels = size * 28 * 28;
     let x = (Tensor::arange(pixels, (Kind::Float, Device::Cpu)) * 0.001 + rank as f64)
         .sin()
         .reshape([size, 1, 28, 28]);
     let y = (Tensor::arange(size, (Kind::Int64, Device::Cpu)) + rank as i64).remainder(10);
-    (x, y)
+    (x.to_device(device), y.to_device(device))
 }
 
 /// The sum of the float32 bit patterns: any changed bit changes it.
@@ -57,25 +91,20 @@ fn show_state(what: &str, params: &[(String, Tensor)]) {
     println!("{what}: {}", all.join(" "));
 }
 
-fn run(args: &Args) -> dist::Result<()> {
-    dist::init_process_group(
-        dist::Backend::Gloo,
-        dist::Init::Env,
-        None,
-        None,
-        Duration::from_secs(args.timeout),
-    )?;
+fn run(args: &Args, device: Device) -> dist::Result<()> {
+    let backend = if device.is_cuda() { dist::Backend::Nccl } else { dist::Backend::Gloo };
+    dist::init_process_group(backend, dist::Init::Env, None, None, Duration::from_secs(args.timeout))?;
     let rank = dist::get_rank()?;
-    println!("rust rank {rank} of {}", dist::get_world_size()?);
+    println!("rust rank {rank} of {} on {device:?}", dist::get_world_size()?);
     tch::set_num_threads(1);
     // A seed of its own: DDP's broadcast from rank 0 is what makes the replicas equal.
     tch::manual_seed(1000 + rank as i64);
-    let vs = nn::VarStore::new(Device::Cpu);
+    let vs = nn::VarStore::new(device);
     let model = WideResNet::new(&vs.root(), args.widths, Norm::BatchNorm);
     let ddp = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
     show_state("start", ddp.parameters());
     let mut opt = nn::Sgd::default().build(&vs, args.lr).expect("an SGD optimizer");
-    let (x, y) = batch(rank, args.batch_size);
+    let (x, y) = batch(rank, args.batch_size, device);
     for _ in 0..args.steps {
         opt.zero_grad();
         // Eval mode: no dropout, BatchNorm on its running statistics, so the job's
@@ -96,7 +125,14 @@ fn main() -> ExitCode {
         eprintln!("error: --steps and --batch-size must be at least 1 and --lr positive");
         return ExitCode::from(2);
     }
-    match run(&args) {
+    let device = match placement(&args.device) {
+        Ok(device) => device,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args, device) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
