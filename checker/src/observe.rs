@@ -258,60 +258,14 @@ pub fn observe(
     if step >= 1 {
         phase("checking --help and a bad option value");
     }
-    let (help, bad_value) = if step >= 1 {
-        // Both at once: neither touches the network or the other's files.
-        let launch = |name: &str, args: &[&str]| Launch {
-            name: name.into(),
-            args: args.iter().map(|s| s.to_string()).collect(),
-            env: vec![],
-        };
-        let mut ended = launch::run_all(
-            bin,
-            &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
-            &setup.work,
-            Duration::from_secs(60),
-            grace,
-        );
-        let bad = ended.pop();
-        (ended.pop(), bad)
-    } else {
-        (None, None)
-    };
+    let (help, bad_value) = if step >= 1 { help_and_bad_value(bin, setup, grace) } else { (None, None) };
     let fail_run = (step >= 10).then(|| {
         phase("running with a failing rank");
-        let mut args = common_args(step, v, 0);
-        args.extend(["--dataset".into(), "generated".into()]);
-        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-        let env = vec![
-            (labkit::FAIL_RANK_ENV.into(), "1".into()),
-            ("MASTER_ADDR".into(), "127.0.0.1".into()),
-            ("MASTER_PORT".into(), rendezvous_port().to_string()),
-        ];
-        let launch = Launch { name: "failing-rank".into(), args, env };
-        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
+        failing_rank_run(step, bin, v, setup, grace)
     });
     let quick_run = (step >= 11).then(|| {
         phase("running the quick evaluation (about a minute)");
-        let text =
-            std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
-        let mut args: Vec<String> = text
-            .lines()
-            .filter(|l| !l.trim_start().starts_with('#'))
-            .flat_map(str::split_whitespace)
-            .map(String::from)
-            .collect();
-        args.extend(
-            ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
-                .map(String::from),
-        );
-        args.extend(placement(1, 2, gpus()).options());
-        args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
-        let env = vec![
-            ("MASTER_ADDR".into(), "127.0.0.1".into()),
-            ("MASTER_PORT".into(), rendezvous_port().to_string()),
-        ];
-        let launch = Launch { name: "quick-evaluation".into(), args, env };
-        launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
+        quick_evaluation(bin, setup, grace)
     });
     Observation {
         step,
@@ -327,6 +281,60 @@ pub fn observe(
         downloads: None,
         equivalence,
     }
+}
+
+/// `--help` and `--num-gpus two`, both at once: neither touches the network or the
+/// other's files.
+fn help_and_bad_value(bin: &Path, setup: &Setup, grace: Duration) -> (Option<Ended>, Option<Ended>) {
+    let launch = |name: &str, args: &[&str]| Launch {
+        name: name.into(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: vec![],
+    };
+    let mut ended = launch::run_all(
+        bin,
+        &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
+        &setup.work,
+        Duration::from_secs(60),
+        grace,
+    );
+    let bad = ended.pop();
+    (ended.pop(), bad)
+}
+
+/// MASTER_ADDR and MASTER_PORT for a run of its own on this machine.
+fn rendezvous_env() -> Vec<(String, String)> {
+    vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), rendezvous_port().to_string())]
+}
+
+/// The program run with rank 1 made to fail (step 10 on).
+fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: Duration) -> Ended {
+    let mut args = common_args(step, v, 0);
+    args.extend(["--dataset".into(), "generated".into()]);
+    args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+    let mut env = vec![(labkit::FAIL_RANK_ENV.into(), "1".into())];
+    env.extend(rendezvous_env());
+    let launch = Launch { name: "failing-rank".into(), args, env };
+    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
+}
+
+/// The finished lab's quick evaluation (step 11), with scripts/quick-evaluation.args.
+fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {
+    let text = std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
+    let mut args: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(str::split_whitespace)
+        .map(String::from)
+        .collect();
+    args.extend(
+        ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
+            .map(String::from),
+    );
+    args.extend(placement(1, 2, gpus()).options());
+    args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+    let launch = Launch { name: "quick-evaluation".into(), args, env: rendezvous_env() };
+    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
 }
 
 /// Which run of a verification.

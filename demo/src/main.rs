@@ -49,7 +49,7 @@ struct Args {
     world_sizes: Vec<usize>,
     /// `auto` (GPUs when there are any), `cpu` or `cuda` (`gpu` too).
     #[arg(long, default_value = "auto", value_name = "DEVICE", ignore_case = true)]
-    device: labkit::DeviceChoice,
+    device: DeviceChoice,
     /// WideResNet widths [default: lab on GPUs and with --predict, narrow on CPUs].
     #[arg(long)]
     width: Option<String>,

@@ -101,8 +101,12 @@ fn speed_options_on_cpu() {
         labkit::train(&net, &mut opt, &mut loader).unwrap();
         vs.variables()["fc.weight"].copy()
     };
-    assert!(trained(Amp::Off).equal(&trained(Amp::Off)), "a plain epoch does not repeat");
-    assert!(!trained(Amp::Off).equal(&trained(Amp::Bf16)), "--amp bf16 did not reach train");
+    let gap = |a: &Tensor, b: &Tensor| (a - b).abs().max().double_value(&[]);
+    let plain = trained(Amp::Off);
+    let (repeat, bf16) = (gap(&plain, &trained(Amp::Off)), gap(&plain, &trained(Amp::Bf16)));
+    eprintln!("fc.weight after an epoch: plain twice {repeat:.1e} apart, plain and bf16 {bf16:.1e}");
+    assert!(repeat < 1e-6, "a plain epoch does not repeat: {repeat:e}");
+    assert!(bf16 > 1e-4, "--amp bf16 did not reach train: {bf16:e} from the plain epoch");
     // The region ended: plain float32 again outside train/test.
     let y = Tensor::ones([2, 2], (Kind::Float, Device::Cpu));
     assert_eq!(y.matmul(&y).kind(), Kind::Float);
