@@ -5,7 +5,9 @@
 #   1. gloo headers (Debian: libgloo-dev) - ProcessGroupGloo.hpp includes them;
 #   2. a Python venv with torch==2.11.0 (+ CUDA headers for the NCCL shim), kept in a
 #      cache OUTSIDE the clone so every clone and CI run on this machine reuse it;
-#   3. the link `.libtorch` -> that venv's torch directory (libtorch 2.11.0).
+#   3. the link `.libtorch` -> that venv's torch directory (libtorch 2.11.0);
+#   4. the real Fashion-MNIST (Debian: dataset-fashion-mnist, in
+#      /usr/share/datasets/fashion-mnist), so the lab trains on it offline.
 #
 # Environment: DDP_LAB_CACHE (default ~/.cache/ddp-lab) moves the cache.
 # Safe to run any number of times; a second run takes about a second.
@@ -50,6 +52,30 @@ if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     say "installing iproute2 (ip netns, for the two-node test) with apt-get"
     apt-get install -y -q iproute2 >>/tmp/ddp-lab-apt.log 2>&1 ||
         say "iproute2 not installed (log: /tmp/ddp-lab-apt.log); the two-node test will be skipped"
+fi
+
+# --- 1d. the real Fashion-MNIST (best effort) -----------------------------------------
+# Debian packages the data set; the lab finds it in /usr/share/datasets/fashion-mnist
+# and verifies it by content (Debian recompressed the published .gz files). Without
+# it the lab downloads the data, or trains on the generated stand-in when offline:
+# never a reason for setup to fail, but said plainly.
+FMNIST=/usr/share/datasets/fashion-mnist
+if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+    SUDO=""
+    [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && SUDO=sudo
+    if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+        say "installing the real Fashion-MNIST (dataset-fashion-mnist, about 30 MB) with apt-get"
+        if ! $SUDO apt-get install -y -q dataset-fashion-mnist >>/tmp/ddp-lab-apt.log 2>&1; then
+            $SUDO apt-get update -q >>/tmp/ddp-lab-apt.log 2>&1 || true
+            $SUDO apt-get install -y -q dataset-fashion-mnist >>/tmp/ddp-lab-apt.log 2>&1 || true
+        fi
+    fi
+    if [ -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
+        say "the real Fashion-MNIST is in $FMNIST"
+    else
+        say "NOTE: the real Fashion-MNIST could not be installed (no apt-get, not root, or no Debian mirror; log: /tmp/ddp-lab-apt.log)."
+        say "      The lab will download it when it can, else train on the generated stand-in; the tests that need it fail until 'apt-get install dataset-fashion-mnist' works."
+    fi
 fi
 
 # --- 2. the PyTorch venv (cached) --------------------------------------------------

@@ -15,5 +15,6 @@ for page in $(grep -o '](\([^)]*\.md\))' lab-guide/src/SUMMARY.md | sed 's/^](//
 done
 [ "$missing" = 0 ]
 echo "== cargo test" >&2
-# Setup has just installed torch: tests that would skip without it must fail instead.
-DDP_LAB_REQUIRE_TORCH=1 cargo test --workspace "$@"
+# Setup has just installed torch and the real Fashion-MNIST: tests that would skip
+# without them must fail instead.
+DDP_LAB_REQUIRE_TORCH=1 DDP_LAB_REQUIRE_REAL_DATA=1 cargo test --workspace "$@"

@@ -488,13 +488,8 @@ fn run_step(
             let mirror = checker_aux::Mirror::serve(&served)
                 .map_err(|e| format!("cannot start the local mirror for {}: {e}", served.display()))?;
             let manifest = served.join(labkit::data::MANIFEST_FILE);
-            let setup = Setup {
-                root: root.to_path_buf(),
-                work: work.clone(),
-                shared_data,
-                mirror: Some((mirror.url(), manifest)),
-                limit,
-            };
+            let setup =
+                Setup { work: work.clone(), shared_data, mirror: Some((mirror.url(), manifest)), limit };
             let mut obs = observe::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
             if step >= 5 {
                 obs.downloads = Some(mirror.downloads());

@@ -91,7 +91,6 @@ impl Variation {
 
 /// Where the verification runs and what it may use.
 pub struct Setup {
-    pub root: PathBuf,
     /// A fresh directory for this verification's files.
     pub work: PathBuf,
     /// A data directory with the generated stand-in ready (shared, read-only use).
@@ -318,15 +317,17 @@ fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: D
     launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
 }
 
-/// The finished lab's quick evaluation (step 11), with scripts/quick-evaluation.args.
+/// The quick evaluation the checker judges `target-reached` on: the finished lab on the
+/// generated stand-in, 8,000 training images, at most 6 epochs (every seed of 0-19
+/// reached 0.85 by epoch 1; about 30 s). The main job's own evaluation
+/// (scripts/quick-evaluation.args) trains on the real Fashion-MNIST and takes minutes,
+/// too long for a check that runs on every `verify`; the report names the data set.
+pub const STAND_IN_EVALUATION: [&str; 6] =
+    ["--train-subset", "8000", "--test-subset", "2000", "--epochs", "6"];
+
+/// The finished lab's quick evaluation (step 11) on the stand-in ([`STAND_IN_EVALUATION`]).
 fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {
-    let text = std::fs::read_to_string(setup.root.join("scripts/quick-evaluation.args")).unwrap_or_default();
-    let mut args: Vec<String> = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .flat_map(str::split_whitespace)
-        .map(String::from)
-        .collect();
+    let mut args: Vec<String> = STAND_IN_EVALUATION.map(String::from).to_vec();
     args.extend(
         ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
             .map(String::from),

@@ -217,7 +217,13 @@ fn main() -> ExitCode {
     if let Some(json) = &args.chart_from {
         return Failure::exit(redraw_charts(json, &args.out_dir, args.font.as_deref()));
     }
-    let result = plan(&args).map_err(Failure::BadInput).and_then(|p| {
+    let result = plan(&args).map_err(Failure::BadInput).and_then(|mut p| {
+        // Once, before any run: every run then reads the same copy, and the demo says
+        // which data set it trains on (the real one when present or downloadable).
+        if !args.predict || args.step_ms.is_none() {
+            let ready = p.settings.prepare_data().map_err(|e| Failure::BadInput(e.to_string()))?;
+            eprintln!("demo: {}", ready.summary());
+        }
         if args.predict {
             run_predict(&args, &p)
         } else {
@@ -312,8 +318,9 @@ fn describe(plan: &Plan) -> String {
     } else {
         format!("CPU processes, {} thread(s) each, Gloo; {} CPUs", s.threads.unwrap_or(1), cpus())
     };
+    let data = if s.dataset == "generated" { "the generated stand-in" } else { "Fashion-MNIST" };
     format!(
-        "device: {device}; width {}, batch {} per rank, {} training / {} validation images, {} epochs (first dropped)",
+        "device: {device}; {data}; width {}, batch {} per rank, {} training / {} validation images, {} epochs (first dropped)",
         s.width,
         s.batch_size,
         subset(s.train_subset),
@@ -340,6 +347,8 @@ fn run_demo(a: &Args, plan: &Plan) -> Result<(), Failure> {
         "demo": "scaling",
         "about": about,
         "device": plan.settings.device,
+        "dataset": plan.settings.dataset,
+        "data_dir": plan.settings.data_dir,
         "width": plan.settings.width,
         "batch_size": plan.settings.batch_size,
         "epochs": plan.settings.epochs,

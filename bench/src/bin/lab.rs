@@ -67,19 +67,8 @@ fn run(a: &Args, gpus: usize) -> Result<(), Failure> {
     let env = probe_python(a.python.as_deref(), "lab_reference.py").map_err(Failure::BadInput)?;
     let lab = finished_lab_binary().map_err(Failure::BadInput)?;
     let data_dir = a.data_dir.clone().unwrap_or_else(|| workspace_root().join("data"));
-    let kind: labkit::DatasetKind =
-        a.dataset.parse().map_err(|e: labkit::DataError| Failure::BadInput(e.to_string()))?;
-    // Prepared once here, so that no run pays for (or races on) making the files.
-    let ready = labkit::ensure_dataset(&labkit::DatasetOptions {
-        dir: data_dir.clone(),
-        kind,
-        download: Default::default(),
-        generated: Default::default(),
-    })
-    .map_err(|e| Failure::BadInput(e.to_string()))?;
-    eprintln!("{}", ready.summary());
     let placement = placement(a, gpus);
-    let settings = LabSettings {
+    let mut settings = LabSettings {
         width: a.width.clone(),
         batch_size: a.batch_size,
         epochs: a.epochs,
@@ -87,10 +76,13 @@ fn run(a: &Args, gpus: usize) -> Result<(), Failure> {
         test_subset: Some(a.test_subset),
         threads: Some(a.threads),
         device: a.device.clone(),
-        dataset: ready.kind_used.to_string(),
-        data_dir: data_dir.clone(),
+        dataset: a.dataset.clone(),
+        data_dir,
         extra: shared_extra_args(a, placement),
     };
+    // Prepared once here, so that no run pays for (or races on) making the files.
+    let ready = settings.prepare_data().map_err(|e| Failure::BadInput(e.to_string()))?;
+    eprintln!("{}", ready.summary());
     if let Some(load) = load_average().filter(|&l| l > cpus() as f64 / 2.0) {
         eprintln!("warning: load average {load:.1} on {} CPUs: other work will add noise", cpus());
     }

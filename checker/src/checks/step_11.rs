@@ -14,7 +14,7 @@ pub const CHECKS: &[Check] = &[
     Check {
         id: "target-reached",
         step: 11,
-        observes: "the quick evaluation's run (scripts/quick-evaluation.args)",
+        observes: "a quick evaluation on the generated stand-in (8,000 training images, at most 6 epochs)",
         needs: Needs::QuickRun,
         hint: "check the learning rate and batch size against the lab's defaults (guide: step 11)",
         judge: target_reached,
@@ -35,7 +35,11 @@ fn target_reached(obs: &Observation) -> Option<Finding> {
     let q = obs.quick_run.as_ref()?;
     let expected = "the quick evaluation reaches the target validation accuracy";
     let line = q.stdout.lines().find(|l| l.starts_with("Quick evaluation:")).unwrap_or("");
-    let observed = format!("{}: {}", q.describe(), if line.is_empty() { "no summary" } else { line });
+    let observed = format!(
+        "{} on the generated stand-in: {}",
+        q.describe(),
+        if line.is_empty() { "no summary" } else { line }
+    );
     if !q.success() || line.is_empty() {
         return Finding::missing(observed, expected);
     }

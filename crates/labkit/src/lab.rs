@@ -12,9 +12,7 @@ use tch::{Kind, Tensor};
 use tch_distributed as dist;
 
 use crate::checkpoint::CheckpointError;
-use crate::data::{
-    ensure_dataset, DataError, DatasetKind, DatasetOptions, DatasetReady, FashionMnist, Split,
-};
+use crate::data::{ensure_dataset, load_ready, DataError, DatasetOptions, DatasetReady, Split};
 use crate::error::{BoxError, Result};
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
@@ -195,8 +193,9 @@ pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataErr
     Ok(ready)
 }
 
-/// The lab's "read" half: loads the data set [`prepare_dataset`] made ready, without
-/// downloading anything, and keeps the first `train_subset` / `test_subset` samples.
+/// The lab's "read" half: loads the data set [`prepare_dataset`] made ready (the same
+/// copy: see [`load_ready`]), without downloading anything, and keeps the first
+/// `train_subset` / `test_subset` samples.
 ///
 /// Fails with a message saying the files are missing when nobody prepared them yet:
 /// that is what happens to a rank that does not wait at the barrier.
@@ -205,19 +204,7 @@ pub fn load_dataset(
     train_subset: Option<usize>,
     test_subset: Option<usize>,
 ) -> Result<(Split, Split), DataError> {
-    let dir = match options.kind {
-        DatasetKind::Real => options.dir.clone(),
-        DatasetKind::Generated => options.dir.join(options.generated.dir_name()),
-        DatasetKind::Auto => {
-            let real_present = crate::data::FILES.iter().all(|f| options.dir.join(f).is_file());
-            if real_present {
-                options.dir.clone()
-            } else {
-                options.dir.join(options.generated.dir_name())
-            }
-        }
-    };
-    let data = FashionMnist::load(&dir)?;
+    let (dir, data) = load_ready(options)?;
     let train = match train_subset {
         Some(n) => data.train.subset(n),
         None => data.train,

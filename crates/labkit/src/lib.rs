@@ -25,8 +25,8 @@ mod widths;
 
 pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start};
 pub use data::{
-    download, ensure_dataset, generate, DataError, DatasetAction, DatasetKind, DatasetOptions, DatasetReady,
-    DownloadOptions, EpochBatches, FashionMnist, GenerateOptions, Manifest, Split,
+    download, ensure_dataset, generate, load_ready, DataError, DatasetAction, DatasetKind, DatasetOptions,
+    DatasetReady, DownloadOptions, EpochBatches, FashionMnist, GenerateOptions, Manifest, Split,
 };
 pub use error::{BoxError, Result};
 pub use lab::{

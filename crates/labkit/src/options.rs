@@ -235,6 +235,7 @@ impl RunOptions {
                 ..Default::default()
             },
             generated: GenerateOptions::default(),
+            system_dir: crate::data::system_dir(),
         }
     }
 

@@ -509,6 +509,83 @@ fn damaged_file_on_disk_is_downloaded_again() {
     FashionMnist::load(&d.0).unwrap();
 }
 
+/// Copies the served set's four files into `dir`, each decompressed, passed through
+/// `edit` (file name, content), and compressed again at `level`.
+fn recompressed_copy(dir: &Path, level: u32, edit: impl Fn(&str, &mut Vec<u8>)) {
+    for f in FILES {
+        let mut content = idx::gunzip(&served_set().0[f], Path::new(f)).unwrap();
+        edit(f, &mut content);
+        std::fs::write(dir.join(f), idx::gzip_at(&content, level)).unwrap();
+    }
+}
+
+#[test]
+fn a_recompressed_copy_is_accepted_by_its_content() {
+    let d = Scratch::new("recompressed");
+    recompressed_copy(&d.0, 9, |_, _| {});
+    let manifest = &served_set().1;
+    for f in FILES {
+        // Other bytes on disk, the same data inside.
+        assert_ne!(data::md5_file(&d.0.join(f)).unwrap(), manifest.md5_of(f).unwrap(), "{f}");
+    }
+    let (copy, original) =
+        (FashionMnist::load_with(&d.0, manifest).unwrap(), FashionMnist::load(&served_set().2).unwrap());
+    assert!(copy.train.images.equal(&original.train.images) && copy.test.labels.equal(&original.test.labels));
+    // Verified as it is: nothing is downloaded, even with every mirror down.
+    let server = Server::with_set(Duration::ZERO);
+    assert!(data::download(&d.0, &download_options(vec![dead_mirror(), server.base()])).unwrap().is_empty());
+    assert_eq!(server.total_hits(), 0);
+    // A mirror serving a recompressed copy is accepted too.
+    let mirror = Server::start(
+        FILES
+            .iter()
+            .map(|f| (format!("/fashion/{f}"), Reply::Body(std::fs::read(d.0.join(f)).unwrap())))
+            .collect(),
+        Duration::ZERO,
+    );
+    let fresh = Scratch::new("recompressed-dl");
+    assert_eq!(data::download(&fresh.0, &download_options(vec![mirror.base()])).unwrap(), FILES.to_vec());
+    FashionMnist::load(&fresh.0).unwrap();
+}
+
+#[test]
+fn a_changed_byte_in_any_file_is_refused_and_the_file_kept() {
+    for (i, file) in FILES.iter().enumerate() {
+        let d = Scratch::new("changed-byte");
+        // One pixel or one label changed, then compressed as a faithful copy would be.
+        recompressed_copy(&d.0, 6, |f, content| {
+            if f == *file {
+                let at = content.len() - 1 - i;
+                content[at] = if content[at] == 0 { 1 } else { content[at] - 1 };
+            }
+        });
+        let before = std::fs::read(d.0.join(file)).unwrap();
+        let broken = Server::start(HashMap::new(), Duration::ZERO); // 404 for everything
+        let opts = dataset_options(&d.0, DatasetKind::Real, vec![dead_mirror(), broken.base()]);
+        let e = data::ensure_dataset(&opts).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, DataError::DamagedKept { .. }) && e.exit_code() == 2, "{file}: {msg}");
+        assert!(msg.contains(&d.0.join(file).display().to_string()), "names the file: {msg}");
+        assert!(msg.contains("decompressed content") && msg.contains("left as it is"), "{msg}");
+        assert!(msg.contains("HTTP status 404") && msg.contains("What to do"), "{msg}");
+        assert_eq!(std::fs::read(d.0.join(file)).unwrap(), before, "{file} is still there, unchanged");
+        assert_only(&d.0, &FILES);
+        // Loading refuses it too, naming it.
+        let e = FashionMnist::load_with(&d.0, &served_set().1).unwrap_err();
+        assert!(matches!(e, DataError::Checksum { .. }) && e.exit_code() == 2, "{e}");
+        assert!(
+            e.to_string().contains(file) && e.to_string().contains("the MD5 of its decompressed content"),
+            "{e}"
+        );
+        // Auto falls back to the stand-in and says which file kept the real data out.
+        let ready =
+            data::ensure_dataset(&DatasetOptions { kind: DatasetKind::Auto, ..opts.clone() }).unwrap();
+        assert_eq!(ready.kind_used, DatasetKind::Generated);
+        assert!(ready.summary().contains(file), "{}", ready.summary());
+        assert_eq!(std::fs::read(d.0.join(file)).unwrap(), before);
+    }
+}
+
 // ---------------------------------------------------------------- ensure_dataset
 
 fn dataset_options(dir: &Path, kind: DatasetKind, mirrors: Vec<String>) -> DatasetOptions {
@@ -517,6 +594,7 @@ fn dataset_options(dir: &Path, kind: DatasetKind, mirrors: Vec<String>) -> Datas
         kind,
         download: download_options(mirrors),
         generated: GenerateOptions { train: 100, test: 20, seed: 3 },
+        system_dir: None,
     }
 }
 

@@ -65,6 +65,26 @@ pub struct LabSettings {
 }
 
 impl LabSettings {
+    /// Makes the data set ready once, before any run (so that no run pays for it or
+    /// races on it), and points the settings at the copy found: `real` in the
+    /// directory that holds it (the data directory, or the system's copy that Debian's
+    /// `dataset-fashion-mnist` installs), or `generated` under the data directory.
+    /// Both programs then read the same files. Returns what was used, whose
+    /// [`summary`](labkit::DatasetReady::summary) says which data set it is.
+    pub fn prepare_data(&mut self) -> Result<labkit::DatasetReady, labkit::DataError> {
+        let kind: labkit::DatasetKind = self.dataset.parse()?;
+        let ready = labkit::ensure_dataset(&labkit::DatasetOptions {
+            dir: self.data_dir.clone(),
+            kind,
+            ..Default::default()
+        })?;
+        self.dataset = ready.kind_used.to_string();
+        if ready.kind_used == labkit::DatasetKind::Real {
+            self.data_dir = ready.dir.clone();
+        }
+        Ok(ready)
+    }
+
     /// The lab's command line for `world_size` ranks on this node. The target accuracy
     /// is out of reach so that every run trains the same number of epochs.
     pub fn args(&self, world_size: usize) -> Vec<OsString> {

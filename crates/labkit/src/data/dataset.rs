@@ -218,7 +218,8 @@ pub struct FashionMnist {
 impl FashionMnist {
     /// Loads the four gz IDX files of `dir`, after checking each against the manifest
     /// that governs the directory ([`Manifest::for_dir`]: the directory's own
-    /// `fashion-mnist.md5` when present, the published checksums otherwise).
+    /// `fashion-mnist.md5` when present, the published checksums otherwise), by content:
+    /// any faithful recompression of the files is accepted.
     ///
     /// Checking on every load costs a fraction of a second and turns a corrupt or
     /// truncated file into an error that names it, instead of garbage training.
@@ -231,8 +232,8 @@ impl FashionMnist {
         let split = |images: &str, labels: &str| -> Result<Split, DataError> {
             let images_path = dir.join(images);
             let labels_path = dir.join(labels);
-            let pixels = idx::decode_images(&manifest.verified_read(dir, images)?, &images_path)?;
-            let labels = idx::decode_labels(&manifest.verified_read(dir, labels)?, &labels_path)?;
+            let pixels = idx::parse_images(&manifest.verified_content(dir, images)?, &images_path)?;
+            let labels = idx::parse_labels(&manifest.verified_content(dir, labels)?, &labels_path)?;
             let n_images = pixels.len() / idx::PIXELS;
             if n_images != labels.len() {
                 return Err(DataError::Format {

@@ -1,11 +1,13 @@
 //! Fetching the real Fashion-MNIST files from a list of mirrors.
 //!
 //! Each missing or damaged file is fetched from the first mirror that delivers it
-//! intact. The bytes stream into a hidden temporary file beside the target while
-//! their MD5 is computed; the length is compared with the announced Content-Length
-//! (a dropped connection otherwise looks like a short file) and the MD5 with the
-//! manifest; only then is the file flushed and renamed into place. Every error path
-//! deletes the temporary file, so readers never see a partial file, and the whole
+//! intact. The bytes stream into a hidden temporary file beside the target; the length
+//! is compared with the announced Content-Length (a dropped connection otherwise looks
+//! like a short file) and the bytes are verified against the manifest (by content, so
+//! a mirror serving a faithful recompression is accepted); only then is the file
+//! flushed and renamed into place, over a damaged file if there was one. Every error
+//! path deletes the temporary file, so readers never see a partial file and a damaged
+//! file of the user's stays until a verified replacement is in hand. The whole
 //! operation runs under the directory lock so that the ranks of one host fetch each
 //! file once.
 
@@ -13,12 +15,10 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use md5::{Digest, Md5};
-
 use super::fsutil::{self, DirLock};
-use super::manifest::{hex, Manifest, MANIFEST_FILE};
+use super::manifest::{Manifest, MANIFEST_FILE};
 use super::{DataError, MirrorFailure, FILES, MANIFEST_ENV, MIRROR_ENV};
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// The public locations of Fashion-MNIST, tried in this order.
 pub const DEFAULT_MIRRORS: [&str; 2] = [
@@ -130,21 +130,19 @@ pub(crate) fn download_locked(dir: &Path, options: &DownloadOptions) -> Result<V
 
     let mut fetched = Vec::new();
     for file in FILES {
-        if expected.file_is_valid(dir, file) {
-            continue;
-        }
-        let md5 = expected.md5_of(file).expect("manifests list all four files");
-        let target = dir.join(file);
-        // A damaged file is removed first, so a failed download leaves nothing
-        // half-valid behind under the final name.
-        if target.exists() {
-            std::fs::remove_file(&target).map_err(|e| DataError::io("remove damaged", &target, e))?;
-        }
+        // A file that fails verification is kept until a verified replacement is in
+        // hand: the replacement is renamed over it, so nothing of the user's is lost
+        // when every mirror fails (offline, say).
+        let damaged = match expected.problem(dir, file) {
+            None => continue,
+            Some(DataError::Missing { .. }) => None,
+            Some(problem) => Some(problem),
+        };
         let mut failures = Vec::new();
         let mut done = false;
         for base in &mirrors {
             let url = format!("{base}{file}");
-            match fetch(&agent, &url, dir, file, md5, show_progress) {
+            match fetch(&agent, &url, dir, file, &expected, show_progress) {
                 Ok(()) => {
                     done = true;
                     break;
@@ -154,7 +152,12 @@ pub(crate) fn download_locked(dir: &Path, options: &DownloadOptions) -> Result<V
             }
         }
         if !done {
-            return Err(DataError::AllMirrorsFailed { file: file.to_string(), failures });
+            return Err(match damaged {
+                Some(problem) => {
+                    DataError::DamagedKept { path: dir.join(file), problem: damage(&problem), failures }
+                }
+                None => DataError::AllMirrorsFailed { file: file.to_string(), failures },
+            });
         }
         fetched.push(file);
     }
@@ -179,6 +182,16 @@ fn sync_manifest(dir: &Path, expected: &Manifest) -> Result<(), DataError> {
     }
 }
 
+/// What is wrong with a file, in a few words: "the MD5 of its decompressed content is …".
+fn damage(problem: &DataError) -> String {
+    match problem {
+        DataError::Checksum { subject, expected, actual, .. } => {
+            format!("{subject} is {actual}, expected {expected}")
+        }
+        other => other.to_string(),
+    }
+}
+
 enum Fetch {
     /// This mirror failed; the next one may succeed.
     Mirror(String),
@@ -199,7 +212,7 @@ fn fetch(
     url: &str,
     dir: &Path,
     file: &str,
-    md5: &str,
+    expected: &Manifest,
     progress: bool,
 ) -> Result<(), Fetch> {
     let mut response = agent.get(url).call().map_err(|e| Fetch::Mirror(describe(e)))?;
@@ -210,14 +223,15 @@ fn fetch(
     let bar = progress.then(|| progress_bar(file, announced));
 
     let mut reader = response.body_mut().as_reader();
-    let mut hasher = Md5::new();
+    // Kept in memory too (at most 26 MB) for the verification by content.
+    let mut body = Vec::with_capacity(announced.unwrap_or(0).min(1 << 26) as usize);
     let mut buf = vec![0u8; 1 << 16];
     let mut received: u64 = 0;
     let result = loop {
         match reader.read(&mut buf) {
             Ok(0) => break Ok(()),
             Ok(n) => {
-                hasher.update(&buf[..n]);
+                body.extend_from_slice(&buf[..n]);
                 if let Err(e) = tmp.file().write_all(&buf[..n]) {
                     break Err(Fetch::Local(DataError::io("write", tmp.path(), e)));
                 }
@@ -244,10 +258,9 @@ fn fetch(
             return Err(Fetch::Mirror(format!("truncated transfer: received {received} of {len} bytes")));
         }
     }
-    let actual = hex(&hasher.finalize());
-    if actual != md5 {
+    if let Err(m) = expected.check(file, &body) {
         return Err(Fetch::Mirror(format!(
-            "checksum mismatch for {file}: MD5 {actual}, expected {md5} (the mirror serves damaged or different data)"
+            "checksum mismatch for {file}: {m} (the mirror serves damaged or different data)"
         )));
     }
     // `tmp` is deleted by its Drop on every early return above.

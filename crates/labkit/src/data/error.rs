@@ -42,13 +42,23 @@ pub enum DataError {
     #[error("{} is missing. {fix}", path.display())]
     Missing { path: PathBuf, fix: String },
 
-    /// A file on disk does not have the MD5 the manifest lists: corrupt, truncated,
+    /// A file on disk is not the data the manifest describes: corrupt, truncated,
     /// or from another version of the data.
-    #[error(
-        "{} is corrupt or incomplete: its MD5 is {actual}, expected {expected}. {fix}",
-        path.display()
-    )]
-    Checksum { path: PathBuf, expected: String, actual: String, fix: String },
+    #[error("{} is corrupt or incomplete: {subject} is {actual}, expected {expected}. {fix}", path.display())]
+    Checksum {
+        path: PathBuf,
+        /// What was compared: "its MD5" (the file as stored) or "the MD5 of its
+        /// decompressed content".
+        subject: &'static str,
+        expected: String,
+        actual: String,
+        fix: String,
+    },
+
+    /// A file on disk failed verification and no verified replacement could be
+    /// downloaded: it was left as it is (never deleted before a good copy is in hand).
+    #[error("{}", damaged_kept_message(path, problem, failures))]
+    DamagedKept { path: PathBuf, problem: String, failures: Vec<MirrorFailure> },
 
     /// A file is not the gz IDX file it should be (wrong magic, dimensions or length).
     #[error("{} is not a valid Fashion-MNIST IDX file: {problem}. {fix}", path.display())]
@@ -78,9 +88,31 @@ fn all_mirrors_failed_message(file: &str, failures: &[MirrorFailure]) -> String 
     }
     s.push_str(&format!(
         "\nWhat to do: check the network connection; or set {}=<base URL>[,<base URL>...] \
-         to a reachable mirror that serves the four Fashion-MNIST .gz files; \
+         to a reachable mirror that serves the four Fashion-MNIST .gz files; or, offline on \
+         Debian, `apt-get install dataset-fashion-mnist` (the lab reads it in {}); \
          or use the generated stand-in instead (--dataset generated).",
-        super::MIRROR_ENV
+        super::MIRROR_ENV,
+        super::SYSTEM_DIR
+    ));
+    s
+}
+
+fn damaged_kept_message(path: &std::path::Path, problem: &str, failures: &[MirrorFailure]) -> String {
+    let mut s = format!(
+        "{} is not the published Fashion-MNIST ({problem}), and no verified replacement could be \
+         downloaded, so it was left as it is:",
+        path.display()
+    );
+    for failure in failures {
+        s.push_str(&format!("\n  - {failure}"));
+    }
+    s.push_str(&format!(
+        "\nWhat to do: replace it with a good copy (any faithful recompression of the published file \
+         is accepted), or delete it and run again with network access (or {}=<base URL>); \
+         on Debian, `apt-get install dataset-fashion-mnist` installs a copy in {} that the lab \
+         uses by itself; or use the generated stand-in (--dataset generated).",
+        super::MIRROR_ENV,
+        super::SYSTEM_DIR
     ));
     s
 }
@@ -96,6 +128,7 @@ impl DataError {
             DataError::Io { .. } | DataError::AllMirrorsFailed { .. } => 1,
             DataError::Missing { .. }
             | DataError::Checksum { .. }
+            | DataError::DamagedKept { .. }
             | DataError::Format { .. }
             | DataError::Manifest { .. }
             | DataError::InvalidOption(_) => 2,

@@ -85,15 +85,20 @@ pub(crate) fn generate_locked(dir: &Path, options: &GenerateOptions) -> Result<M
         [(0u64, options.train, TRAIN_IMAGES, TRAIN_LABELS), (1, options.test, TEST_IMAGES, TEST_LABELS)]
     {
         let (pixels, labels) = generate_split(options.seed, split, n);
-        let (images_gz, labels_gz) = std::thread::scope(|s| {
-            let images = s.spawn(|| idx::encode_images(&pixels));
-            let labels = idx::encode_labels(&labels);
+        // Each file's MD5 as stored and of its content (see `Manifest`).
+        let (images, labels) = std::thread::scope(|s| {
+            let images = s.spawn(|| {
+                let raw = idx::raw_images(&pixels);
+                (idx::gzip(&raw), md5_hex(&raw))
+            });
+            let raw = idx::raw_labels(&labels);
+            let labels = (idx::gzip(&raw), md5_hex(&raw));
             (images.join().expect("encoder thread"), labels)
         });
-        fsutil::write_atomic(dir, images_name, &images_gz)?;
-        fsutil::write_atomic(dir, labels_name, &labels_gz)?;
-        entries.insert(images_name.to_string(), md5_hex(&images_gz));
-        entries.insert(labels_name.to_string(), md5_hex(&labels_gz));
+        for (name, (gz, content_md5)) in [(images_name, images), (labels_name, labels)] {
+            fsutil::write_atomic(dir, name, &gz)?;
+            entries.insert(name.to_string(), (md5_hex(&gz), content_md5));
+        }
     }
     let manifest = Manifest::generated(entries, &options.describe());
     manifest.write(dir)?;

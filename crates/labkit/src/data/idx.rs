@@ -84,14 +84,24 @@ fn parse(raw: &[u8], path: &Path, magic: u32, dims: &[Option<usize>]) -> Result<
     Ok(body.to_vec())
 }
 
+/// Parses uncompressed IDX image bytes into `N * 784` pixels.
+pub fn parse_images(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
+    parse(raw, path, IMAGES_MAGIC, &[None, Some(SIDE), Some(SIDE)])
+}
+
+/// Parses uncompressed IDX label bytes into `N` labels.
+pub fn parse_labels(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
+    parse(raw, path, LABELS_MAGIC, &[None])
+}
+
 /// Parses gz-compressed IDX image bytes into `N * 784` pixels.
 pub fn decode_images(gz: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
-    parse(&gunzip(gz, path)?, path, IMAGES_MAGIC, &[None, Some(SIDE), Some(SIDE)])
+    parse_images(&gunzip(gz, path)?, path)
 }
 
 /// Parses gz-compressed IDX label bytes into `N` labels.
 pub fn decode_labels(gz: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
-    parse(&gunzip(gz, path)?, path, LABELS_MAGIC, &[None])
+    parse_labels(&gunzip(gz, path)?, path)
 }
 
 /// Reads a gz IDX image file: `N * 784` pixels, row-major.
@@ -107,27 +117,49 @@ pub fn read_labels(path: &Path) -> Result<Vec<u8>, DataError> {
 /// Encodes images (`N * 784` pixels) as gz IDX bytes. The gzip header carries no
 /// time stamp or name, so equal pixels always give equal bytes.
 pub fn encode_images(pixels: &[u8]) -> Vec<u8> {
-    assert_eq!(pixels.len() % PIXELS, 0, "image data must be a whole number of 28x28 images");
-    let n = (pixels.len() / PIXELS) as u32;
-    encode(IMAGES_MAGIC, &[n, SIDE as u32, SIDE as u32], pixels)
+    gzip(&raw_images(pixels))
 }
 
 /// Encodes labels as gz IDX bytes (deterministic, like [`encode_images`]).
 pub fn encode_labels(labels: &[u8]) -> Vec<u8> {
-    encode(LABELS_MAGIC, &[labels.len() as u32], labels)
+    gzip(&raw_labels(labels))
 }
 
-fn encode(magic: u32, dims: &[u32], data: &[u8]) -> Vec<u8> {
-    // Level 1: the files are mostly background zeros, so the fastest level is nearly
-    // as small as the best and keeps generation quick even in debug builds.
-    let mut enc: GzEncoder<Vec<u8>> =
-        GzBuilder::new().mtime(0).write(Vec::with_capacity(data.len() / 3), Compression::fast());
-    let mut header = magic.to_be_bytes().to_vec();
+/// Images (`N * 784` pixels) as uncompressed IDX bytes: what a `.gz` file decompresses to.
+pub fn raw_images(pixels: &[u8]) -> Vec<u8> {
+    assert_eq!(pixels.len() % PIXELS, 0, "image data must be a whole number of 28x28 images");
+    let n = (pixels.len() / PIXELS) as u32;
+    raw(IMAGES_MAGIC, &[n, SIDE as u32, SIDE as u32], pixels)
+}
+
+/// Labels as uncompressed IDX bytes.
+pub fn raw_labels(labels: &[u8]) -> Vec<u8> {
+    raw(LABELS_MAGIC, &[labels.len() as u32], labels)
+}
+
+fn raw(magic: u32, dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut raw = Vec::with_capacity(4 + 4 * dims.len() + data.len());
+    raw.extend_from_slice(&magic.to_be_bytes());
     for d in dims {
-        header.extend_from_slice(&d.to_be_bytes());
+        raw.extend_from_slice(&d.to_be_bytes());
     }
-    enc.write_all(&header).expect("writing to memory cannot fail");
-    enc.write_all(data).expect("writing to memory cannot fail");
+    raw.extend_from_slice(data);
+    raw
+}
+
+/// Compresses bytes as gzip at the fastest level, with no time stamp or name in the
+/// header (equal bytes in, equal bytes out). Level 1: the files are mostly background
+/// zeros, so the fastest level is nearly as small as the best and keeps generation
+/// quick even in debug builds.
+pub fn gzip(raw: &[u8]) -> Vec<u8> {
+    gzip_at(raw, 1)
+}
+
+/// [`gzip`] at another compression level (0-9), e.g. to recompress a file.
+pub fn gzip_at(raw: &[u8], level: u32) -> Vec<u8> {
+    let mut enc: GzEncoder<Vec<u8>> =
+        GzBuilder::new().mtime(0).write(Vec::with_capacity(raw.len() / 3), Compression::new(level.min(9)));
+    enc.write_all(raw).expect("writing to memory cannot fail");
     enc.finish().expect("writing to memory cannot fail")
 }
 

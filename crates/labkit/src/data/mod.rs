@@ -42,6 +42,22 @@ pub const MIRROR_ENV: &str = "DDP_LAB_MIRROR";
 /// Environment variable: path of an `md5sum`-style manifest that replaces the
 /// published checksums for downloads (see [`DownloadOptions::expected`]).
 pub const MANIFEST_ENV: &str = "DDP_LAB_MANIFEST";
+/// Where Debian's package `dataset-fashion-mnist` installs the real data set (its
+/// `.gz` files recompressed, their content the published data exactly).
+pub const SYSTEM_DIR: &str = "/usr/share/datasets/fashion-mnist";
+/// Environment variable: the system's data-set directory instead of [`SYSTEM_DIR`];
+/// empty means none (see [`DatasetOptions::system_dir`]).
+pub const SYSTEM_DIR_ENV: &str = "DDP_LAB_SYSTEM_DATA";
+
+/// The system's copy of the real data to look in: `DDP_LAB_SYSTEM_DATA` when set
+/// (empty: none), otherwise [`SYSTEM_DIR`].
+pub fn system_dir() -> Option<PathBuf> {
+    match std::env::var_os(SYSTEM_DIR_ENV) {
+        Some(dir) if dir.is_empty() => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(PathBuf::from(SYSTEM_DIR)),
+    }
+}
 
 /// Which data to use: `real` (the real Fashion-MNIST: verified, or downloaded),
 /// `generated` (the generated stand-in: verified, or generated), or `auto` (the real
@@ -81,6 +97,8 @@ impl std::fmt::Display for DatasetKind {
 pub enum DatasetAction {
     /// All four files were already there and intact.
     Present,
+    /// The system's copy (Debian's `dataset-fashion-mnist`) is used in place.
+    SystemCopy,
     /// At least one file was downloaded.
     Downloaded,
     /// The stand-in was generated.
@@ -99,6 +117,9 @@ pub struct DatasetReady {
     pub downloaded: Vec<&'static str>,
     /// Why `Auto` fell back to the generated stand-in, for the caller to print.
     pub fallback_reason: Option<String>,
+    /// A file of the data directory that failed verification and was left as it is
+    /// while another copy was used (e.g. the system's), for the caller to print.
+    pub passed_over: Option<String>,
 }
 
 impl DatasetReady {
@@ -111,10 +132,14 @@ impl DatasetReady {
         };
         let action = match self.action {
             DatasetAction::Present => "already present",
+            DatasetAction::SystemCopy => "the system's copy, read in place",
             DatasetAction::Downloaded => "downloaded",
             DatasetAction::Generated => "generated",
         };
         let mut s = format!("dataset: {what} in {} ({action})", self.dir.display());
+        if let Some(problem) = &self.passed_over {
+            s.push_str(&format!("; passed over, and left as it is: {problem}"));
+        }
         if let Some(reason) = &self.fallback_reason {
             // The reason's first line ends with a colon when mirrors follow: show the
             // first mirror's answer too, which is usually the whole story (offline).
@@ -143,6 +168,12 @@ pub struct DatasetOptions {
     pub download: DownloadOptions,
     /// Sizes and seed of the generated stand-in.
     pub generated: GenerateOptions,
+    /// The system's copy of the real data (Debian's `dataset-fashion-mnist`), looked
+    /// in after `dir` and before any download, and read in place (never written).
+    /// Only while the published checksums are in force: a manifest given instead (a
+    /// checker serving its own data from a mirror) describes other files. The default
+    /// is [`system_dir`].
+    pub system_dir: Option<PathBuf>,
 }
 
 impl Default for DatasetOptions {
@@ -152,20 +183,23 @@ impl Default for DatasetOptions {
             kind: DatasetKind::Auto,
             download: DownloadOptions::default(),
             generated: GenerateOptions::default(),
+            system_dir: system_dir(),
         }
     }
 }
 
 /// Makes the requested data set ready on disk, doing only what is missing, and says
 /// what it used and did. This is the lab's "local rank 0 downloads" step: the other
-/// ranks wait at the barrier and then load [`DatasetReady::dir`].
+/// ranks wait at the barrier and then load it with [`load_ready`].
 ///
-/// - `Real`: checks the four files against the checksums and downloads the missing
-///   or damaged ones.
+/// - `Real`: the first complete, verified copy of the real data among the data
+///   directory and the system's copy ([`DatasetOptions::system_dir`]); otherwise the
+///   data directory's missing or damaged files are downloaded. A damaged file is only
+///   ever replaced by a verified download, never deleted first.
 /// - `Generated`: checks the stand-in in `<dir>/generated-seed<seed>-<train>-<test>`
 ///   against its own manifest, and generates it when incomplete.
-/// - `Auto`: `Real` when that succeeds; when the download fails, `Generated`, with
-///   the reason in [`DatasetReady::fallback_reason`].
+/// - `Auto`: `Real` when that succeeds; when no verified copy is present and none can
+///   be downloaded, `Generated`, with the reason in [`DatasetReady::fallback_reason`].
 ///
 /// The directory being filled is locked meanwhile, so concurrent callers on one host
 /// (other processes or threads) wait and then find the files present.
@@ -175,24 +209,94 @@ pub fn ensure_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataErro
         DatasetKind::Generated => ensure_generated(options, None),
         DatasetKind::Auto => match ensure_real(options) {
             Ok(ready) => Ok(ready),
-            Err(e @ DataError::AllMirrorsFailed { .. }) => ensure_generated(options, Some(e.to_string())),
+            Err(e @ (DataError::AllMirrorsFailed { .. } | DataError::DamagedKept { .. })) => {
+                ensure_generated(options, Some(e.to_string()))
+            }
             Err(e) => Err(e),
         },
     }
 }
 
+/// The places a verified copy of the real data may be, in the order they are tried,
+/// each with the manifest it is checked against: the data directory, then the system's
+/// copy while the published checksums are in force. The data directory is checked
+/// against the manifest in force when preparing (what a download would fetch), and
+/// against the one it holds when loading (what was prepared).
+fn real_candidates(options: &DatasetOptions, loading: bool) -> Result<Vec<(PathBuf, Manifest)>, DataError> {
+    let expected = download::resolve_expected(&options.download)?;
+    let own = if loading { Manifest::for_dir(&options.dir)? } else { expected.clone() };
+    let mut candidates = vec![(options.dir.clone(), own)];
+    if expected == Manifest::published() {
+        if let Some(system) = options.system_dir.as_ref().filter(|s| **s != options.dir) {
+            candidates.push((system.clone(), expected));
+        }
+    }
+    Ok(candidates)
+}
+
+/// The first problem of `dir`'s four files under `manifest`, if any.
+fn first_problem(dir: &Path, manifest: &Manifest) -> Option<DataError> {
+    FILES.iter().find_map(|f| manifest.problem(dir, f))
+}
+
 fn ensure_real(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
-    let dir = &options.dir;
-    let _lock = DirLock::acquire(dir)?;
-    let downloaded = download::download_locked(dir, &options.download)?;
-    let action = if downloaded.is_empty() { DatasetAction::Present } else { DatasetAction::Downloaded };
-    Ok(DatasetReady {
-        dir: dir.clone(),
+    let ready = |dir: PathBuf, action, downloaded, passed_over| DatasetReady {
+        dir,
         kind_used: DatasetKind::Real,
         action,
         downloaded,
         fallback_reason: None,
-    })
+        passed_over,
+    };
+    let candidates = real_candidates(options, false)?;
+    // A complete, verified copy needs no lock: files only ever appear whole (renamed
+    // into place), and the system's copy is never written.
+    let mut passed_over = None;
+    for (i, (dir, manifest)) in candidates.iter().enumerate() {
+        match first_problem(dir, manifest) {
+            None if i == 0 => return Ok(ready(dir.clone(), DatasetAction::Present, vec![], None)),
+            None => return Ok(ready(dir.clone(), DatasetAction::SystemCopy, vec![], passed_over)),
+            Some(DataError::Missing { .. }) => {}
+            Some(problem) => passed_over = passed_over.or(Some(problem.to_string())),
+        }
+    }
+    let dir = &options.dir;
+    let _lock = DirLock::acquire(dir)?;
+    let downloaded = download::download_locked(dir, &options.download)?;
+    let action = if downloaded.is_empty() { DatasetAction::Present } else { DatasetAction::Downloaded };
+    Ok(ready(dir.clone(), action, downloaded, None))
+}
+
+/// Loads what [`ensure_dataset`] made ready with the same `options`, from any rank:
+/// the same copy it chose (the data directory's, the system's, or the generated
+/// stand-in), found again by verifying, so ranks that did not prepare it need not be
+/// told where it is. Returns its directory and the data.
+///
+/// A rank that loads before anyone prepared the data (one that did not wait at the
+/// barrier) gets the error of the missing files.
+pub fn load_ready(options: &DatasetOptions) -> Result<(PathBuf, FashionMnist), DataError> {
+    let generated = || {
+        let dir = options.dir.join(options.generated.dir_name());
+        FashionMnist::load(&dir).map(|data| (dir, data))
+    };
+    if options.kind == DatasetKind::Generated {
+        return generated();
+    }
+    let mut first_error = None;
+    for (dir, manifest) in real_candidates(options, true)? {
+        match FashionMnist::load_with(&dir, &manifest) {
+            Ok(data) => return Ok((dir, data)),
+            Err(e @ (DataError::Missing { .. } | DataError::Checksum { .. } | DataError::Format { .. })) => {
+                first_error = first_error.or(Some(e))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match (options.kind, first_error) {
+        (DatasetKind::Auto, _) => generated(),
+        (_, Some(e)) => Err(e),
+        (_, None) => unreachable!("the data directory is always a candidate"),
+    }
 }
 
 fn ensure_generated(
@@ -213,6 +317,7 @@ fn ensure_generated(
         action,
         downloaded: Vec::new(),
         fallback_reason,
+        passed_over: None,
     })
 }
 
