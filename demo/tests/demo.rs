@@ -44,6 +44,9 @@ fn cpu_demo_writes_table_json_and_charts() {
     assert!(stdout.contains("| 2 | "), "{stdout}");
     // Not a terminal: plain progress lines, one per world size.
     assert!(stderr.contains("demo: 2 ranks:"), "{stderr}");
+    // It says which data it trained on: prepared once, before the runs.
+    assert!(stderr.contains("demo: dataset: generated stand-in in"), "{stderr}");
+    assert!(stdout.contains("; the generated stand-in; width"), "{stdout}");
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("scaling.json")).unwrap()).unwrap();
@@ -62,6 +65,7 @@ fn cpu_demo_writes_table_json_and_charts() {
         assert!((s / ws - e).abs() < 1e-9);
     }
     assert_eq!(json["device"], "cpu");
+    assert_eq!(json["dataset"], "generated");
 
     let svg = std::fs::read_to_string(out_dir.join("scaling.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("images/sec") && svg.contains("measured"), "{svg}");
