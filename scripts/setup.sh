@@ -7,7 +7,9 @@
 #      cache OUTSIDE the clone so every clone and CI run on this machine reuse it;
 #   3. the link `.libtorch` -> that venv's torch directory (libtorch 2.11.0);
 #   4. the real Fashion-MNIST (Debian: dataset-fashion-mnist, in
-#      /usr/share/datasets/fashion-mnist), so the lab trains on it offline.
+#      /usr/share/datasets/fashion-mnist), so the lab trains on it offline;
+#   5. mdBook, which builds the lab guide into a book (scripts/book.sh), compiled
+#      from crates.io once into the same cache and linked at `.mdbook`.
 #
 # Environment: DDP_LAB_CACHE (default ~/.cache/ddp-lab) moves the cache.
 # Safe to run any number of times; a second run takes about a second.
@@ -131,4 +133,32 @@ if [ "$(readlink "$ROOT/.venv" 2>/dev/null)" != "$VENV" ]; then
 fi
 
 command -v cargo >/dev/null || fail "rust" "cargo is not on PATH: install Rust with rustup (https://rustup.rs), then run this again."
+
+# --- 5. mdBook (cached) ------------------------------------------------------------
+# `scripts/book.sh` builds lab-guide/ into target/book with it, and the tests check
+# the built book. Compiled once per cache (only the search feature: about 3 minutes on
+# 2 cores), then reused. Not needed to do the lab, so a failure here is said plainly
+# but does not stop setup; `scripts/book.sh` (and so the tests) then fail, naming this.
+MDBOOK_VERSION=0.4.52
+MDBOOK_ROOT=$CACHE/mdbook-$MDBOOK_VERSION
+if [ "$("$MDBOOK_ROOT/bin/mdbook" --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+    say "installing mdBook $MDBOOK_VERSION into $MDBOOK_ROOT (cargo install from crates.io; a few minutes the first time, reused afterwards)"
+    rm -rf "$MDBOOK_ROOT.tmp"
+    # A temporary target directory of cargo's own, whatever CARGO_TARGET_DIR says.
+    if env -u CARGO_TARGET_DIR cargo install --quiet --locked mdbook --version "$MDBOOK_VERSION" \
+        --no-default-features --features search --root "$MDBOOK_ROOT.tmp" >/tmp/ddp-lab-mdbook.log 2>&1 &&
+        [ "$("$MDBOOK_ROOT.tmp/bin/mdbook" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
+        rm -rf "$MDBOOK_ROOT" && mv -T "$MDBOOK_ROOT.tmp" "$MDBOOK_ROOT"
+    else
+        rm -rf "$MDBOOK_ROOT.tmp"
+        say "NOTE: mdBook $MDBOOK_VERSION could not be installed (log: /tmp/ddp-lab-mdbook.log; crates.io unreachable?)."
+        say "      The lab works without it, but 'bash scripts/book.sh' and the tests (which check the book) fail until it is."
+    fi
+fi
+if [ ! -x "$MDBOOK_ROOT/bin/mdbook" ]; then
+    rm -f "$ROOT/.mdbook" # never leave it at another version
+elif [ "$(readlink "$ROOT/.mdbook" 2>/dev/null)" != "$MDBOOK_ROOT/bin/mdbook" ]; then
+    ln -sfn "$MDBOOK_ROOT/bin/mdbook" "$ROOT/.mdbook.tmp" && mv -T "$ROOT/.mdbook.tmp" "$ROOT/.mdbook"
+fi
+
 say "ready: libtorch $TORCH_VERSION at $TORCH_DIR"
