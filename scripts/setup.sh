@@ -9,7 +9,8 @@
 #   4. the real Fashion-MNIST (Debian: dataset-fashion-mnist, in
 #      /usr/share/datasets/fashion-mnist), so the lab trains on it offline;
 #   5. mdBook, which builds the lab guide into a book (scripts/book.sh), compiled
-#      from crates.io once into the same cache and linked at `.mdbook`.
+#      from crates.io once into the same cache and linked at `.mdbook`; and Debian's
+#      chromium, in which a test loads every page of that book.
 #
 # Environment: DDP_LAB_CACHE (default ~/.cache/ddp-lab) moves the cache.
 # Safe to run any number of times; a second run takes about a second.
@@ -77,6 +78,26 @@ if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
     else
         say "NOTE: the real Fashion-MNIST could not be installed (no apt-get, not root, or no Debian mirror; log: /tmp/ddp-lab-apt.log)."
         say "      The lab will download it when it can, else train on the generated stand-in; the tests that need it fail until 'apt-get install dataset-fashion-mnist' works."
+    fi
+fi
+
+# --- 1e. Chromium (best effort) ------------------------------------------------------
+# The lab guide's browser test (crates/bookcheck/tests/browser.rs) loads every page of
+# the built book in headless Chromium. Without it that test fails under scripts/test.sh
+# (and skips elsewhere): never a reason for setup to fail, but said plainly.
+if ! command -v chromium >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && SUDO=sudo
+    if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+        say "installing Chromium (Debian's chromium, about 270 MB) with apt-get, for the lab guide's browser test"
+        if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >>/tmp/ddp-lab-apt.log 2>&1; then
+            $SUDO apt-get update -q >>/tmp/ddp-lab-apt.log 2>&1 || true
+            $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >>/tmp/ddp-lab-apt.log 2>&1 || true
+        fi
+    fi
+    if ! command -v chromium >/dev/null; then
+        say "NOTE: Chromium could not be installed (no apt-get, not root, or no Debian mirror; log: /tmp/ddp-lab-apt.log)."
+        say "      The lab does not need it; the book's browser test fails under scripts/test.sh until 'apt-get install chromium' works."
     fi
 fi
 
