@@ -7,7 +7,10 @@
 #      cache OUTSIDE the clone so every clone and CI run on this machine reuse it;
 #   3. the link `.libtorch` -> that venv's torch directory (libtorch 2.11.0);
 #   4. the real Fashion-MNIST (Debian: dataset-fashion-mnist, in
-#      /usr/share/datasets/fashion-mnist), so the lab trains on it offline.
+#      /usr/share/datasets/fashion-mnist), so the lab trains on it offline;
+#   5. mdBook, which builds the lab guide into a book (scripts/book.sh), compiled
+#      from crates.io once into the same cache and linked at `.mdbook`; and Debian's
+#      chromium, in which a test loads every page of that book.
 #
 # Environment: DDP_LAB_CACHE (default ~/.cache/ddp-lab) moves the cache.
 # Safe to run any number of times; a second run takes about a second.
@@ -78,6 +81,26 @@ if [ ! -f "$FMNIST/train-images-idx3-ubyte.gz" ]; then
     fi
 fi
 
+# --- 1e. Chromium (best effort) ------------------------------------------------------
+# The lab guide's browser test (crates/bookcheck/tests/browser.rs) loads every page of
+# the built book in headless Chromium. Without it that test fails under scripts/test.sh
+# (and skips elsewhere): never a reason for setup to fail, but said plainly.
+if ! command -v chromium >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && SUDO=sudo
+    if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+        say "installing Chromium (Debian's chromium, about 270 MB) with apt-get, for the lab guide's browser test"
+        if ! $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >>/tmp/ddp-lab-apt.log 2>&1; then
+            $SUDO apt-get update -q >>/tmp/ddp-lab-apt.log 2>&1 || true
+            $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >>/tmp/ddp-lab-apt.log 2>&1 || true
+        fi
+    fi
+    if ! command -v chromium >/dev/null; then
+        say "NOTE: Chromium could not be installed (no apt-get, not root, or no Debian mirror; log: /tmp/ddp-lab-apt.log)."
+        say "      The lab does not need it; the book's browser test fails under scripts/test.sh until 'apt-get install chromium' works."
+    fi
+fi
+
 # --- 2. the PyTorch venv (cached) --------------------------------------------------
 # What the venv must hold; the marker file records it, so adding a package later
 # installs just that instead of rebuilding 4.6 GB.
@@ -131,4 +154,32 @@ if [ "$(readlink "$ROOT/.venv" 2>/dev/null)" != "$VENV" ]; then
 fi
 
 command -v cargo >/dev/null || fail "rust" "cargo is not on PATH: install Rust with rustup (https://rustup.rs), then run this again."
+
+# --- 5. mdBook (cached) ------------------------------------------------------------
+# `scripts/book.sh` builds lab-guide/ into target/book with it, and the tests check
+# the built book. Compiled once per cache (only the search feature: about 3 minutes on
+# 2 cores), then reused. Not needed to do the lab, so a failure here is said plainly
+# but does not stop setup; `scripts/book.sh` (and so the tests) then fail, naming this.
+MDBOOK_VERSION=0.4.52
+MDBOOK_ROOT=$CACHE/mdbook-$MDBOOK_VERSION
+if [ "$("$MDBOOK_ROOT/bin/mdbook" --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+    say "installing mdBook $MDBOOK_VERSION into $MDBOOK_ROOT (cargo install from crates.io; a few minutes the first time, reused afterwards)"
+    rm -rf "$MDBOOK_ROOT.tmp"
+    # A temporary target directory of cargo's own, whatever CARGO_TARGET_DIR says.
+    if env -u CARGO_TARGET_DIR cargo install --quiet --locked mdbook --version "$MDBOOK_VERSION" \
+        --no-default-features --features search --root "$MDBOOK_ROOT.tmp" >/tmp/ddp-lab-mdbook.log 2>&1 &&
+        [ "$("$MDBOOK_ROOT.tmp/bin/mdbook" --version 2>/dev/null)" = "mdbook v$MDBOOK_VERSION" ]; then
+        rm -rf "$MDBOOK_ROOT" && mv -T "$MDBOOK_ROOT.tmp" "$MDBOOK_ROOT"
+    else
+        rm -rf "$MDBOOK_ROOT.tmp"
+        say "NOTE: mdBook $MDBOOK_VERSION could not be installed (log: /tmp/ddp-lab-mdbook.log; crates.io unreachable?)."
+        say "      The lab works without it, but 'bash scripts/book.sh' and the tests (which check the book) fail until it is."
+    fi
+fi
+if [ ! -x "$MDBOOK_ROOT/bin/mdbook" ]; then
+    rm -f "$ROOT/.mdbook" # never leave it at another version
+elif [ "$(readlink "$ROOT/.mdbook" 2>/dev/null)" != "$MDBOOK_ROOT/bin/mdbook" ]; then
+    ln -sfn "$MDBOOK_ROOT/bin/mdbook" "$ROOT/.mdbook.tmp" && mv -T "$ROOT/.mdbook.tmp" "$ROOT/.mdbook"
+fi
+
 say "ready: libtorch $TORCH_VERSION at $TORCH_DIR"

@@ -70,6 +70,12 @@ fn a_compile_error_is_shown_readably() {
     assert_eq!(v.failed(), ["builds"], "{}", v.output());
     assert!(v.stdout.contains("cannot find value `undefined_name`"), "{}", v.stdout);
     assert!(v.stdout.contains("hint: fix the first compiler error first"), "{}", v.stdout);
+    // The step's page in the guide built as a book.
+    assert!(
+        v.stdout.contains("page: target/book/steps/step-02.html#what-the-checker-will-test"),
+        "{}",
+        v.stdout
+    );
 }
 
 /// Processes whose command line names `needle`.

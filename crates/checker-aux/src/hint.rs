@@ -13,6 +13,43 @@ pub fn guide_page(step: u8) -> PathBuf {
     PathBuf::from(format!("lab-guide/src/steps/step-{step:02}.md"))
 }
 
+/// Where `scripts/book.sh build` puts the lab guide as a book (HTML), relative to the
+/// repository root: `lab-guide/book.toml`'s `build-dir`.
+pub const BOOK_DIR: &str = "target/book";
+
+/// The page of `step` in the built book, relative to the repository root, at its
+/// section "What the checker will test": `target/book/steps/step-07.html#what-…`.
+pub fn book_page(step: u8) -> String {
+    format!("{BOOK_DIR}/steps/step-{step:02}.html#{}", heading_id(CHECKER_WILL_TEST))
+}
+
+/// [`book_page`] as a failed check's report names it: followed by how to build the
+/// book when `repo_root` has no built copy of the page yet.
+pub fn book_location(repo_root: &Path, step: u8) -> String {
+    let page = book_page(step);
+    let file = page.split('#').next().unwrap_or_default();
+    if repo_root.join(file).is_file() {
+        page
+    } else {
+        format!("{page} (not built yet: bash scripts/book.sh build)")
+    }
+}
+
+/// The id mdBook gives a Markdown heading: its text in lower case, each space a `-`,
+/// punctuation dropped (`## What the checker will test` -> `what-the-checker-will-test`).
+fn heading_id(heading: &str) -> String {
+    heading
+        .trim_start_matches('#')
+        .trim()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '_' || c == '-' => Some(c.to_ascii_lowercase()),
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The help for a student stuck on `step`: the sections "What to change" and "Common
 /// mistakes" of its guide page (headings kept), then a line pointing at the full page.
 pub fn hint(repo_root: &Path, step: u8) -> Result<String, AuxError> {
@@ -104,6 +141,12 @@ mod tests {
         ### Detail\n\nStill here.\n\n## What the checker will test\n\n- Metrics averaged \
         (`metrics-avg`), over\n  all ranks.\n- Another `other-check`.\n\nBy hand: `metrics-avg` too.\n\n\
         ## Common mistakes\n\n- Averaging twice.\n";
+
+    #[test]
+    fn heading_ids_are_mdbooks() {
+        assert_eq!(heading_id(CHECKER_WILL_TEST), "what-the-checker-will-test");
+        assert_eq!(heading_id("## Step 6: `set_epoch`, again!"), "step-6-set_epoch-again");
+    }
 
     #[test]
     fn section_spans_code_blocks_and_subsections() {

@@ -10,7 +10,7 @@ pub mod reset;
 
 use std::path::PathBuf;
 
-pub use hint::{check_hint_for, hint};
+pub use hint::{book_location, book_page, check_hint_for, hint, BOOK_DIR};
 pub use mirror::Mirror;
 pub use reset::{reset, ResetOutcome};
 

@@ -1,6 +1,6 @@
 mod common;
 
-use checker_aux::{check_hint_for, hint, AuxError};
+use checker_aux::{book_location, book_page, check_hint_for, hint, AuxError, BOOK_DIR};
 use common::{repo_root, Scratch};
 
 #[test]
@@ -79,4 +79,43 @@ fn check_hints_come_from_the_bullet_naming_the_check() {
 #[test]
 fn the_real_guide_has_no_check_ids_yet_and_that_is_fine() {
     assert_eq!(check_hint_for(&repo_root(), 6, "no-such-check"), None);
+}
+
+#[test]
+fn a_failed_check_points_into_the_built_book() {
+    let root = Scratch::new("book-location");
+    assert_eq!(book_page(7), "target/book/steps/step-07.html#what-the-checker-will-test");
+    assert_eq!(
+        book_location(root.path(), 7),
+        "target/book/steps/step-07.html#what-the-checker-will-test (not built yet: bash scripts/book.sh build)"
+    );
+    let steps = root.path().join("target/book/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    std::fs::write(steps.join("step-07.html"), "<h2 id=\"what-the-checker-will-test\">").unwrap();
+    assert_eq!(book_location(root.path(), 7), book_page(7));
+}
+
+/// The real book, as `scripts/book.sh build` made it, has every page and section a
+/// report points at. Skipped without a built book, except under scripts/test.sh, which
+/// builds it first and sets DDP_LAB_REQUIRE_BOOK.
+#[test]
+fn the_built_book_has_every_page_a_report_points_at() {
+    let root = repo_root();
+    let book = root.join(BOOK_DIR);
+    if !book.join("index.html").is_file() {
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_BOOK").is_none(),
+            "{} has no built book although DDP_LAB_REQUIRE_BOOK is set: run bash scripts/book.sh build",
+            book.display()
+        );
+        eprintln!("SKIPPED: no book built in {} (bash scripts/book.sh build)", book.display());
+        return;
+    }
+    for step in 0..checker_aux::STEPS {
+        let link = book_page(step);
+        let (file, id) = link.split_once('#').unwrap();
+        let html = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(html.contains(&format!(" id=\"{id}\"")), "{file} has no section with id {id}");
+        assert_eq!(book_location(&root, step), link);
+    }
 }

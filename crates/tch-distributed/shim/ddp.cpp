@@ -15,6 +15,8 @@ using namespace tchd;
 
 struct tchd_reducer {
   std::unique_ptr<c10d::Reducer> reducer;
+  // The parameters it was made with, in that order: what bucket contents are told by.
+  std::vector<at::Tensor> params;
 };
 
 extern "C" {
@@ -58,7 +60,7 @@ int tchd_reducer_new(tchd_group* group, void* const* params, const char* const* 
         find_unused_parameters != 0, gradient_as_bucket_view != 0, std::move(param_names),
         first_bucket_cap_bytes, /*skip_all_reduce_unused_params=*/false,
         /*use_python_reducer=*/false, std::move(limits));
-    *out = new tchd_reducer{std::move(r)};
+    *out = new tchd_reducer{std::move(r), std::move(ps)};
   });
 }
 
@@ -117,6 +119,28 @@ int tchd_reducer_bucket_sizes(tchd_reducer* reducer, int64_t* counts, size_t cap
     for (size_t i = 0; i < buckets.size() && i < capacity; ++i) {
       counts[i] = static_cast<int64_t>(buckets[i].getParameters().size());
     }
+  });
+}
+
+int tchd_reducer_bucket_params(tchd_reducer* reducer, int64_t* indices, size_t capacity, size_t* n,
+                               char** err) {
+  return guarded(err, [&] {
+    // A bucket's parameters are the very tensors the Reducer was given: match them by
+    // identity.
+    std::unordered_map<const c10::TensorImpl*, int64_t> index_of;
+    for (size_t i = 0; i < reducer->params.size(); ++i) {
+      index_of[reducer->params[i].unsafeGetTensorImpl()] = static_cast<int64_t>(i);
+    }
+    size_t written = 0;
+    for (const auto& bucket : reducer->reducer->get_grad_buckets(/*return_zero_tensors=*/true)) {
+      for (const auto& p : bucket.getParameters()) {
+        auto found = index_of.find(p.unsafeGetTensorImpl());
+        TORCH_CHECK(found != index_of.end(), "a DDP bucket holds a tensor that is not one of its parameters");
+        if (written < capacity) indices[written] = found->second;
+        ++written;
+      }
+    }
+    *n = written;
   });
 }
 

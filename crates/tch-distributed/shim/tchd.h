@@ -140,6 +140,10 @@ int tchd_reducer_prepare_for_backward(tchd_reducer* reducer, void* const* output
 // Number of buckets and, per bucket, the number of parameters (for tests and logs).
 int tchd_reducer_bucket_sizes(tchd_reducer* reducer, int64_t* counts, size_t capacity, size_t* n_buckets,
                               char** err);
+// The parameters of every bucket, bucket after bucket in reduction order, as indices
+// into the reducer's `params`; n: how many were written (all of them, given capacity n).
+int tchd_reducer_bucket_params(tchd_reducer* reducer, int64_t* indices, size_t capacity, size_t* n,
+                               char** err);
 
 // --- SyncBatchNorm -------------------------------------------------------------------
 // Batch norm over (N, C, H, W) whose training statistics cover the whole group's batch

@@ -242,6 +242,29 @@ impl<M: ModuleT> DistributedDataParallel<M> {
         check(status, err)?;
         Ok(counts.into_iter().take(n).map(|c| c as usize).collect())
     }
+
+    /// Which parameters each gradient bucket holds, as indices into
+    /// [`parameters`](Self::parameters), bucket by bucket in reduction order. The
+    /// buckets are regrouped once, in the first forward pass after a synchronised
+    /// backward, in the order that backward produced the gradients.
+    pub fn buckets(&self) -> Result<Vec<Vec<usize>>> {
+        let counts = self.bucket_sizes()?;
+        let mut flat = vec![0i64; self.params.len()];
+        let mut n = 0usize;
+        let mut err = ptr::null_mut();
+        let status = unsafe {
+            ffi::tchd_reducer_bucket_params(
+                self.reducer.as_ptr(),
+                flat.as_mut_ptr(),
+                flat.len(),
+                &mut n,
+                &mut err,
+            )
+        };
+        check(status, err)?;
+        let mut indices = flat.into_iter().take(n).map(|i| i as usize);
+        Ok(counts.into_iter().map(|c| indices.by_ref().take(c).collect()).collect())
+    }
 }
 
 impl<M: ModuleT> ModuleT for DistributedDataParallel<M> {

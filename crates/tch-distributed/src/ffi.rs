@@ -193,6 +193,13 @@ extern "C" {
         n_buckets: *mut usize,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn tchd_reducer_bucket_params(
+        reducer: *mut tchd_reducer,
+        indices: *mut i64,
+        capacity: usize,
+        n: *mut usize,
+        err: *mut *mut c_char,
+    ) -> c_int;
     #[allow(clippy::too_many_arguments)]
     pub fn tchd_sync_batch_norm(
         group: *mut tchd_group,

@@ -151,6 +151,12 @@ fn equivalence_scenario() {
     let (init_vs, _) = build(7);
     assert!(max_diff(&vs, &init_vs) > 1e-3);
     assert!(!ddp.bucket_sizes().unwrap().is_empty());
+    // The buckets hold every parameter once, as many per bucket as bucket_sizes says.
+    let buckets = ddp.buckets().unwrap();
+    assert_eq!(buckets.iter().map(Vec::len).collect::<Vec<_>>(), ddp.bucket_sizes().unwrap());
+    let mut all = buckets.concat();
+    all.sort_unstable();
+    assert_eq!(all, (0..ddp.parameters().len()).collect::<Vec<_>>());
 }
 
 fn no_sync_scenario() {
