@@ -6,8 +6,11 @@
 //!   `verify_params_across_processes`, PyTorch DDP's own check), then broadcasts every
 //!   parameter and buffer from rank 0, so replicas start identical whatever their seed;
 //! - the Reducer hooks each parameter's gradient accumulator; during `backward()` it
-//!   all-reduces gradients bucket by bucket (1 MiB first bucket, then 25 MiB) while the
-//!   rest of the backward pass still runs, and averages them: when `backward()`
+//!   all-reduces gradients bucket by bucket (caps of 1 MiB for the first bucket, then
+//!   25 MiB, as PyTorch's; a bucket closes once it reaches its cap, so with the lab's
+//!   large convolutions the buckets hold 28, 25 and 12 MiB: see
+//!   [`DistributedDataParallel::buckets`]) while the rest of the backward pass still
+//!   runs, and averages them: when `backward()`
 //!   returns, every rank holds the same averaged gradients;
 //! - buffers (BatchNorm running statistics) are broadcast from rank 0 before each
 //!   training forward pass;
@@ -40,7 +43,8 @@ const BROADCAST_BUCKET_BYTES: i64 = 250 * 1024 * 1024;
 pub struct DdpOptions {
     /// Gradient bucket size in MiB (PyTorch's `bucket_cap_mb`, 25).
     pub bucket_cap_mb: f64,
-    /// Size of the first bucket in MiB (1): small, so communication starts early.
+    /// Cap of the first bucket in MiB (1): small, so communication can start early
+    /// (a bucket closes once it reaches its cap, so one large tensor still fills it).
     pub first_bucket_cap_mb: f64,
     /// Search the forward outputs' graph for parameters that get no gradient, and mark
     /// them ready so reduction can finish. Costs a graph walk per iteration.
