@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,28 +18,8 @@ use tch::{Device, Kind};
 
 // ---------------------------------------------------------------- fixtures
 
-/// A fresh directory under the target dir, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "labkit-data-{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{dead_mirror, Scratch};
 
 const SMALL: GenerateOptions = GenerateOptions { train: 300, test: 100, seed: 7 };
 
@@ -180,12 +160,6 @@ fn serve(
     };
     let _ = stream.flush();
     let _ = stream.shutdown(std::net::Shutdown::Both);
-}
-
-/// A base URL on which nothing listens.
-fn dead_mirror() -> String {
-    let port = launcher::free_port().unwrap();
-    format!("http://127.0.0.1:{port}/fashion/")
 }
 
 fn download_options(mirrors: Vec<String>) -> DownloadOptions {

@@ -7,7 +7,9 @@
 //! `scripts/test.sh` does), when they fail instead.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+
+mod common;
+use common::{dead_mirror, Scratch};
 
 use labkit::data::{
     self, idx, DataError, DatasetAction, DatasetKind, DatasetOptions, DownloadOptions, FashionMnist,
@@ -27,34 +29,6 @@ fn system_copy() -> Option<PathBuf> {
     );
     eprintln!("SKIPPED: {SYSTEM_DIR} lacks the real Fashion-MNIST (apt-get install dataset-fashion-mnist)");
     None
-}
-
-/// A fresh directory under the target dir, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "labkit-real-{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A base URL on which nothing listens: the machine is offline as far as the data is
-/// concerned.
-fn dead_mirror() -> String {
-    format!("http://127.0.0.1:{}/fashion/", launcher::free_port().unwrap())
 }
 
 /// The real data, offline, with the published checksums in force.
@@ -88,7 +62,7 @@ fn debians_copy_is_the_published_data_by_content() {
 #[test]
 fn the_system_copy_is_found_and_read_in_place() {
     let Some(system) = system_copy() else { return };
-    let d = Scratch::new("system");
+    let d = Scratch::unmade("system");
     let opts = offline(&d.0, DatasetKind::Real, Some(system.clone()));
     let ready = data::ensure_dataset(&opts).unwrap();
     assert_eq!((ready.kind_used, ready.action), (DatasetKind::Real, DatasetAction::SystemCopy));
@@ -108,7 +82,6 @@ fn the_system_copy_is_found_and_read_in_place() {
 fn debians_files_in_the_data_directory_are_used_and_kept() {
     let Some(system) = system_copy() else { return };
     let d = Scratch::new("in-data-dir");
-    std::fs::create_dir_all(&d.0).unwrap();
     for f in FILES {
         std::fs::copy(system.join(f), d.0.join(f)).unwrap();
     }
@@ -131,7 +104,6 @@ fn a_changed_pixel_or_label_in_any_real_file_is_refused_and_kept() {
     let Some(system) = system_copy() else { return };
     for file in FILES {
         let d = Scratch::new("changed");
-        std::fs::create_dir_all(&d.0).unwrap();
         for f in FILES {
             std::fs::copy(system.join(f), d.0.join(f)).unwrap();
         }
