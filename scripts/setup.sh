@@ -10,7 +10,9 @@
 #      /usr/share/datasets/fashion-mnist), so the lab trains on it offline;
 #   5. mdBook, which builds the lab guide into a book (scripts/book.sh), compiled
 #      from crates.io once into the same cache and linked at `.mdbook`; and Debian's
-#      chromium, in which a test loads every page of that book.
+#      chromium, in which a test loads every page of that book;
+#   6. bubblewrap (Debian: bubblewrap), the sandbox `checker grade` and
+#      `--crate` run handed-in code in.
 #
 # Environment: DDP_LAB_CACHE (default ~/.cache/ddp-lab) moves the cache.
 # Safe to run any number of times; a second run takes about a second.
@@ -98,6 +100,27 @@ if ! command -v chromium >/dev/null; then
     if ! command -v chromium >/dev/null; then
         say "NOTE: Chromium could not be installed (no apt-get, not root, or no Debian mirror; log: /tmp/ddp-lab-apt.log)."
         say "      The lab does not need it; the book's browser test fails under scripts/test.sh until 'apt-get install chromium' works."
+    fi
+fi
+
+# --- 1f. bubblewrap (best effort) ----------------------------------------------------
+# `checker grade` and `checker verify step N --crate DIR` build and run handed-in code
+# in a bubblewrap sandbox and refuse (exit 2, naming the fix) where there is none;
+# checker/tests/hostile.rs proves the sandbox holds and fails under scripts/test.sh
+# without it.
+if ! command -v bwrap >/dev/null; then
+    SUDO=""
+    [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && SUDO=sudo
+    if command -v apt-get >/dev/null && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+        say "installing bubblewrap (Debian's bubblewrap, under 100 kB) with apt-get, the sandbox for grading"
+        if ! $SUDO apt-get install -y -q bubblewrap >>/tmp/ddp-lab-apt.log 2>&1; then
+            $SUDO apt-get update -q >>/tmp/ddp-lab-apt.log 2>&1 || true
+            $SUDO apt-get install -y -q bubblewrap >>/tmp/ddp-lab-apt.log 2>&1 || true
+        fi
+    fi
+    if ! command -v bwrap >/dev/null; then
+        say "NOTE: bubblewrap could not be installed (no apt-get, not root, or no Debian mirror; log: /tmp/ddp-lab-apt.log)."
+        say "      'checker grade' and '--crate' then refuse unless given --unsandboxed; the sandbox tests fail under scripts/test.sh until 'apt-get install bubblewrap' works."
     fi
 fi
 

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::confined::{self, Confinement};
+use crate::sandbox::{Mount, Sandbox};
+
 /// What building a crate gave.
 pub enum Build {
     Binary(PathBuf),
@@ -18,19 +21,37 @@ pub enum Build {
 
 /// `cargo build -p <package>` in the repository, or, with `manifest_dir`, of the
 /// standalone crate there (sharing the repository's target directory); the binary's
-/// path, or the errors.
-pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io::Result<Build> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+/// path, or the errors. With `sandbox`, cargo runs offline in it: it sees the
+/// repository, the toolchain and the registry read-only and writes only the target
+/// directory, so a submission's `include_str!` or `env!` finds nothing of the grader's.
+pub fn build(
+    root: &Path,
+    package: &str,
+    manifest_dir: Option<&Path>,
+    sandbox: Option<&Sandbox>,
+) -> std::io::Result<Build> {
     let target = target_dir(root);
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--quiet", "--color", "never", "-p", package]);
-    match manifest_dir {
-        Some(dir) => cmd
-            .current_dir(dir)
-            .arg("--manifest-path")
-            .arg(dir.join("Cargo.toml"))
-            .env("CARGO_TARGET_DIR", &target),
-        None => cmd.current_dir(root),
+    let mut args: Vec<OsString> =
+        ["build", "--quiet", "--color", "never", "-p", package].iter().map(OsString::from).collect();
+    if let Some(dir) = manifest_dir {
+        args.push("--manifest-path".into());
+        args.push(dir.join("Cargo.toml").into());
+    }
+    let workdir = manifest_dir.unwrap_or(root);
+    let cmd = match sandbox {
+        None => {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+            let mut cmd = Command::new(cargo);
+            cmd.args(&args).current_dir(workdir);
+            if manifest_dir.is_some() {
+                cmd.env("CARGO_TARGET_DIR", &target);
+            }
+            cmd
+        }
+        Some(sandbox) => {
+            args.extend(["--offline", "--locked"].map(OsString::from));
+            sandboxed_cargo(sandbox, root, &target, workdir, &args)?
+        }
     };
     // Through the launcher too: a checker stopped mid-build stops cargo and its rustcs.
     let out = launcher::output(cmd, None)?;
@@ -38,6 +59,51 @@ pub fn build(root: &Path, package: &str, manifest_dir: Option<&Path>) -> std::io
         return Ok(Build::Failed(out.stderr));
     }
     Ok(Build::Binary(target.join("debug").join(package)))
+}
+
+/// cargo in a sandbox: the toolchain's own binary (not rustup's proxy), what it reads
+/// mounted read-only, the target directory writable, the checker's `.checker` hidden.
+fn sandboxed_cargo(
+    sandbox: &Sandbox,
+    root: &Path,
+    target: &Path,
+    workdir: &Path,
+    args: &[OsString],
+) -> std::io::Result<Command> {
+    let sysroot = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+        .args(["--print", "sysroot"])
+        .output()?;
+    let toolchain = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    let cargo = toolchain.join("bin").join("cargo");
+    if !cargo.is_file() {
+        return Err(std::io::Error::other(format!(
+            "no cargo in the toolchain at {} (`rustc --print sysroot`)",
+            toolchain.display()
+        )));
+    }
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+    let mut mounts = vec![
+        Mount::ReadOnly(toolchain.clone()),
+        Mount::ReadOnly(cargo_home.join("registry")),
+        Mount::ReadOnly(cargo_home.join("git")),
+        Mount::ReadOnly(root.to_path_buf()),
+        Mount::Scratch(root.join(".checker"), 1 << 20),
+        Mount::Writable(target.to_path_buf()),
+    ];
+    if let Ok(torch) = root.join(".libtorch").canonicalize() {
+        mounts.push(Mount::ReadOnly(torch.parent().map(Path::to_path_buf).unwrap_or(torch)));
+    }
+    let path = format!("{}:/usr/bin:/bin", toolchain.join("bin").display());
+    let env = vec![
+        ("PATH".to_string(), path),
+        ("CARGO_HOME".to_string(), cargo_home.display().to_string()),
+        ("CARGO_TARGET_DIR".to_string(), target.display().to_string()),
+        ("HOME".to_string(), "/tmp".to_string()),
+    ];
+    Ok(sandbox.command(&cargo, args, workdir, &env, &mounts))
 }
 
 fn target_dir(root: &Path) -> PathBuf {
@@ -81,6 +147,8 @@ pub struct Ended {
     pub elapsed: Duration,
     /// Processes of its group were still alive when it ended (and were killed then).
     pub left_behind: bool,
+    /// The sandbox's limits it ran into ("killed: out of memory …"), when confined.
+    pub limits: Vec<String>,
 }
 
 impl Ended {
@@ -88,21 +156,48 @@ impl Ended {
         self.status.is_some_and(|s| s.success())
     }
 
-    /// e.g. "exit code 1", "killed by signal 9 (SIGKILL)", "timed out (killed)".
+    /// e.g. "exit code 1", "killed by signal 9 (SIGKILL)", "timed out (killed)", and
+    /// the sandbox's limit it hit ("killed by signal 9 (SIGKILL); killed: out of memory …").
     pub fn describe(&self) -> String {
-        match (self.timed_out, self.status) {
+        let mut said = match (self.timed_out, self.status) {
             (true, _) => "timed out (killed)".to_string(),
             (false, Some(status)) => launcher::describe(status),
             (false, None) => "did not start".to_string(),
+        };
+        for limit in &self.limits {
+            said.push_str("; ");
+            said.push_str(limit);
         }
+        said
     }
 }
 
 /// Starts every process, waits for all of them up to `limit`, and kills the process
 /// groups of those still running then. When one process fails, the others get
 /// `grace` to end on their own (a distributed program should notice a dead peer)
-/// before they are killed too.
-pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, grace: Duration) -> Vec<Ended> {
+/// before they are killed too. With `confine`, all of them run in one sandbox.
+pub fn run_all(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+    confine: Option<&Confinement>,
+) -> Vec<Ended> {
+    match confine {
+        Some(confine) => confined::run_all(confine, bin, launches, dir, limit, grace),
+        None => run_plain(bin, launches, dir, limit, grace),
+    }
+}
+
+/// [`run_all`] with the checker's own rights (and inside the sandbox, by its supervisor).
+pub fn run_plain(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+) -> Vec<Ended> {
     let start = Instant::now();
     let mut running: Vec<(usize, launcher::Child, PathBuf, PathBuf)> = Vec::new();
     let mut ended: Vec<Option<Ended>> = launches.iter().map(|_| None).collect();
@@ -131,6 +226,7 @@ pub fn run_all(bin: &Path, launches: &[Launch], dir: &Path, limit: Duration, gra
                     stderr: format!("could not start {}: {e}", bin.display()),
                     elapsed: Duration::ZERO,
                     left_behind: false,
+                    limits: vec![],
                 })
             }
         }
@@ -184,5 +280,6 @@ fn finished(
         stderr: std::fs::read_to_string(err).unwrap_or_default(),
         elapsed: start.elapsed(),
         left_behind: false,
+        limits: vec![],
     }
 }

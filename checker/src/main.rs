@@ -1,10 +1,12 @@
 //! `checker`: runs a step of the DDP lab on several ranks and verifies real DDP
 //! behaviour, with what it saw, what it expected, and a hint for every check.
 mod checks;
+mod confined;
 mod grade;
 mod launch;
 mod observe;
 mod progress;
+mod sandbox;
 mod spinner;
 mod standalone;
 mod watch;
@@ -70,6 +72,11 @@ enum Command {
         /// Also write the report here, as JSON (atomically: a temporary file, then a rename).
         #[arg(long, value_name = "PATH")]
         json: Option<PathBuf>,
+        /// Grade the src/main.rs of a handed-in crate as one step's program (`grade step 7
+        /// --crate DIR`): only that file is taken, built with the step's own manifest, in
+        /// a sandbox.
+        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        krate: Option<PathBuf>,
     },
     /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
     Verify {
@@ -119,6 +126,15 @@ struct RunArgs {
     /// Longest time one run of the program may take, in seconds.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// Build and run the program in a sandbox (bubblewrap: no network beyond its own
+    /// loopback, nothing of yours visible or writable, limits on memory, processes, files
+    /// and output). Always on for `grade` and `--crate`, which run handed-in code.
+    #[arg(long, conflicts_with = "unsandboxed")]
+    sandbox: bool,
+    /// Run handed-in code with all of your rights, no sandbox (where bubblewrap cannot
+    /// work); the report then says "sandbox": "none".
+    #[arg(long)]
+    unsandboxed: bool,
 }
 
 impl RunArgs {
@@ -128,6 +144,31 @@ impl RunArgs {
 
     fn limit(&self) -> Duration {
         Duration::from_secs(self.timeout)
+    }
+
+    /// The sandbox the runs go into: required for handed-in code (`untrusted`) unless
+    /// `--unsandboxed`, asked for with `--sandbox`; an error (exit 2) when wanted and
+    /// impossible here.
+    fn sandbox(&self, untrusted: bool) -> Result<Option<sandbox::Sandbox>, ExitCode> {
+        if self.unsandboxed {
+            if untrusted {
+                eprintln!(
+                    "warning: --unsandboxed: the handed-in code runs with all of your rights \
+                     (your files, your network, your environment)"
+                );
+            }
+            return Ok(None);
+        }
+        if !(self.sandbox || untrusted) {
+            return Ok(None);
+        }
+        match sandbox::Sandbox::probe(sandbox::Limits::default()) {
+            Ok(sandbox) => Ok(Some(sandbox)),
+            Err(why) => {
+                eprintln!("error: {why}");
+                Err(ExitCode::from(2))
+            }
+        }
     }
 }
 
@@ -161,6 +202,10 @@ fn repo_root() -> PathBuf {
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank and build this run started, then exits 130/143.
     launcher::stop_children_on_signals();
+    // Inside a sandbox: run the job handed over on stdin (see `confined`).
+    if std::env::args().nth(1).as_deref() == Some(confined::SUPERVISOR) {
+        return confined::supervise();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::List { checks: false } => {
@@ -188,13 +233,30 @@ fn main() -> ExitCode {
             Err(msg) => usage_error(&msg),
             Ok(step) => reset(step, yes),
         },
-        Command::Grade { target, solutions, runs, json } => {
-            let subject = if solutions { Subject::Solution } else { Subject::Step };
-            grade(&target, subject, runs.seed(), runs.limit(), json)
+        Command::Grade { target, solutions, runs, json, krate } => {
+            let subject = match (&krate, solutions) {
+                (Some(dir), _) => Subject::Elsewhere(dir),
+                (None, true) => Subject::Solution,
+                (None, false) => Subject::Step,
+            };
+            if krate.is_some() && (target.is_empty() || parse_target(&target).is_ok_and(|s| s.len() > 1)) {
+                return usage_error("--crate grades one step's program: `grade step N --crate DIR`");
+            }
+            // Grading is for handed-in work: sandboxed unless told otherwise.
+            let sandbox = match runs.sandbox(true) {
+                Ok(sandbox) => sandbox,
+                Err(code) => return code,
+            };
+            grade(&target, subject, runs.seed(), runs.limit(), json, sandbox.as_ref())
         }
         Command::Watch { target, runs, krate, max_runs } => match one_step(&target) {
             Err(msg) => usage_error(&msg),
-            Ok(step) => watch_step(step, krate.as_deref(), runs.seed(), runs.limit(), max_runs),
+            Ok(step) => match runs.sandbox(krate.is_some()) {
+                Err(code) => code,
+                Ok(sandbox) => {
+                    watch_step(step, krate.as_deref(), runs.seed(), runs.limit(), max_runs, sandbox.as_ref())
+                }
+            },
         },
         Command::Verify { target, solutions, runs, keep, krate } => {
             let steps: Vec<u8> = match parse_target(&target) {
@@ -212,13 +274,23 @@ fn main() -> ExitCode {
                 (None, true) => Subject::Solution,
                 (None, false) => Subject::Step,
             };
+            // A handed-in crate is sandboxed; your own steps only with --sandbox.
+            let sandbox = match runs.sandbox(krate.is_some()) {
+                Ok(sandbox) => sandbox,
+                Err(code) => return code,
+            };
             let seed = runs.seed();
             let root = repo_root();
             let mut all_passed = true;
-            let built = build_all(&root, &steps, subject);
+            let built = build_all(&root, &steps, subject, sandbox.as_ref());
             for step in steps {
-                match run_step(&root, step, subject, seed, runs.limit(), keep, built)
-                    .map(|run| print_run(&root, step, seed, &run))
+                match run_step(
+                    &root,
+                    step,
+                    subject,
+                    StepRunOptions { seed, limit: runs.limit(), keep, built, sandbox: sandbox.as_ref() },
+                )
+                .map(|run| print_run(&root, step, seed, &run))
                 {
                     Ok(passed) => all_passed &= passed,
                     Err(msg) => {
@@ -243,6 +315,7 @@ fn watch_step(
     seed: u64,
     limit: Duration,
     max_runs: Option<usize>,
+    sandbox: Option<&sandbox::Sandbox>,
 ) -> ExitCode {
     let root = repo_root();
     let crate_dir = match krate {
@@ -269,16 +342,16 @@ fn watch_step(
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
     loop {
-        let passed = match run_step(&root, step, subject, seed, limit, false, false)
-            .map(|run| print_run(&root, step, seed, &run))
-        {
-            Ok(passed) => passed,
-            Err(msg) => {
-                // A file mid-rename, a manifest being edited: say so and wait for the next save.
-                eprintln!("error: {msg}");
-                false
-            }
-        };
+        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox };
+        let passed =
+            match run_step(&root, step, subject, options).map(|run| print_run(&root, step, seed, &run)) {
+                Ok(passed) => passed,
+                Err(msg) => {
+                    // A file mid-rename, a manifest being edited: say so and wait for the next save.
+                    eprintln!("error: {msg}");
+                    false
+                }
+            };
         done += 1;
         if max_runs.is_some_and(|n| done >= n) {
             return if passed { ExitCode::SUCCESS } else { ExitCode::from(1) };
@@ -301,7 +374,14 @@ fn new_seed() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
 }
 
-fn grade(target: &[String], subject: Subject, seed: u64, limit: Duration, json: Option<PathBuf>) -> ExitCode {
+fn grade(
+    target: &[String],
+    subject: Subject,
+    seed: u64,
+    limit: Duration,
+    json: Option<PathBuf>,
+    sandbox: Option<&sandbox::Sandbox>,
+) -> ExitCode {
     let steps = if target.is_empty() { Ok((0..12).collect()) } else { parse_target(target) };
     let steps = match steps {
         Ok(s) => s,
@@ -309,9 +389,9 @@ fn grade(target: &[String], subject: Subject, seed: u64, limit: Duration, json: 
     };
     let root = repo_root();
     let mut graded = Vec::new();
-    let built = build_all(&root, &steps, subject);
+    let built = build_all(&root, &steps, subject, sandbox);
     for step in steps {
-        match run_step(&root, step, subject, seed, limit, false, built) {
+        match run_step(&root, step, subject, StepRunOptions { seed, limit, keep: false, built, sandbox }) {
             Ok(run) => graded.push(grade::GradedStep {
                 step,
                 title: coursegen::STEPS[usize::from(step)],
@@ -327,7 +407,9 @@ fn grade(target: &[String], subject: Subject, seed: u64, limit: Duration, json: 
     print!("{}", grade::table(&graded));
     println!("(seed {seed}; repeat with --seed {seed}; details: checker verify step N --seed {seed})");
     if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&grade::report(&graded, seed)).unwrap_or_default() + "\n";
+        let mut report = grade::report(&graded, seed);
+        report["sandbox"] = sandbox.map_or_else(|| serde_json::json!("none"), sandbox::Sandbox::describe);
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
         if let Err(e) = atomic_file::write_atomically(&path, &text) {
             eprintln!("error: cannot write {}: {e}", path.display());
             return ExitCode::from(1);
@@ -421,7 +503,11 @@ struct StepRun {
 /// Builds and runs one step and judges it; prints nothing but progress.
 /// Several steps: their crates built in one cargo run first. True when that built
 /// them all (each step then skips its own build).
-fn build_all(root: &Path, steps: &[u8], subject: Subject) -> bool {
+fn build_all(root: &Path, steps: &[u8], subject: Subject, sandbox: Option<&sandbox::Sandbox>) -> bool {
+    if sandbox.is_some() {
+        // Each step is built in a sandbox of its own.
+        return false;
+    }
     let prefix = match subject {
         Subject::Step => "step",
         Subject::Solution => "solution",
@@ -438,15 +524,20 @@ fn build_all(root: &Path, steps: &[u8], subject: Subject) -> bool {
     built
 }
 
-fn run_step(
-    root: &Path,
-    step: u8,
-    subject: Subject,
+/// How one step is run: the same for every step of a `verify`, `watch` or `grade`.
+#[derive(Clone, Copy)]
+struct StepRunOptions<'a> {
     seed: u64,
     limit: Duration,
+    /// Keep the run's files (`--keep`).
     keep: bool,
+    /// Its crate is built already (by [`build_all`]).
     built: bool,
-) -> Result<StepRun, String> {
+    sandbox: Option<&'a sandbox::Sandbox>,
+}
+
+fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions) -> Result<StepRun, String> {
+    let StepRunOptions { seed, limit, keep, built, sandbox } = options;
     let read = |dir: PathBuf| -> Result<String, String> {
         let main_rs = dir.join("src/main.rs");
         std::fs::read_to_string(&main_rs).map_err(|e| {
@@ -471,7 +562,7 @@ fn run_step(
     let binary = if built {
         Ok(launch::binary_path(root, &package))
     } else {
-        observe::build_or_fail(root, &package, manifest_dir.as_deref())
+        observe::build_or_fail(root, &package, manifest_dir.as_deref(), sandbox)
     };
     let (results, output, kept) = match binary {
         Err(failed) => {
@@ -488,8 +579,18 @@ fn run_step(
             let mirror = checker_aux::Mirror::serve(&served)
                 .map_err(|e| format!("cannot start the local mirror for {}: {e}", served.display()))?;
             let manifest = served.join(labkit::data::MANIFEST_FILE);
-            let setup =
-                Setup { work: work.clone(), shared_data, mirror: Some((mirror.url(), manifest)), limit };
+            let confine = sandbox.map(|sandbox| {
+                let mut confine = confined::Confinement::new(sandbox.clone(), root, &shared_data);
+                confine.mirror_port = Some(mirror.port());
+                confine
+            });
+            let setup = Setup {
+                work: work.clone(),
+                shared_data,
+                mirror: Some((mirror.url(), manifest)),
+                limit,
+                confine,
+            };
             let mut obs = observe::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
             if step >= 5 {
                 obs.downloads = Some(mirror.downloads());

@@ -98,6 +98,8 @@ pub struct Setup {
     /// Base URL and manifest of a local mirror serving the stand-in (step 5 on).
     pub mirror: Option<(String, PathBuf)>,
     pub limit: Duration,
+    /// The sandbox every run of the step goes into; `None`: the checker's own rights.
+    pub confine: Option<crate::confined::Confinement>,
 }
 
 /// A process of the main run and what it was.
@@ -296,6 +298,7 @@ fn help_and_bad_value(bin: &Path, setup: &Setup, grace: Duration) -> (Option<End
         &setup.work,
         Duration::from_secs(60),
         grace,
+        setup.confine.as_ref(),
     );
     let bad = ended.pop();
     (ended.pop(), bad)
@@ -314,7 +317,8 @@ fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: D
     let mut env = vec![(labkit::FAIL_RANK_ENV.into(), "1".into())];
     env.extend(rendezvous_env());
     let launch = Launch { name: "failing-rank".into(), args, env };
-    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace).remove(0)
+    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace, setup.confine.as_ref())
+        .remove(0)
 }
 
 /// The quick evaluation the checker judges `target-reached` on: the finished lab on the
@@ -335,7 +339,8 @@ fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {
     args.extend(placement(1, 2, gpus()).options());
     args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
     let launch = Launch { name: "quick-evaluation".into(), args, env: rendezvous_env() };
-    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace).remove(0)
+    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace, setup.confine.as_ref())
+        .remove(0)
 }
 
 /// Which run of a verification.
@@ -420,7 +425,14 @@ fn run_job(
             }
         }
     }
-    let ended = launch::run_all(bin, &launches, &setup.work, setup.limit, Duration::from_secs(45));
+    let ended = launch::run_all(
+        bin,
+        &launches,
+        &setup.work,
+        setup.limit,
+        Duration::from_secs(45),
+        setup.confine.as_ref(),
+    );
     let processes = placement
         .into_iter()
         .zip(ended)
@@ -448,8 +460,9 @@ pub fn build_or_fail(
     root: &Path,
     package: &str,
     manifest_dir: Option<&Path>,
+    sandbox: Option<&crate::sandbox::Sandbox>,
 ) -> Result<PathBuf, CheckResult> {
-    match launch::build(root, package, manifest_dir) {
+    match launch::build(root, package, manifest_dir, sandbox) {
         Ok(Build::Binary(bin)) => Ok(bin),
         Ok(Build::Failed(errors)) => Err(CheckResult {
             id: "builds",

@@ -265,6 +265,7 @@ mod tests {
             stderr: String::new(),
             elapsed: Duration::ZERO,
             left_behind: false,
+            limits: vec![],
         }
     }
 

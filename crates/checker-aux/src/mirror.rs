@@ -69,6 +69,11 @@ impl Mirror {
         format!("http://{}/", self.addr)
     }
 
+    /// The port it listens on (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
     /// How many times each file was served in full (only files fetched at least once appear).
     pub fn downloads(&self) -> BTreeMap<String, usize> {
         self.shared.counts().clone()

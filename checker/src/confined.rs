@@ -1,0 +1,451 @@
+//! Running a job's ranks inside one sandbox ([`crate::sandbox`]), and reading back
+//! what they left.
+//!
+//! The checker starts `bwrap … checker __sandboxed-job`: that supervisor, inside,
+//! starts the ranks exactly as an unconfined run does ([`launch::run_plain`]), so they
+//! meet on the sandbox's own 127.0.0.1. When they have ended it sends back, on its
+//! stdout, how each ended and the files of the work directory (each cut at the output
+//! limit). The work directory inside is a size-capped tmpfs: a submission never writes
+//! to the host's disk, and the checker writes what came back into the run's directory
+//! itself, after the sandbox is gone.
+//!
+//! From step 5 the ranks download from the checker's local mirror, which counts the
+//! downloads outside. The supervisor listens on the mirror's port inside and relays
+//! each connection over a Unix socket to the checker: the mirror is the one thing
+//! outside a job can reach, and it only serves the generated data set.
+//!
+//! The supervisor makes itself non-dumpable, so a rank (same user) cannot read its
+//! memory or its descriptors; still, a submission runs beside it, so what a rank
+//! reports about itself can be forged, as without a sandbox.
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::launch::{self, Ended, Launch};
+use crate::sandbox::{JobCgroup, Mount, Sandbox};
+
+/// The hidden subcommand the sandbox runs.
+pub const SUPERVISOR: &str = "__sandboxed-job";
+
+/// Environment variables a job may see of the checker's (everything else is cleared):
+/// the lab's own settings and the runtime's tuning, never credentials.
+const PASSED_ENV: [&str; 9] = [
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "RUST_BACKTRACE",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "MKL_NUM_THREADS",
+];
+const PASSED_ENV_PREFIXES: [&str; 4] = ["DDP_LAB_", "NCCL_", "GLOO_", "TORCH_"];
+
+/// How the ranks of a verification are confined.
+#[derive(Clone)]
+pub struct Confinement {
+    pub sandbox: Sandbox,
+    /// Paths a job reads: the shared data, libtorch, the repository's `.libtorch`.
+    pub read_only: Vec<PathBuf>,
+    /// The local mirror's port (on the host's 127.0.0.1), relayed into each job.
+    pub mirror_port: Option<u16>,
+    /// GPU device files to pass in.
+    pub devices: Vec<PathBuf>,
+}
+
+impl Confinement {
+    /// The confinement of a verification in repository `root`, reading `data`.
+    pub fn new(sandbox: Sandbox, root: &Path, data: &Path) -> Confinement {
+        let mut read_only = vec![data.to_path_buf(), root.join(".libtorch")];
+        // The installed torch's directory holds libtorch and the CUDA libraries it
+        // links (the binaries' run path points there).
+        if let Ok(torch) = root.join(".libtorch").canonicalize() {
+            read_only.push(torch.parent().map(Path::to_path_buf).unwrap_or(torch));
+        }
+        let devices = gpu_devices();
+        if !devices.is_empty() {
+            read_only.push("/sys".into());
+        }
+        Confinement { sandbox, read_only, mirror_port: None, devices }
+    }
+}
+
+/// The NVIDIA device files of this machine (none without a GPU).
+fn gpu_devices() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/dev") else { return vec![] };
+    let mut devices: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("nvidia")))
+        .collect();
+    devices.sort();
+    devices
+}
+
+/// Runs `launches` of `bin` as [`launch::run_plain`] does, but all of them inside one
+/// sandbox; their files land in `dir` afterwards.
+pub fn run_all(
+    confine: &Confinement,
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+) -> Vec<Ended> {
+    match run_confined(confine, bin, launches, dir, limit, grace) {
+        Ok(ended) => ended,
+        Err(e) => launches
+            .iter()
+            .map(|l| Ended {
+                name: l.name.clone(),
+                pid: 0,
+                status: None,
+                timed_out: false,
+                stdout: String::new(),
+                stderr: format!("could not run it in the sandbox: {e}"),
+                elapsed: Duration::ZERO,
+                left_behind: false,
+                limits: vec![],
+            })
+            .collect(),
+    }
+}
+
+fn run_confined(
+    confine: &Confinement,
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+) -> std::io::Result<Vec<Ended>> {
+    let sandbox = &confine.sandbox;
+    std::fs::create_dir_all(dir)?;
+    let checker = std::env::current_exe()?;
+    let relay = match confine.mirror_port {
+        Some(port) => Some(Relay::start(port)?),
+        None => None,
+    };
+    let mut mounts: Vec<Mount> = vec![
+        Mount::ReadOnly(checker.clone()),
+        Mount::ReadOnly(bin.to_path_buf()),
+        Mount::Scratch(dir.to_path_buf(), sandbox.limits.work_space),
+    ];
+    mounts.extend(confine.read_only.iter().cloned().map(Mount::ReadOnly));
+    mounts.extend(confine.devices.iter().cloned().map(Mount::Device));
+    if let Some(relay) = &relay {
+        mounts.push(Mount::ReadOnly(relay.dir.clone()));
+    }
+    let mut env: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| {
+            PASSED_ENV.contains(&k.as_str()) || PASSED_ENV_PREFIXES.iter().any(|p| k.starts_with(p))
+        })
+        .collect();
+    env.push(("HOME".into(), dir.display().to_string()));
+    env.push(("TMPDIR".into(), "/tmp".into()));
+    let mut cmd = sandbox.command(&checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let cgroup = JobCgroup::create(sandbox)?;
+    if let Some(cgroup) = &cgroup {
+        cgroup.enter(&mut cmd)?;
+    }
+    let spec = json!({
+        "bin": bin,
+        "dir": dir,
+        "launches": launches.iter().map(|l| json!({"name": l.name, "args": l.args, "env": l.env})).collect::<Vec<_>>(),
+        "limit_ms": limit.as_millis() as u64,
+        "grace_ms": grace.as_millis() as u64,
+        "relay": relay.as_ref().map(|r| json!({"port": r.port, "socket": r.socket})),
+        "output_bytes": sandbox.limits.output,
+    });
+    let mut child = launcher::spawn(cmd)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(spec.to_string().as_bytes())?;
+    }
+    // The answer may be as large as the work space; anything beyond is not an answer.
+    let answer = capped_reader(child.stdout.take(), sandbox.limits.work_space + (1 << 20));
+    let errors = capped_reader(child.stderr.take(), sandbox.limits.output);
+    // The supervisor enforces `limit` and `grace` itself; this is the backstop should it
+    // be stopped or starved.
+    let status = match child.wait_timeout(limit + grace + Duration::from_secs(60))? {
+        Some(status) => status,
+        None => child.kill()?,
+    };
+    let answer = answer.join().unwrap_or_default();
+    let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
+    let hit = cgroup.as_ref().map(JobCgroup::limits_hit).unwrap_or_default();
+    drop(relay);
+    let parsed: Option<Value> = serde_json::from_slice(&answer).ok();
+    let Some(parsed) = parsed else {
+        return Err(std::io::Error::other(format!(
+            "the sandbox ended ({}) without an answer{}{}",
+            launcher::describe(status),
+            if errors.trim().is_empty() { "" } else { ": " },
+            errors.trim()
+        )));
+    };
+    let files = parsed["files"].as_object().cloned().unwrap_or_default();
+    // The checker writes the files itself, outside the sandbox, under `dir` only.
+    for (rel, text) in &files {
+        let rel = Path::new(rel);
+        if rel.components().all(|c| matches!(c, Component::Normal(_))) {
+            let path = dir.join(rel);
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            let _ = std::fs::write(path, text.as_str().unwrap_or_default());
+        }
+    }
+    let text = |name: &str| files.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut ended = Vec::new();
+    for (i, launch) in launches.iter().enumerate() {
+        let got = &parsed["ended"][i];
+        let mut e = Ended {
+            name: launch.name.clone(),
+            pid: got["pid"].as_u64().unwrap_or(0) as u32,
+            status: got["status"].as_i64().map(|raw| ExitStatus::from_raw(raw as i32)),
+            timed_out: got["timed_out"].as_bool().unwrap_or(true),
+            stdout: text(&format!("{}.stdout", launch.name)),
+            stderr: text(&format!("{}.stderr", launch.name)),
+            elapsed: Duration::from_millis(got["elapsed_ms"].as_u64().unwrap_or(0)),
+            left_behind: got["left_behind"].as_bool().unwrap_or(false),
+            limits: vec![],
+        };
+        if hit.out_of_memory {
+            e.limits
+                .push(format!("killed: out of memory (the job may use {})", bytes(sandbox.limits.memory)));
+        }
+        if hit.process_limit {
+            e.limits.push(format!(
+                "the job reached its limit of {} processes (a fork was refused)",
+                sandbox.limits.processes
+            ));
+        }
+        if e.status.and_then(|s| s.signal()) == Some(libc::SIGXFSZ) {
+            e.limits.push(format!("killed: a file reached the limit of {}", bytes(sandbox.limits.file_size)));
+        }
+        for (stream, name) in [("stdout", "out"), ("stderr", "err")] {
+            if got[format!("{name}_cut")].as_bool().unwrap_or(false) {
+                e.limits.push(format!("its {stream} was cut at {}", bytes(sandbox.limits.output)));
+            }
+        }
+        ended.push(e);
+    }
+    Ok(ended)
+}
+
+/// "6 GiB", "256 MiB".
+pub fn bytes(n: u64) -> String {
+    const MIB: u64 = 1 << 20;
+    if n.is_multiple_of(1024 * MIB) {
+        format!("{} GiB", n / (1024 * MIB))
+    } else {
+        format!("{} MiB", n / MIB)
+    }
+}
+
+/// Reads `from` to its end on a thread, keeping at most `cap` bytes (the rest is read
+/// and dropped, so the writer never blocks).
+fn capped_reader<R: Read + Send + 'static>(from: Option<R>, cap: u64) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let Some(mut from) = from else { return kept };
+        let mut buf = [0u8; 64 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let room = (cap as usize).saturating_sub(kept.len());
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+        kept
+    })
+}
+
+/// The checker's end of the mirror relay: a Unix socket each connection of the job
+/// arrives on, forwarded to the mirror's TCP port on the host.
+struct Relay {
+    dir: PathBuf,
+    socket: PathBuf,
+    port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Relay {
+    fn start(port: u16) -> std::io::Result<Relay> {
+        use std::sync::atomic::AtomicUsize;
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ddp-lab-relay-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let socket = dir.join("mirror.sock");
+        let listener = UnixListener::bind(&socket)?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((inside, _)) => {
+                        let _ = inside.set_nonblocking(false);
+                        if let Ok(outside) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                            pump_both(inside, outside);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        Ok(Relay { dir, socket, port, stop })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Copies each way between a Unix and a TCP connection until either side closes.
+fn pump_both(unix: UnixStream, tcp: std::net::TcpStream) {
+    let (Ok(unix2), Ok(tcp2)) = (unix.try_clone(), tcp.try_clone()) else { return };
+    std::thread::spawn(move || pump(unix, tcp, |t| t.shutdown(std::net::Shutdown::Write)));
+    std::thread::spawn(move || pump(tcp2, unix2, |u| u.shutdown(std::net::Shutdown::Write)));
+}
+
+fn pump<R: Read, W: Write>(mut from: R, mut to: W, close: impl FnOnce(&W) -> std::io::Result<()>) {
+    let _ = std::io::copy(&mut from, &mut to);
+    let _ = close(&to);
+}
+
+/// `checker __sandboxed-job`: inside the sandbox, reads the job from stdin, runs it,
+/// answers on stdout.
+pub fn supervise() -> std::process::ExitCode {
+    // SAFETY: prctl with constant arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    let mut input = String::new();
+    if std::io::stdin().read_to_string(&mut input).is_err() {
+        return std::process::ExitCode::from(2);
+    }
+    let Ok(spec) = serde_json::from_str::<Value>(&input) else { return std::process::ExitCode::from(2) };
+    let bin = PathBuf::from(spec["bin"].as_str().unwrap_or_default());
+    let dir = PathBuf::from(spec["dir"].as_str().unwrap_or_default());
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
+    };
+    let launches: Vec<Launch> = spec["launches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| Launch {
+            name: l["name"].as_str().unwrap_or_default().to_string(),
+            args: strings(&l["args"]),
+            env: l["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|kv| Some((kv[0].as_str()?.to_string(), kv[1].as_str()?.to_string())))
+                .collect(),
+        })
+        .collect();
+    if let (Some(port), Some(socket)) = (spec["relay"]["port"].as_u64(), spec["relay"]["socket"].as_str()) {
+        relay_inside(port as u16, PathBuf::from(socket));
+    }
+    let limit = Duration::from_millis(spec["limit_ms"].as_u64().unwrap_or(60_000));
+    let grace = Duration::from_millis(spec["grace_ms"].as_u64().unwrap_or(45_000));
+    let cap = spec["output_bytes"].as_u64().unwrap_or(4 << 20) as usize;
+    let started = Instant::now();
+    let ended = launch::run_plain(&bin, &launches, &dir, limit, grace);
+    let mut files = BTreeMap::new();
+    let mut cut = BTreeMap::new();
+    collect_files(&dir, &dir, cap, &mut files, &mut cut);
+    let ended: Vec<Value> = ended
+        .iter()
+        .map(|e| {
+            json!({
+                "pid": e.pid,
+                "status": e.status.map(|s| s.into_raw()),
+                "timed_out": e.timed_out,
+                "left_behind": e.left_behind,
+                "elapsed_ms": e.elapsed.as_millis() as u64,
+                "out_cut": cut.get(&format!("{}.stdout", e.name)).copied().unwrap_or(false),
+                "err_cut": cut.get(&format!("{}.stderr", e.name)).copied().unwrap_or(false),
+            })
+        })
+        .collect();
+    let answer = json!({ "ended": ended, "files": files, "seconds": started.elapsed().as_secs_f64() });
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(answer.to_string().as_bytes());
+    let _ = out.flush();
+    std::process::ExitCode::SUCCESS
+}
+
+/// Every regular file under `dir`, as text, the stdout/stderr of a rank cut to its
+/// last `cap` bytes (where the error is), a trace file to its first `cap` × 8.
+fn collect_files(
+    root: &Path,
+    dir: &Path,
+    cap: usize,
+    files: &mut BTreeMap<String, String>,
+    cut: &mut BTreeMap<String, bool>,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let Ok(kind) = entry.file_type() else { continue };
+        let path = entry.path();
+        if kind.is_dir() {
+            collect_files(root, &path, cap, files, cut);
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+        let output = rel.ends_with(".stdout") || rel.ends_with(".stderr");
+        // Data files a rank downloaded are not read back: only text the checks judge.
+        if !output && !rel.ends_with(".jsonl") && !rel.ends_with(".json") {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        let limit = if output { cap } else { cap * 8 };
+        let was_cut = bytes.len() > limit;
+        let kept = if !was_cut {
+            &bytes[..]
+        } else if output {
+            &bytes[bytes.len() - limit..]
+        } else {
+            &bytes[..limit]
+        };
+        cut.insert(rel.clone(), was_cut);
+        files.insert(rel, String::from_utf8_lossy(kept).into_owned());
+    }
+}
+
+/// The job's end of the mirror relay: 127.0.0.1:`port` inside, each connection carried
+/// over the Unix socket to the checker.
+fn relay_inside(port: u16, socket: PathBuf) {
+    let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) else { return };
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            if let Ok(unix) = UnixStream::connect(&socket) {
+                pump_both(unix, conn);
+            }
+        }
+    });
+}
