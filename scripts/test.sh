@@ -12,7 +12,7 @@ cargo clippy -q --workspace --all-targets -- -D warnings
 echo "== lab guide: the book builds; SUMMARY.md, internal links and images are whole" >&2
 bash scripts/book.sh check
 echo "== cargo test" >&2
-# Setup has just installed torch, the real Fashion-MNIST and Chromium, and the book
+# Setup has just installed torch, the real Fashion-MNIST, Chromium and bubblewrap, and the book
 # was just built: tests that would skip without them must fail instead.
-DDP_LAB_REQUIRE_TORCH=1 DDP_LAB_REQUIRE_REAL_DATA=1 DDP_LAB_REQUIRE_BOOK=1 DDP_LAB_REQUIRE_BROWSER=1 \
+DDP_LAB_REQUIRE_TORCH=1 DDP_LAB_REQUIRE_REAL_DATA=1 DDP_LAB_REQUIRE_BOOK=1 DDP_LAB_REQUIRE_BROWSER=1 DDP_LAB_REQUIRE_SANDBOX=1 \
     cargo test --workspace "$@"

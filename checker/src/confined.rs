@@ -132,6 +132,12 @@ fn run_confined(
     let sandbox = &confine.sandbox;
     std::fs::create_dir_all(dir)?;
     let checker = std::env::current_exe()?;
+    if checker.to_string_lossy().ends_with(" (deleted)") {
+        return Err(std::io::Error::other(
+            "the checker's own binary was replaced while it ran (rebuilt?), and the sandbox starts it \
+             again inside: run the checker again",
+        ));
+    }
     let relay = match confine.mirror_port {
         Some(port) => Some(Relay::start(port)?),
         None => None,
@@ -422,19 +428,26 @@ fn collect_files(
         if !output && !rel.ends_with(".jsonl") && !rel.ends_with(".json") {
             continue;
         }
-        let Ok(bytes) = std::fs::read(&path) else { continue };
         let limit = if output { cap } else { cap * 8 };
-        let was_cut = bytes.len() > limit;
-        let kept = if !was_cut {
-            &bytes[..]
-        } else if output {
-            &bytes[bytes.len() - limit..]
-        } else {
-            &bytes[..limit]
-        };
+        let Some((kept, was_cut)) = read_capped(&path, limit, output) else { continue };
         cut.insert(rel.clone(), was_cut);
-        files.insert(rel, String::from_utf8_lossy(kept).into_owned());
+        files.insert(rel, String::from_utf8_lossy(&kept).into_owned());
     }
+}
+
+/// At most `limit` bytes of the file at `path`: its end (`tail`) or its start, and
+/// whether some was left out. Never reads more than it keeps.
+fn read_capped(path: &Path, limit: usize, tail: bool) -> Option<(Vec<u8>, bool)> {
+    use std::io::{Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let was_cut = len > limit as u64;
+    if was_cut && tail {
+        file.seek(SeekFrom::Start(len - limit as u64)).ok()?;
+    }
+    let mut kept = Vec::new();
+    file.take(limit as u64).read_to_end(&mut kept).ok()?;
+    Some((kept, was_cut))
 }
 
 /// The job's end of the mirror relay: 127.0.0.1:`port` inside, each connection carried

@@ -49,7 +49,13 @@ pub fn build(
             cmd
         }
         Some(sandbox) => {
-            args.extend(["--offline", "--locked"].map(OsString::from));
+            // Offline: nothing to fetch, nowhere to reach. `--locked` only in the
+            // workspace: a standalone crate's lock file is the workspace's, which cargo
+            // updates for the crate's own name (its dependencies are the step's).
+            args.push("--offline".into());
+            if manifest_dir.is_none() {
+                args.push("--locked".into());
+            }
             sandboxed_cargo(sandbox, root, &target, workdir, &args)?
         }
     };

@@ -135,6 +135,9 @@ struct RunArgs {
     /// work); the report then says "sandbox": "none".
     #[arg(long)]
     unsandboxed: bool,
+    /// Memory a sandboxed run may use, all its processes together, in MiB.
+    #[arg(long, value_name = "MiB", default_value_t = 6144, value_parser = clap::value_parser!(u64).range(64..))]
+    memory_limit: u64,
 }
 
 impl RunArgs {
@@ -162,7 +165,8 @@ impl RunArgs {
         if !(self.sandbox || untrusted) {
             return Ok(None);
         }
-        match sandbox::Sandbox::probe(sandbox::Limits::default()) {
+        let limits = sandbox::Limits { memory: self.memory_limit << 20, ..Default::default() };
+        match sandbox::Sandbox::probe(limits) {
             Ok(sandbox) => Ok(Some(sandbox)),
             Err(why) => {
                 eprintln!("error: {why}");

@@ -2,7 +2,11 @@
 //! steps' checks), and every untouched starter fails its own step, on a check that
 //! step introduces. Runs the real `checker` binary on the repository's crates
 //! (the drift test keeps those equal to what course/lab renders).
+mod common;
+
 use std::process::Command;
+
+use common::sandbox_works;
 
 struct Verdict {
     code: Option<i32>,
@@ -16,6 +20,12 @@ fn verify(step: u8, solutions: bool) -> Verdict {
     cmd.args(["--seed", &(1000 + u64::from(step)).to_string()]);
     if solutions {
         cmd.arg("--solutions");
+        // The solutions are checked in the sandbox that grading uses: honest programs
+        // must pass every check inside it. (The starters run unconfined, the default
+        // for a student's own steps, so both ways stay proven.)
+        if sandbox_works() {
+            cmd.arg("--sandbox");
+        }
     }
     // Keep the starters' verdicts out of the repository's own progress file.
     let progress =

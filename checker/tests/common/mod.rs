@@ -57,3 +57,21 @@ pub fn checker_with(args: &[&str], paths: &[&Path]) -> Verdict {
     let out = launcher::output(cmd, None).expect("run the checker");
     Verdict { code: out.status.code(), stdout: out.stdout, stderr: out.stderr }
 }
+
+/// Whether bubblewrap can make a sandbox on this machine. Where it cannot, a test that
+/// needs one skips, saying so, unless `DDP_LAB_REQUIRE_SANDBOX` is set
+/// (scripts/test.sh sets it): then it fails, naming the fix.
+pub fn sandbox_works() -> bool {
+    let works = Command::new("bwrap")
+        .args(["--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        assert!(
+            std::env::var("DDP_LAB_REQUIRE_SANDBOX").is_err(),
+            "DDP_LAB_REQUIRE_SANDBOX is set but bubblewrap cannot make a sandbox here: run scripts/setup.sh"
+        );
+        eprintln!("skipped: bubblewrap cannot make a sandbox on this machine (install Debian's bubblewrap)");
+    }
+    works
+}
