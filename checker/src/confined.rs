@@ -377,7 +377,7 @@ pub fn supervise() -> std::process::ExitCode {
     let grace = Duration::from_millis(spec["grace_ms"].as_u64().unwrap_or(45_000));
     let cap = spec["output_bytes"].as_u64().unwrap_or(4 << 20) as usize;
     let started = Instant::now();
-    let ended = launch::run_plain(&bin, &launches, &dir, limit, grace);
+    let ended = launch::run_supervised(&bin, &launches, &dir, limit, grace);
     let mut files = BTreeMap::new();
     let mut cut = BTreeMap::new();
     collect_files(&dir, &dir, cap, &mut files, &mut cut);

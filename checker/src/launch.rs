@@ -56,7 +56,7 @@ pub fn build(
             if manifest_dir.is_none() {
                 args.push("--locked".into());
             }
-            sandboxed_cargo(sandbox, root, &target, workdir, &args)?
+            sandboxed_cargo(sandbox, root, &target, manifest_dir, &args)?
         }
     };
     // Through the launcher too: a checker stopped mid-build stops cargo and its rustcs.
@@ -73,9 +73,10 @@ fn sandboxed_cargo(
     sandbox: &Sandbox,
     root: &Path,
     target: &Path,
-    workdir: &Path,
+    manifest_dir: Option<&Path>,
     args: &[OsString],
 ) -> std::io::Result<Command> {
+    let workdir = manifest_dir.unwrap_or(root);
     let sysroot = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
         .args(["--print", "sysroot"])
         .output()?;
@@ -99,6 +100,11 @@ fn sandboxed_cargo(
         Mount::Scratch(root.join(".checker"), 1 << 20),
         Mount::Writable(target.to_path_buf()),
     ];
+    // A standalone crate's directory (the checker's own files, and the submission's
+    // main.rs): cargo writes its lock file there.
+    if let Some(dir) = manifest_dir {
+        mounts.push(Mount::Writable(dir.to_path_buf()));
+    }
     if let Ok(torch) = root.join(".libtorch").canonicalize() {
         mounts.push(Mount::ReadOnly(torch.parent().map(Path::to_path_buf).unwrap_or(torch)));
     }
@@ -204,6 +210,29 @@ pub fn run_plain(
     limit: Duration,
     grace: Duration,
 ) -> Vec<Ended> {
+    run_processes(bin, launches, dir, limit, grace, false)
+}
+
+/// [`run_plain`] inside a sandbox: each process is the kernel's first choice when the
+/// job runs out of memory, before the supervisor that reports how they ended.
+pub fn run_supervised(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+) -> Vec<Ended> {
+    run_processes(bin, launches, dir, limit, grace, true)
+}
+
+fn run_processes(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+    oom_first: bool,
+) -> Vec<Ended> {
     let start = Instant::now();
     let mut running: Vec<(usize, launcher::Child, PathBuf, PathBuf)> = Vec::new();
     let mut ended: Vec<Option<Ended>> = launches.iter().map(|_| None).collect();
@@ -218,6 +247,9 @@ pub fn run_plain(
                 .stdin(Stdio::null())
                 .stdout(out)
                 .stderr(err);
+            if oom_first {
+                oom_kill_first(&mut cmd);
+            }
             launcher::spawn(cmd)
         });
         match spawned {
@@ -266,6 +298,23 @@ pub fn run_plain(
         std::thread::sleep(Duration::from_millis(25));
     }
     ended.into_iter().map(|e| e.expect("every launch ended")).collect()
+}
+
+/// Raises the child's `oom_score_adj` to the most (which needs no privilege; its
+/// children inherit it).
+fn oom_kill_first(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec: open(2) and write(2) on a constant path, no allocation.
+    unsafe {
+        cmd.pre_exec(|| {
+            let fd = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+            if fd >= 0 {
+                libc::write(fd, b"1000".as_ptr().cast(), 4);
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
 }
 
 fn finished(

@@ -3,7 +3,7 @@
 mod common;
 
 use assert_cmd::Command;
-use common::{checker, checker_with, repo, variant};
+use common::{checker, checker_with, repo, sandbox_works, variant};
 use predicates::str::contains;
 
 fn cmd() -> Command {
@@ -110,9 +110,37 @@ fn a_hanging_rank_is_killed_at_the_timeout_and_reported() {
 }
 
 #[test]
+fn handed_in_code_is_refused_where_no_sandbox_can_be_made() {
+    let krate = variant(0, "refused-without-sandbox", "fn main", "fn main");
+    for args in [
+        vec!["grade", "step", "0", "--solutions"],
+        vec!["verify", "step", "0", "--crate", krate.to_str().unwrap()],
+    ] {
+        cmd()
+            .env("DDP_LAB_BWRAP", "/nonexistent/bwrap")
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(contains("cannot sandbox the submitted code: cannot run /nonexistent/bwrap"))
+            .stderr(contains("fix: install Debian's `bubblewrap`"))
+            .stderr(contains("--unsandboxed"));
+    }
+    // Checking one's own step needs no sandbox: it runs, and passes, without one.
+    let progress = std::env::temp_dir().join(format!("checker-refused-progress-{}.json", std::process::id()));
+    cmd()
+        .env("DDP_LAB_BWRAP", "/nonexistent/bwrap")
+        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .args(["verify", "step", "0", "--solutions", "--seed", "2"])
+        .assert()
+        .success();
+}
+
+#[test]
 fn grade_writes_an_exercism_style_report() {
     let json = std::env::temp_dir().join(format!("checker-grade-{}.json", std::process::id()));
-    let v = checker_with(&["grade", "step", "0", "--solutions", "--seed", "5", "--json"], &[&json]);
+    let sandboxed = sandbox_works();
+    let how = if sandboxed { "--sandbox" } else { "--unsandboxed" };
+    let v = checker_with(&["grade", "step", "0", "--solutions", "--seed", "5", how, "--json"], &[&json]);
     assert_eq!(v.code, Some(0), "{}", v.output());
     assert!(v.stdout.contains("   0   10/10  pass"), "{}", v.stdout);
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -124,11 +152,19 @@ fn grade_writes_an_exercism_style_report() {
     assert_eq!(names, ["step 0: imports-dist", "step 0: trains"]);
     assert!(tests.iter().all(|t| t["status"] == "pass"));
     assert!(tests[1]["output"].as_str().unwrap().contains("Epoch ="), "{}", tests[1]["output"]);
+    if sandboxed {
+        // The report says how the code was confined.
+        assert_eq!(report["sandbox"]["tool"], "bubblewrap", "{report}");
+        assert_eq!(report["sandbox"]["limits"]["memory_bytes"], 6u64 << 30, "{report}");
+    }
 
-    // The untouched starter of step 1 earns nothing for step 1, and still exits 0.
-    let v = checker_with(&["grade", "step", "1", "--seed", "5", "--json"], &[&json]);
+    // The untouched starter of step 1 earns nothing for step 1, and still exits 0; run
+    // without the sandbox, which the report and a warning say.
+    let v = checker_with(&["grade", "step", "1", "--seed", "5", "--unsandboxed", "--json"], &[&json]);
     assert_eq!(v.code, Some(0), "{}", v.output());
+    assert!(v.stderr.contains("warning: --unsandboxed"), "{}", v.stderr);
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["sandbox"], "none");
     assert_eq!(report["status"], "fail");
     assert_eq!(report["points"], 0.0);
     assert!(report["tests"][0]["message"].as_str().unwrap().contains("hint:"));

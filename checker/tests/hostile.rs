@@ -76,10 +76,8 @@ impl Scene {
             .env(GRADER_SECRET, &self.token);
         let out = launcher::output(cmd, Some(Duration::from_secs(600))).expect("run the checker");
         let output = format!("{}{}", out.stdout, out.stderr);
-        let kept = output
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("run files kept in "))
-            .map(PathBuf::from);
+        let kept =
+            output.lines().find_map(|l| l.trim().strip_prefix("run files kept in ")).map(PathBuf::from);
         let files = kept.as_deref().map(read_all).unwrap_or_default();
         if let Some(dir) = &kept {
             let _ = std::fs::remove_dir_all(dir);
@@ -138,6 +136,12 @@ impl Seen {
         assert!(self.output.contains("FAIL"), "{}", self.output);
     }
 
+    /// The attack was built and ran (so not seeing it succeed means something).
+    fn assert_ran(&self) {
+        self.assert_graded_and_failed();
+        assert!(!self.output.contains("FAIL step  0 builds"), "the submission must build:\n{}", self.output);
+    }
+
     fn shows(&self, token: &str) -> bool {
         self.output.contains(token) || self.files.contains(token)
     }
@@ -178,7 +182,7 @@ fn reads_a_secret_file_of_the_grader_and_prints_it() {
         println!("home {home}: {:?}", std::fs::read_dir(&home).map(|d| d.count()));
     }"#;
     let seen = scene.verify(source, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(!seen.shows(&scene.token), "the secret leaked:\n{}\n{}", seen.output, seen.files);
     assert!(scene.survivors().is_empty());
     let open = scene.verify(source, false, &[]);
@@ -205,7 +209,7 @@ fn embeds_a_secret_file_and_a_variable_of_the_grader_at_compile_time() {
     let var_only = r#"const VAR: Option<&str> = option_env!("@TOKEN_VAR@");
     fn main() { println!("{VAR:?} {:?}", std::env::var("@TOKEN_VAR@")); }"#;
     let seen = scene.verify(var_only, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(!seen.shows(&scene.token), "the grader's variable leaked:\n{}\n{}", seen.output, seen.files);
     let open = scene.verify(source, false, &[]);
     assert!(open.shows(&scene.token), "without the sandbox the attack must work:\n{}", open.output);
@@ -228,7 +232,7 @@ fn writes_outside_its_directory() {
         shared.display()
     );
     let seen = scene.verify(&source, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     let written = scene.dir.join("written.txt");
     assert!(!written.exists() && !shared.exists(), "the submission wrote outside:\n{}", seen.files);
     let open = scene.verify(&source, false, &[]);
@@ -258,7 +262,7 @@ fn connects_to_a_listener_on_the_graders_loopback() {
     );
     let accepted = |listener: &TcpListener| listener.accept().is_ok();
     let seen = scene.verify(&source, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(!accepted(&listener), "the submission reached the grader's loopback:\n{}", seen.files);
     scene.verify(&source, false, &[]);
     assert!(accepted(&listener), "without the sandbox the attack must work");
@@ -278,7 +282,7 @@ fn daemonizes_with_setsid_ignores_sigterm_and_sleeps_forever() {
         loop { std::thread::sleep(std::time::Duration::from_secs(60)); }
     }"#;
     let seen = scene.verify(source, true, &["--timeout", "10"]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(seen.output.contains("timed out"), "{}", seen.output);
     assert!(seen.took < Duration::from_secs(240), "took {:?}", seen.took);
     let left = scene.survivors();
@@ -343,7 +347,7 @@ fn fork_bomb() {
         }
     }"#;
     let seen = scene.verify(source, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(seen.output.contains("limit of") && seen.output.contains("processes"), "{}", seen.output);
     assert!(scene.survivors().is_empty());
     assert!(Command::new("true").status().unwrap().success(), "the grader can still start processes");
@@ -361,7 +365,7 @@ fn allocates_far_more_memory_than_allowed() {
         loop { held.push(vec![7u8; 64 << 20]); println!("{} MiB", held.len() * 64); }
     }"#;
     let seen = scene.verify(source, true, &["--memory-limit", "512"]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(seen.output.contains("out of memory"), "{}", seen.output);
     assert!(scene.survivors().is_empty());
 }
@@ -382,7 +386,7 @@ fn fills_the_disk_and_floods_its_output() {
         }
     }"#;
     let seen = scene.verify(fill, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(seen.output.contains("file reached the limit"), "{}", seen.output);
     assert!(scene.survivors().is_empty());
     let flood = r#"use std::io::Write;
@@ -392,7 +396,7 @@ fn fills_the_disk_and_floods_its_output() {
         loop { out.write_all(&line).unwrap(); out.write_all(b"\n").unwrap(); }
     }"#;
     let seen = scene.verify(flood, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(seen.files.len() < 16 << 20, "{} bytes of output came back", seen.files.len());
     assert!(seen.output.contains("limit of") || seen.output.contains("cut at"), "{}", &seen.output[..2000]);
 }
@@ -413,7 +417,7 @@ fn kills_its_parent_and_every_process_it_can() {
         std::thread::sleep(std::time::Duration::from_secs(2));
     }"#;
     let seen = scene.verify(source, true, &[]);
-    seen.assert_graded_and_failed();
+    seen.assert_ran();
     assert!(sentinel.try_wait().unwrap().is_none(), "the grader's own process was killed");
     let _ = sentinel.kill();
     let _ = sentinel.wait();
