@@ -141,7 +141,8 @@ pub fn table(steps: &[GradedStep]) -> String {
     out
 }
 
-fn fmt_points(p: f64) -> String {
+/// "10", "3.3": points as the table shows them.
+pub fn fmt_points(p: f64) -> String {
     if (p - p.round()).abs() < 1e-9 {
         format!("{p:.0}")
     } else {

@@ -77,6 +77,14 @@ enum Command {
         /// a sandbox.
         #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
+        /// Grade every handed-in crate in DIR (each subdirectory holding src/main.rs) as
+        /// one step's program, one after the other: `grade step 7 --crates handed-in
+        /// --json-dir results` writes results/<name>.json per submission.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json"], requires = "json_dir")]
+        crates: Option<PathBuf>,
+        /// With --crates: where each submission's report goes, as <name>.json.
+        #[arg(long, value_name = "DIR", requires = "crates")]
+        json_dir: Option<PathBuf>,
     },
     /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
     Verify {
@@ -237,7 +245,23 @@ fn main() -> ExitCode {
             Err(msg) => usage_error(&msg),
             Ok(step) => reset(step, yes),
         },
-        Command::Grade { target, solutions, runs, json, krate } => {
+        Command::Grade { target, runs, crates: Some(crates), json_dir, .. } => {
+            let step = match one_step(&target) {
+                Ok(step) if !target.is_empty() => step,
+                _ => {
+                    return usage_error(
+                        "--crates grades one step's programs: `grade step N --crates DIR --json-dir OUT`",
+                    )
+                }
+            };
+            let sandbox = match runs.sandbox(true) {
+                Ok(sandbox) => sandbox,
+                Err(code) => return code,
+            };
+            let out = json_dir.unwrap_or_else(|| PathBuf::from("."));
+            grade_batch(step, &crates, &out, runs.seed(), runs.limit(), sandbox.as_ref())
+        }
+        Command::Grade { target, solutions, runs, json, krate, crates: None, .. } => {
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
                 (None, true) => Subject::Solution,
@@ -411,15 +435,85 @@ fn grade(
     print!("{}", grade::table(&graded));
     println!("(seed {seed}; repeat with --seed {seed}; details: checker verify step N --seed {seed})");
     if let Some(path) = json {
-        let mut report = grade::report(&graded, seed);
-        report["sandbox"] = sandbox.map_or_else(|| serde_json::json!("none"), sandbox::Sandbox::describe);
-        let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
-        if let Err(e) = atomic_file::write_atomically(&path, &text) {
-            eprintln!("error: cannot write {}: {e}", path.display());
+        let report = grade::report(&graded, seed);
+        if let Err(e) = write_report(&path, report, sandbox) {
+            eprintln!("error: {e}");
             return ExitCode::from(1);
         }
         println!("report written to {}", path.display());
     }
+    ExitCode::SUCCESS
+}
+
+/// The JSON report at `path` (atomically), with the sandbox it was made in.
+fn write_report(
+    path: &Path,
+    mut report: serde_json::Value,
+    sandbox: Option<&sandbox::Sandbox>,
+) -> Result<(), String> {
+    report["sandbox"] = sandbox.map_or_else(|| serde_json::json!("none"), sandbox::Sandbox::describe);
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
+    atomic_file::write_atomically(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// `grade step N --crates DIR --json-dir OUT`: every submission in DIR, one report each.
+fn grade_batch(
+    step: u8,
+    dir: &Path,
+    out: &Path,
+    seed: u64,
+    limit: Duration,
+    sandbox: Option<&sandbox::Sandbox>,
+) -> ExitCode {
+    let mut submissions: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            entries.flatten().map(|e| e.path()).filter(|p| p.join("src/main.rs").is_file()).collect()
+        }
+        Err(e) => {
+            return usage_error(&format!(
+                "--crates {}: {e}; name the folder of handed-in crates",
+                dir.display()
+            ))
+        }
+    };
+    submissions.sort();
+    if submissions.is_empty() {
+        return usage_error(&format!(
+            "--crates {}: no submission in it (a subdirectory holding src/main.rs)",
+            dir.display()
+        ));
+    }
+    if let Err(e) = std::fs::create_dir_all(out) {
+        return usage_error(&format!("--json-dir {}: {e}", out.display()));
+    }
+    let root = repo_root();
+    println!("submission  points  status");
+    for krate in &submissions {
+        let name = krate.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox };
+        let (report, points, status) = match run_step(&root, step, Subject::Elsewhere(krate), options) {
+            Ok(run) => {
+                let graded = [grade::GradedStep {
+                    step,
+                    title: coursegen::STEPS[usize::from(step)],
+                    results: run.results,
+                    output: run.output,
+                }];
+                (grade::report(&graded, seed), graded[0].points(), graded[0].status())
+            }
+            // One submission that cannot be graded does not stop the others.
+            Err(msg) => (serde_json::json!({"version": 3, "status": "error", "message": msg}), 0.0, "error"),
+        };
+        let mut report = report;
+        report["submission"] = serde_json::json!(name);
+        let path = out.join(format!("{name}.json"));
+        if let Err(e) = write_report(&path, report, sandbox) {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+        println!("{name}  {}/10  {status}", grade::fmt_points(points));
+    }
+    println!("(seed {seed}; one report per submission in {})", out.display());
     ExitCode::SUCCESS
 }
 

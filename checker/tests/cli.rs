@@ -2,6 +2,8 @@
 //! about a crate that is missing, does not compile, or hangs.
 mod common;
 
+use std::path::Path;
+
 use assert_cmd::Command;
 use common::{checker, checker_with, repo, sandbox_works, variant};
 use predicates::str::contains;
@@ -133,6 +135,35 @@ fn handed_in_code_is_refused_where_no_sandbox_can_be_made() {
         .args(["verify", "step", "0", "--solutions", "--seed", "2"])
         .assert()
         .success();
+}
+
+#[test]
+fn grade_crates_writes_one_report_per_submission() {
+    let handed_in = std::env::temp_dir().join(format!("checker-handed-in-{}", std::process::id()));
+    let results = handed_in.with_extension("results");
+    let _ = std::fs::remove_dir_all(&handed_in);
+    for (name, from) in [("alice", "solutions/step_00"), ("bob", "steps/step_00")] {
+        std::fs::create_dir_all(handed_in.join(name).join("src")).unwrap();
+        std::fs::copy(repo().join(from).join("src/main.rs"), handed_in.join(name).join("src/main.rs")).unwrap();
+    }
+    std::fs::create_dir_all(handed_in.join("notes")).unwrap(); // no src/main.rs: not a submission
+    let how = if sandbox_works() { "--sandbox" } else { "--unsandboxed" };
+    let v = checker_with(
+        &["grade", "step", "0", "--seed", "3", how, "--crates"],
+        &[&handed_in, Path::new("--json-dir"), &results],
+    );
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    assert!(v.stdout.contains("alice  10/10  pass"), "{}", v.stdout);
+    assert!(v.stdout.contains("bob  "), "{}", v.stdout);
+    let report = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(results.join(format!("{name}.json"))).unwrap()).unwrap()
+    };
+    assert_eq!(report("alice")["status"], "pass");
+    assert_eq!(report("alice")["submission"], "alice");
+    assert_eq!(report("bob")["status"], "fail", "the untouched starter fails step 0");
+    assert!(!results.join("notes.json").exists());
+    let _ = std::fs::remove_dir_all(&handed_in);
+    let _ = std::fs::remove_dir_all(&results);
 }
 
 #[test]
