@@ -218,7 +218,7 @@ fn rank_file(dir: &Path, rank: usize) -> PathBuf {
 fn write_merged(dir: &Path, merged: &Value) -> std::io::Result<()> {
     let mut text = serde_json::to_string(merged)?;
     text.push('\n');
-    atomic_file::write_atomically(&dir.join(MERGED_FILE), text)
+    atomic_file::Writer::new().mode(0o644).write(&dir.join(MERGED_FILE), text)
 }
 
 /// One event in the Chrome trace format: a complete event (`"ph": "X"`, `ts` and `dur`
