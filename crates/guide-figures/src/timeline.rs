@@ -227,10 +227,10 @@ pub fn timeline_figure(trace: &Value) -> Result<String, String> {
             }
         }
         // Where rank 0 waits for the late rank.
-        let waited = spans.iter().filter(|s| {
+        let waited = spans.iter().rev().find(|s| {
             s.rank == *rank && s.name == "barrier" && s.start >= t0 && s.end <= t1 && s.end - s.start > 0.5
         });
-        if let Some(barrier) = waited.last() {
+        if let Some(barrier) = waited {
             let (bx, bw) = scale.clip(barrier).unwrap_or((x0, 0.0));
             svg.text(
                 bx + bw,
