@@ -71,6 +71,11 @@ fn run_solution(step: u8, extra: &[&str]) -> Run {
 
 /// [`run_solution`] with `--dataset dataset` (`generated`, `real` or `auto`).
 fn run_solution_on(step: u8, dataset: &str, extra: &[&str]) -> Run {
+    run_solution_with_env(step, dataset, extra, &[])
+}
+
+/// [`run_solution_on`] with more environment variables for every process.
+fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, &Path)]) -> Run {
     let bin = solutions_built().join(format!("solution_{step:02}"));
     let trace_dir = tempdir(&format!("trace-{step:02}"));
     let port = launcher::free_port().unwrap().to_string();
@@ -95,6 +100,7 @@ fn run_solution_on(step: u8, dataset: &str, extra: &[&str]) -> Run {
                 .env("DDP_LAB_TRACE", &trace_dir)
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
+                .envs(env.iter().copied())
                 .env_remove("LOCAL_RANK")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
@@ -331,5 +337,77 @@ fn same_seed_same_metrics_other_seed_other_metrics() {
             (b.0, b.2.as_str()),
             "another seed, another run: {first:?} vs {other:?}"
         );
+    }
+}
+
+/// `DDP_LAB_TIMELINE`: the ranks of a 2-rank run write one Chrome trace that parses as
+/// JSON, with both ranks, every forward and backward pass, DDP's bucket all-reduces
+/// inside each backward pass (as many as the model has buckets), and the epoch's
+/// barrier and reduce; launched (step 8) and self-spawning (step 10, whose ranks end
+/// inside `spawn`).
+#[test]
+fn timeline_of_a_two_rank_run_is_a_chrome_trace_with_the_buckets() {
+    for step in [8, 10] {
+        let dir = tempdir(&format!("timeline-{step:02}"));
+        run_solution_with_env(step, "generated", &TINY, &[("DDP_LAB_TIMELINE", &dir)]);
+        let text = std::fs::read_to_string(dir.join("timeline.json")).expect("the merged timeline");
+        let trace: Value = serde_json::from_str(&text).expect("the timeline is JSON");
+        assert_eq!(trace["displayTimeUnit"], "ms");
+        let events = trace["traceEvents"].as_array().expect("traceEvents");
+        for rank in 0..2u64 {
+            let mine: Vec<&Value> = events.iter().filter(|e| e["pid"] == rank).collect();
+            let named =
+                |name: &str| -> Vec<&Value> { mine.iter().copied().filter(|e| e["name"] == name).collect() };
+            let process = named("process_name");
+            assert_eq!(process[0]["args"]["name"], format!("rank {rank}"));
+            for e in mine.iter().filter(|e| e["ph"] == "X") {
+                assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+            }
+            // 200 images, 2 ranks, batch 32: 4 batches a rank, 2 epochs.
+            let forward = named("forward");
+            let backward = named("backward");
+            assert_eq!((forward.len(), backward.len()), (8, 8), "rank {rank}");
+            assert_eq!(named("epoch 0").len() + named("epoch 1").len(), 2, "rank {rank}");
+            assert_eq!(named("validation").len(), 2);
+            for collective in ["barrier", "reduce"] {
+                assert!(
+                    named(collective).iter().all(|e| e["tid"] == 1),
+                    "{collective} on the collectives lane"
+                );
+                assert!(named(collective).len() >= 2, "rank {rank}: an epoch's {collective}");
+            }
+            // The layout DDP reported, then every bucket reduced once in every backward pass,
+            // from inside it (the Reducer waits for the last one before backward returns).
+            let layout = named("DDP buckets");
+            let buckets = layout.last().expect("DDP's bucket layout")["args"]["buckets"].as_u64().unwrap();
+            let reduced: Vec<&Value> =
+                mine.iter().copied().filter(|e| e["cat"] == "ddp" && e["ph"] == "X").collect();
+            for b in &backward {
+                let (start, end) =
+                    (b["ts"].as_f64().unwrap(), b["ts"].as_f64().unwrap() + b["dur"].as_f64().unwrap());
+                let inside: Vec<&&Value> = reduced
+                    .iter()
+                    .filter(|e| {
+                        let t = e["ts"].as_f64().unwrap();
+                        t >= start && t + e["dur"].as_f64().unwrap() <= end + 1.0
+                    })
+                    .collect();
+                assert_eq!(
+                    inside.len() as u64,
+                    buckets,
+                    "rank {rank}: buckets in the backward pass at {start}"
+                );
+            }
+            assert_eq!(reduced.len() as u64, buckets * backward.len() as u64);
+        }
+        // Each rank's own file is a complete trace too.
+        for rank in 0..2 {
+            let own: Value = serde_json::from_str(
+                &std::fs::read_to_string(dir.join(format!("rank-{rank}.json"))).unwrap(),
+            )
+            .expect("a rank's file is a JSON array");
+            assert!(own.as_array().is_some_and(|a| !a.is_empty()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,12 +5,17 @@
 //!   with its padding, in two epochs (`set_epoch`);
 //! - `ddp-buckets.svg`: the gradient buckets `tch_distributed`'s DDP (libtorch's
 //!   Reducer) makes of the lab's WideResNet, and how their all-reduces overlap the
-//!   backward pass.
+//!   backward pass;
+//! - `timeline-step-08.svg`: a real 2-rank run of step 8 as its timeline
+//!   (`DDP_LAB_TIMELINE`) recorded it, from the trace in `timelines/` (see
+//!   [`timeline`]): the bucket all-reduces overlapping backward, a rank waiting at the
+//!   barrier.
 //!
 //! `cargo run -p guide-figures` redraws them into `lab-guide/src/figures/`; the test
 //! `tests/up_to_date.rs` fails when a committed figure differs from what this draws now.
 //! The guide's other figures are hand-written SVG in the same directory.
 pub mod svg;
+pub mod timeline;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -30,7 +35,16 @@ pub fn figures_dir() -> PathBuf {
 /// per process.
 pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
     let layout = bucket_layout()?;
-    Ok(vec![("sampler.svg", sampler_figure()), ("ddp-buckets.svg", buckets_figure(&layout))])
+    let recorded = timeline::recorded_path();
+    let trace: serde_json::Value = std::fs::read_to_string(&recorded)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        .map_err(|e| format!("cannot read the recorded timeline {}: {e}", recorded.display()))?;
+    Ok(vec![
+        ("sampler.svg", sampler_figure()),
+        ("ddp-buckets.svg", buckets_figure(&layout)),
+        ("timeline-step-08.svg", timeline::timeline_figure(&trace)?),
+    ])
 }
 
 // --- the sampler ----------------------------------------------------------------------

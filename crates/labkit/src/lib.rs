@@ -1,9 +1,9 @@
 //! What the DDP lab hands students ready-made: the WideResNet model, Fashion-MNIST
 //! (download, checksums, a generated stand-in), batch iteration, the lab's report
-//! lines, and the trace the checker reads.
+//! lines, the trace the checker reads, and a timeline of a run for Perfetto.
 //!
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
-//! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`; `data`, `perf`, `probes`,
+//! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`); `options` (`RunOptions::apply`).
 pub mod checkpoint;
@@ -20,6 +20,7 @@ pub mod probes;
 pub mod report;
 mod rng;
 mod run;
+pub mod timeline;
 pub mod trace;
 mod widths;
 

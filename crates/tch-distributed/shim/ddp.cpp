@@ -3,6 +3,7 @@
 // (src/ddp.rs) drives it in the order PyTorch's DDP module does.
 #include "tchd_internal.h"
 
+#include <chrono>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -12,6 +13,56 @@
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 using namespace tchd;
+
+namespace {
+
+double unix_micros() {
+  return std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The Reducer's own all-reduce, timed. Without a hook the Reducer multiplies each
+// gradient by 1 / world size as it copies it into the bucket, then sums the bucket
+// over the ranks (c10d's _AllReduceBySumCommHook); with a hook it copies the gradients
+// unscaled, so this hook scales the bucket with the same multiplication (the same
+// float32 products, bit for bit) before the same sum. (PyTorch's built-in
+// AllReduceCommHook divides instead, which can differ in the last bit when the world
+// size is not a power of two.)
+class TimedAllReduceHook : public c10d::CommHookInterface {
+ public:
+  TimedAllReduceHook(c10::intrusive_ptr<c10d::ProcessGroup> pg, tchd_bucket_timing_fn report)
+      : pg_(std::move(pg)), report_(report) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    const double start = unix_micros();
+    at::Tensor& buffer = bucket.getBufferRef();
+    buffer.mul_(1.0 / static_cast<double>(pg_->getSize()));
+    std::vector<at::Tensor> tensors = {buffer};
+    auto fut = pg_->allreduce(tensors)->getFuture();
+    const size_t index = bucket.getIndex();
+    const size_t params = bucket.getParameters().size();
+    const int64_t bytes = buffer.numel() * static_cast<int64_t>(buffer.element_size());
+    const tchd_bucket_timing_fn report = report_;
+    // The Reducer waits for the returned future, so the bucket's end is recorded before
+    // backward() can return.
+    return fut->then(
+        [=](c10::ivalue::Future& done) {
+          if (!done.hasError()) report(index, params, bytes, start, unix_micros());
+          return done.value();
+        },
+        fut->elementType());
+  }
+
+  at::Tensor parseHookResult(const c10::IValue& result) override {
+    return c10d::detail::parseCppCommHookResult(result);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  tchd_bucket_timing_fn report_;
+};
+
+}  // namespace
 
 struct tchd_reducer {
   std::unique_ptr<c10d::Reducer> reducer;
@@ -77,11 +128,19 @@ int tchd_reducer_prepare_for_forward(tchd_reducer* reducer, char** err) {
   return guarded(err, [&] { reducer->reducer->prepare_for_forward(); });
 }
 
-int tchd_reducer_rebuild_buckets(tchd_reducer* reducer, char** err) {
+int tchd_reducer_rebuild_buckets(tchd_reducer* reducer, int* rebuilt, char** err) {
   return guarded(err, [&] {
     // After the first iteration the Reducer re-buckets by the order gradients really
     // became ready (a broadcast from rank 0: every rank does it in the same forward).
-    reducer->reducer->rebuild_buckets();
+    *rebuilt = reducer->reducer->rebuild_buckets() ? 1 : 0;
+  });
+}
+
+int tchd_reducer_time_buckets(tchd_reducer* reducer, tchd_group* group, tchd_bucket_timing_fn report,
+                              char** err) {
+  return guarded(err, [&] {
+    TORCH_CHECK_VALUE(report != nullptr, "no function to report the buckets' timing to");
+    reducer->reducer->register_comm_hook(std::make_unique<TimedAllReduceHook>(group->pg, report));
   });
 }
 

@@ -130,7 +130,8 @@ void tchd_reducer_free(tchd_reducer* reducer);
 int tchd_reducer_prepare_for_forward(tchd_reducer* reducer, char** err);
 // Before every forward pass with grad enabled: once, after the first synchronised
 // backward, re-buckets by the order gradients became ready (a broadcast from rank 0).
-int tchd_reducer_rebuild_buckets(tchd_reducer* reducer, char** err);
+// *rebuilt: 1 when this call regrouped the buckets.
+int tchd_reducer_rebuild_buckets(tchd_reducer* reducer, int* rebuilt, char** err);
 // PyTorch DDP's model check (c10d::verify_params_across_processes): a mismatch is
 // TCHD_ERR_VALUE on the ranks whose parameters differ from rank 0's.
 int tchd_verify_params(tchd_group* group, void* const* params, size_t n, char** err);
@@ -144,6 +145,18 @@ int tchd_reducer_bucket_sizes(tchd_reducer* reducer, int64_t* counts, size_t cap
 // into the reducer's `params`; n: how many were written (all of them, given capacity n).
 int tchd_reducer_bucket_params(tchd_reducer* reducer, int64_t* indices, size_t capacity, size_t* n,
                                char** err);
+
+// Called once per gradient bucket when its all-reduce has completed: the bucket's index
+// (in reduction order), how many parameters and bytes it holds, and when its all-reduce
+// started and completed, in microseconds since the Unix epoch. Runs on the backend's
+// thread; it must not block.
+typedef void (*tchd_bucket_timing_fn)(size_t index, size_t params, int64_t bytes, double start_us,
+                                      double end_us);
+// Installs a communication hook that does what the Reducer does without one (each
+// gradient times 1 / world size, then a sum all-reduce of the bucket), and reports each
+// bucket's all-reduce to `report`. Call it before the first backward pass.
+int tchd_reducer_time_buckets(tchd_reducer* reducer, tchd_group* group, tchd_bucket_timing_fn report,
+                              char** err);
 
 // --- SyncBatchNorm -------------------------------------------------------------------
 // Batch norm over (N, C, H, W) whose training statistics cover the whole group's batch

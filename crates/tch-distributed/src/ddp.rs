@@ -34,6 +34,7 @@ use tch::Tensor;
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::group::ProcessGroup;
+use crate::timeline;
 
 /// Chunk size for broadcasting model state (PyTorch uses the same 250 MiB).
 const BROADCAST_BUCKET_BYTES: i64 = 250 * 1024 * 1024;
@@ -142,7 +143,7 @@ impl<M: ModuleT> DistributedDataParallel<M> {
             )
         };
         check(status, err).map_err(|e| e.context("creating the DDP reducer"))?;
-        Ok(Self {
+        let ddp = Self {
             module,
             group,
             reducer: NonNull::new(out).expect("shim returned a null reducer"),
@@ -151,7 +152,50 @@ impl<M: ModuleT> DistributedDataParallel<M> {
             opts,
             backward_sync: Cell::new(true),
             forward_sync: Cell::new(true),
-        })
+        };
+        if timeline::is_recording() {
+            // The timeline times each bucket's all-reduce through a communication hook
+            // that computes what the Reducer computes without one.
+            let mut err = ptr::null_mut();
+            let status = unsafe {
+                ffi::tchd_reducer_time_buckets(
+                    ddp.reducer.as_ptr(),
+                    ddp.group.raw(),
+                    timeline::bucket_reduced,
+                    &mut err,
+                )
+            };
+            check(status, err).map_err(|e| e.context("timing DDP's gradient buckets"))?;
+            ddp.record_buckets();
+        }
+        Ok(ddp)
+    }
+
+    /// Puts the current bucket layout on the timeline (an instant on the first bucket's
+    /// lane): how many buckets, and per bucket its parameters and bytes.
+    fn record_buckets(&self) {
+        let Ok(buckets) = self.buckets() else { return };
+        let bytes: Vec<String> = buckets
+            .iter()
+            .map(|b| {
+                let n: usize = b
+                    .iter()
+                    .map(|&i| self.params[i].1.numel() * self.params[i].1.kind().elt_size_in_bytes())
+                    .sum();
+                n.to_string()
+            })
+            .collect();
+        let params: Vec<String> = buckets.iter().map(|b| b.len().to_string()).collect();
+        timeline::instant(
+            "DDP buckets",
+            "ddp",
+            timeline::Lane::Bucket(0),
+            vec![
+                ("buckets", timeline::Arg::Int(buckets.len() as i64)),
+                ("params", timeline::Arg::Text(params.join(","))),
+                ("bytes", timeline::Arg::Text(bytes.join(","))),
+            ],
+        );
     }
 
     /// The forward pass, with DDP's bookkeeping before and after it.
@@ -166,8 +210,15 @@ impl<M: ModuleT> DistributedDataParallel<M> {
         if grad {
             // As PyTorch's forward: whenever grad is on, inside no_sync too.
             let mut err = ptr::null_mut();
-            check(unsafe { ffi::tchd_reducer_rebuild_buckets(self.reducer.as_ptr(), &mut err) }, err)
-                .map_err(|e| e.context("DDP forward"))?;
+            let mut rebuilt = 0;
+            check(
+                unsafe { ffi::tchd_reducer_rebuild_buckets(self.reducer.as_ptr(), &mut rebuilt, &mut err) },
+                err,
+            )
+            .map_err(|e| e.context("DDP forward"))?;
+            if rebuilt != 0 && timeline::is_recording() {
+                self.record_buckets();
+            }
         }
         if self.forward_sync.get() && self.opts.broadcast_buffers && self.group.world_size() > 1 {
             self.sync_buffers()?;
@@ -302,7 +353,7 @@ pub fn broadcast_coalesced(group: &ProcessGroup, tensors: &mut [Tensor]) -> Resu
     if group.world_size() == 1 || tensors.is_empty() {
         return Ok(());
     }
-    group.observe_tensors("broadcast_coalesced", None, Some(0), tensors);
+    let _span = group.observe_tensors("broadcast_coalesced", None, Some(0), tensors);
     let ptrs: Vec<*mut c_void> = tensors.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
     let mut err = ptr::null_mut();
     let status = unsafe {
@@ -379,7 +430,7 @@ fn verify_same_model(group: &ProcessGroup, params: &[(String, Tensor)]) -> Resul
     if group.world_size() == 1 {
         return Ok(());
     }
-    group.observe_tensors("verify_params_across_processes", None, Some(0), &[]);
+    let _span = group.observe_tensors("verify_params_across_processes", None, Some(0), &[]);
     let ptrs: Vec<*mut c_void> = params.iter().map(|(_, t)| t.as_ptr() as *mut c_void).collect();
     let mut err = ptr::null_mut();
     let status = unsafe { ffi::tchd_verify_params(group.raw(), ptrs.as_ptr(), ptrs.len(), &mut err) };

@@ -21,6 +21,10 @@ pub struct tchd_reducer {
     _private: [u8; 0],
 }
 
+/// `tchd_bucket_timing_fn`: a bucket's index, parameter count, bytes, start and end
+/// (microseconds since the Unix epoch).
+pub type BucketTimingFn = extern "C" fn(usize, usize, i64, f64, f64);
+
 pub const TCHD_OK: c_int = 0;
 pub const TCHD_ERR_OTHER: c_int = 1;
 pub const TCHD_ERR_NETWORK: c_int = 2;
@@ -172,7 +176,17 @@ extern "C" {
         err: *mut *mut c_char,
     ) -> c_int;
     pub fn tchd_reducer_free(reducer: *mut tchd_reducer);
-    pub fn tchd_reducer_rebuild_buckets(reducer: *mut tchd_reducer, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_reducer_rebuild_buckets(
+        reducer: *mut tchd_reducer,
+        rebuilt: *mut c_int,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_reducer_time_buckets(
+        reducer: *mut tchd_reducer,
+        group: *mut tchd_group,
+        report: BucketTimingFn,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn tchd_verify_params(
         group: *mut tchd_group,
         params: *const *mut c_void,

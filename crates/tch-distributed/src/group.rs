@@ -11,6 +11,7 @@ use tch::{Device, Tensor};
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::store::{cstring, duration_ms, Store};
+use crate::timeline;
 
 /// The communication library behind a group, as in `torch.distributed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -307,9 +308,9 @@ impl ProcessGroup {
     pub fn all_reduce_async(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "all_reduce")?;
         self.check_op(op, "all_reduce")?;
-        self.observe("all_reduce", Some(op), None, Some(tensor));
+        let span = self.observe("all_reduce", Some(op), None, Some(tensor));
         let ptrs = [tensor.as_mut_ptr() as *mut c_void];
-        self.start("all_reduce", |out, err| unsafe {
+        self.start("all_reduce", span, |out, err| unsafe {
             ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, op.raw(), out, err)
         })
     }
@@ -323,9 +324,9 @@ impl ProcessGroup {
         self.check_tensor(tensor, "reduce")?;
         self.check_op(op, "reduce")?;
         self.check_peer(dst, "reduce", "destination")?;
-        self.observe("reduce", Some(op), Some(dst), Some(tensor));
+        let span = self.observe("reduce", Some(op), Some(dst), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
-        self.start("reduce", |out, err| unsafe {
+        self.start("reduce", span, |out, err| unsafe {
             ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, op.raw(), out, err)
         })
     }
@@ -338,9 +339,9 @@ impl ProcessGroup {
     pub fn broadcast_async(&self, tensor: &mut Tensor, src: usize) -> Result<Work> {
         self.check_tensor(tensor, "broadcast")?;
         self.check_peer(src, "broadcast", "source")?;
-        self.observe("broadcast", None, Some(src), Some(tensor));
+        let span = self.observe("broadcast", None, Some(src), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
-        self.start("broadcast", |out, err| unsafe {
+        self.start("broadcast", span, |out, err| unsafe {
             ffi::tchd_broadcast(self.raw.as_ptr(), ptr, src as i32, out, err)
         })
     }
@@ -374,11 +375,11 @@ impl ProcessGroup {
                 )));
             }
         }
-        self.observe("all_gather", None, None, Some(input));
+        let span = self.observe("all_gather", None, None, Some(input));
         let ptrs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
         // c10d only reads the input; the shim's signature is not const-correct.
         let input_ptr = input.as_ptr() as *mut c_void;
-        self.start("all_gather", |out, err| unsafe {
+        self.start("all_gather", span, |out, err| unsafe {
             ffi::tchd_all_gather(self.raw.as_ptr(), ptrs.as_ptr(), ptrs.len(), input_ptr, out, err)
         })
     }
@@ -396,8 +397,8 @@ impl ProcessGroup {
     }
 
     pub fn barrier_async(&self) -> Result<Work> {
-        self.observe("barrier", None, None, None);
-        self.start("barrier", |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
+        let span = self.observe("barrier", None, None, None);
+        self.start("barrier", span, |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
     }
 
     /// Shuts the backend down (NCCL aborts its communicators). The group is unusable after.
@@ -409,6 +410,7 @@ impl ProcessGroup {
     fn start(
         &self,
         what: &'static str,
+        span: timeline::Span,
         call: impl FnOnce(*mut *mut ffi::tchd_work, *mut *mut std::ffi::c_char) -> i32,
     ) -> Result<Work> {
         let mut out = ptr::null_mut();
@@ -421,19 +423,21 @@ impl ProcessGroup {
             rank: self.rank,
             world_size: self.world_size,
             timeout: self.timeout,
+            span: Some(span),
         })
     }
 
-    /// Numbers every collective (as every rank numbers the same calls) and describes it
-    /// to [`crate::debug`] when someone listens.
+    /// Numbers every collective (as every rank numbers the same calls), describes it
+    /// to [`crate::debug`] when someone listens, and starts timing it for the
+    /// [`timeline`] when that is on.
     fn observe(
         &self,
         op: &'static str,
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         input: Option<&Tensor>,
-    ) {
-        self.observe_tensors(op, reduce_op, root, input.map(std::slice::from_ref).unwrap_or_default());
+    ) -> timeline::Span {
+        self.observe_tensors(op, reduce_op, root, input.map(std::slice::from_ref).unwrap_or_default())
     }
 
     /// [`observe`](Self::observe) for a call over several tensors (DDP's coalesced
@@ -444,10 +448,24 @@ impl ProcessGroup {
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         tensors: &[Tensor],
-    ) {
+    ) -> timeline::Span {
         let seq = self.issued.fetch_add(1, Ordering::SeqCst);
+        let numel: i64 = tensors.iter().map(|t| t.numel() as i64).sum();
+        let mut span = timeline::span(op, "collective", timeline::Lane::Collectives);
+        if span.is_timed() {
+            span = span
+                .arg("seq", timeline::Arg::Int(seq as i64))
+                .arg("group", timeline::Arg::Int(self.id as i64))
+                .arg("numel", timeline::Arg::Int(numel));
+            if let Some(op) = reduce_op {
+                span = span.arg("reduce_op", timeline::Arg::Text(crate::debug::reduce_op_name(op).into()));
+            }
+            if let Some(root) = root {
+                span = span.arg("root", timeline::Arg::Int(root as i64));
+            }
+        }
         if !crate::debug::wanted() {
-            return;
+            return span;
         }
         let input = match tensors {
             [one] => Some(one),
@@ -458,7 +476,7 @@ impl ProcessGroup {
             reduce_op,
             root,
             dtype: tensors.first().map(Tensor::kind),
-            numel: tensors.iter().map(|t| t.numel() as i64).sum(),
+            numel,
             seq,
             group: self.id,
             rank: self.rank,
@@ -466,6 +484,7 @@ impl ProcessGroup {
             values: None,
         };
         crate::debug::issued(call, input);
+        span
     }
 
     fn explain(&self, e: DistError, what: &str) -> DistError {
@@ -540,6 +559,9 @@ pub struct Work {
     rank: usize,
     world_size: usize,
     timeout: Duration,
+    /// The collective's span on the timeline: ends when `wait()` returns (or the work
+    /// is dropped).
+    span: Option<timeline::Span>,
 }
 
 // SAFETY: c10d Work objects are shared with backend threads and internally locked.
@@ -547,9 +569,12 @@ unsafe impl Send for Work {}
 
 impl Work {
     /// Blocks until the collective completed; its error (e.g. a timeout) otherwise.
-    pub fn wait(self) -> Result<()> {
+    pub fn wait(mut self) -> Result<()> {
         let mut err = ptr::null_mut();
         let status = unsafe { ffi::tchd_work_wait(self.raw.as_ptr(), 0, &mut err) };
+        if let Some(span) = self.span.take() {
+            span.end();
+        }
         check(status, err).map_err(|e| explain(e, self.what, self.rank, self.world_size, self.timeout))
     }
 

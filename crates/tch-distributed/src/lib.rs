@@ -70,6 +70,7 @@ mod sampler;
 mod spawn;
 mod store;
 mod sync_batch_norm;
+pub mod timeline;
 
 use std::time::Duration;
 
@@ -85,8 +86,8 @@ pub use init::{
 pub use launch::{local_rank, LaunchEnv};
 pub use sampler::DistributedSampler;
 pub use spawn::{
-    set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank, WorkerFailure,
-    WorkerOutcome, DEFAULT_GRACE_PERIOD,
+    set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank,
+    WorkerFailure, WorkerOutcome, DEFAULT_GRACE_PERIOD,
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};

@@ -91,6 +91,17 @@ pub fn set_worker_exit_code(map: fn(&(dyn std::error::Error + 'static)) -> i32) 
     let _ = EXIT_CODE_OF.set(map);
 }
 
+/// What a spawned rank runs after its worker returned, see [`set_exit_hook`].
+static EXIT_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// Registers a function that a rank started by [`spawn`] runs after its worker
+/// returned (or failed, or panicked), just before it exits: a child exits inside
+/// `spawn`, so code after `spawn` in `main` never runs there (e.g. to close a file
+/// the rank wrote as it went). The first registration in a process counts.
+pub fn set_exit_hook(hook: fn()) {
+    let _ = EXIT_HOOK.set(hook);
+}
+
 /// What a program checks before [`spawn`] starts its ranks, see [`set_spawn_check`].
 type SpawnCheck = Box<dyn Fn(usize) -> std::result::Result<(), String> + Send + Sync>;
 static SPAWN_CHECK: OnceLock<SpawnCheck> = OnceLock::new();
@@ -279,6 +290,9 @@ where
             101
         }
     };
+    if let Some(hook) = EXIT_HOOK.get() {
+        let _ = catch_unwind(hook);
+    }
     exit_now(code)
 }
 
