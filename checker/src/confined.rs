@@ -131,13 +131,17 @@ fn run_confined(
 ) -> std::io::Result<Vec<Ended>> {
     let sandbox = &confine.sandbox;
     std::fs::create_dir_all(dir)?;
-    let checker = std::env::current_exe()?;
-    if checker.to_string_lossy().ends_with(" (deleted)") {
-        return Err(std::io::Error::other(
-            "the checker's own binary was replaced while it ran (rebuilt?), and the sandbox starts it \
-             again inside: run the checker again",
-        ));
-    }
+    // The supervisor is this very binary. Where it was replaced on disk while running
+    // (rebuilt by cargo meanwhile), a copy of the running one is made for the job.
+    let mut checker = std::env::current_exe()?;
+    let _copy = if checker.to_string_lossy().ends_with(" (deleted)") {
+        let copy = dir.with_extension("checker");
+        std::fs::copy("/proc/self/exe", &copy)?;
+        checker = copy.clone();
+        Some(RemoveOnDrop(copy))
+    } else {
+        None
+    };
     let relay = match confine.mirror_port {
         Some(port) => Some(Relay::start(port)?),
         None => None,
@@ -248,6 +252,15 @@ fn run_confined(
         ended.push(e);
     }
     Ok(ended)
+}
+
+/// A file removed when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// "6 GiB", "256 MiB".

@@ -144,7 +144,8 @@ fn grade_crates_writes_one_report_per_submission() {
     let _ = std::fs::remove_dir_all(&handed_in);
     for (name, from) in [("alice", "solutions/step_00"), ("bob", "steps/step_00")] {
         std::fs::create_dir_all(handed_in.join(name).join("src")).unwrap();
-        std::fs::copy(repo().join(from).join("src/main.rs"), handed_in.join(name).join("src/main.rs")).unwrap();
+        std::fs::copy(repo().join(from).join("src/main.rs"), handed_in.join(name).join("src/main.rs"))
+            .unwrap();
     }
     std::fs::create_dir_all(handed_in.join("notes")).unwrap(); // no src/main.rs: not a submission
     let how = if sandbox_works() { "--sandbox" } else { "--unsandboxed" };
