@@ -161,7 +161,7 @@ fn header(version: Version) -> String {
             "//! ddp-lab, step {n}: {title}.\n\
              //!\n\
              //! Look for `TODO Step {n}`: those comments mark this step's work.\n\
-             //! `checker verify step {n}` checks it; `checker hint step {n}` helps when you are stuck.\n"
+             //! `cargo checker verify step {n}` checks it; `cargo checker hint step {n}` helps when you are stuck.\n"
         ),
         Version::Solution(n) if usize::from(n) == STEPS.len() - 1 => format!(
             "//! ddp-lab, solution of step {n}: {title}.\n\

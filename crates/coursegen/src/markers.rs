@@ -402,7 +402,11 @@ n2n4
         assert!(
             starter.starts_with("//! ddp-lab, step 7: one device per rank, and the model wrapped in DDP.\n")
         );
-        assert!(starter.contains("`checker verify step 7`") && starter.contains("`checker hint step 7`"));
+        assert!(
+            starter.contains("`cargo checker verify step 7`")
+                && starter.contains("`cargo checker hint step 7`"),
+            "{starter}"
+        );
         let solution = render(master, Solution(7));
         assert!(solution.starts_with("//! ddp-lab, solution of step 7: one device per rank"));
         assert!(!solution.contains("finished lab"));
