@@ -57,6 +57,7 @@
 //!
 //! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
+#![warn(missing_docs)]
 mod amp;
 mod ddp;
 pub mod debug;
