@@ -293,7 +293,7 @@ mod tests {
 
     // Rank 1 of 3 over 50 samples: 17 indices, batches of 5, 5, 5 and 2.
     fn sampler() -> dist::DistributedSampler {
-        dist::DistributedSampler::new(50, 3, 1, true, 0, false).unwrap()
+        dist::DistributedSampler::new(50, 3, 1, dist::SamplerOptions::default()).unwrap()
     }
 
     #[test]

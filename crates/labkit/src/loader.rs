@@ -74,9 +74,10 @@ impl Sampler for RandomSampler {
             self.len,
             1,
             0,
-            true,
-            self.seed.wrapping_add(self.epochs_drawn),
-            false,
+            dist::SamplerOptions {
+                seed: self.seed.wrapping_add(self.epochs_drawn),
+                ..dist::SamplerOptions::default()
+            },
         )
         .map(|s| s.indices())
         .unwrap_or_else(|_| (0..self.len).collect());
@@ -158,7 +159,7 @@ mod tests {
         let split = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
         let loader = DataLoader::new(&split, 4, SequentialSampler::new(10), Device::Cpu);
         assert_eq!(loader.len(), 3);
-        let sampler = dist::DistributedSampler::new(10, 3, 2, true, 0, false).unwrap();
+        let sampler = dist::DistributedSampler::new(10, 3, 2, dist::SamplerOptions::default()).unwrap();
         let loader = DataLoader::new(&split, 4, sampler, Device::Cpu);
         assert_eq!(loader.len(), 1);
     }
