@@ -22,6 +22,7 @@ use crate::{probes, run, trace};
 /// A model the training loop can run: the plain WideResNet, or the WideResNet wrapped
 /// in DDP (whose forward can fail when another rank is gone).
 pub trait Model {
+    /// The model's output (logits) for a batch of `images`, in training mode when `train`.
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor>;
     /// The run's speed settings the model was built with; `train` and `test` run its
     /// forward pass under them (`--channels-last`, `--amp bf16`).

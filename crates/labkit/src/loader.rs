@@ -26,6 +26,7 @@ pub struct SequentialSampler {
 }
 
 impl SequentialSampler {
+    /// Yields `0..dataset_len` in order, every epoch.
     pub fn new(dataset_len: usize) -> Self {
         SequentialSampler { len: dataset_len }
     }
@@ -100,9 +101,13 @@ impl Sampler for dist::DistributedSampler {
 /// The sampler is a public field so that the training loop can call
 /// `train_loader.sampler.set_epoch(epoch)`.
 pub struct DataLoader<'a, S> {
+    /// The images and labels the batches come from.
     pub split: &'a Split,
+    /// Which indices each epoch visits, in which order.
     pub sampler: S,
+    /// Images per batch (the last batch of an epoch may be smaller).
     pub batch_size: usize,
+    /// Where the batches' tensors are put.
     pub device: Device,
 }
 

@@ -9,6 +9,7 @@ use crate::perf::PerfSettings;
 /// One epoch's figures, as rank 0 reports them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpochReport {
+    /// The epoch, from 0.
     pub epoch: usize,
     /// Seconds since training started.
     pub cumulative_time: f64,
@@ -16,7 +17,9 @@ pub struct EpochReport {
     pub epoch_time: f64,
     /// Images per second over all ranks (the sum of the per-rank figures).
     pub images_per_sec: f64,
+    /// Mean validation loss over the validation batches.
     pub validation_loss: f64,
+    /// Fraction of validation images classified correctly.
     pub validation_accuracy: f64,
 }
 
@@ -109,7 +112,9 @@ fn history() -> MutexGuard<'static, Vec<EpochReport>> {
 /// epoch trained before (epoch i at index i) and the time they took.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Restored {
+    /// The validation accuracy of each epoch trained before.
     pub accuracies: Vec<f64>,
+    /// Seconds those epochs took.
     pub total_time: f64,
 }
 
@@ -127,14 +132,18 @@ pub(crate) fn restore(accuracies: &[f64], total_time: f64) {
 /// What the quick evaluation concludes from the epoch reports of this process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
+    /// Epochs trained.
     pub epochs: usize,
+    /// Ranks in the job.
     pub world_size: usize,
+    /// The best validation accuracy of any epoch.
     pub best_accuracy: f64,
     /// The first epoch (0-based, as the epoch lines print it) whose accuracy reached the target.
     pub reached_at: Option<usize>,
     /// Mean images/sec over the epochs after the first (the first pays for warm-up),
     /// or of the only epoch.
     pub images_per_sec: f64,
+    /// Seconds of training in all.
     pub total_time: f64,
 }
 
@@ -245,6 +254,8 @@ pub struct EarlyStopping {
 }
 
 impl EarlyStopping {
+    /// Stops once `patience` epochs in a row reach `target` accuracy (never when
+    /// `patience` is 0).
     pub fn new(target: f64, patience: usize) -> Self {
         Self { target, patience, history: Vec::new() }
     }
@@ -255,12 +266,14 @@ impl EarlyStopping {
         self.should_stop()
     }
 
+    /// Whether the last `patience` accuracies all reached the target.
     pub fn should_stop(&self) -> bool {
         self.patience > 0
             && self.history.len() >= self.patience
             && self.history[self.history.len() - self.patience..].iter().all(|a| *a >= self.target)
     }
 
+    /// Every accuracy recorded so far, in order.
     pub fn history(&self) -> &[f64] {
         &self.history
     }
