@@ -90,6 +90,16 @@ impl EpochReport {
     /// The lab's epoch line, character for character:
     /// `Epoch =  1: Cumulative Time = 12.345, Epoch Time = 12.345, Images/sec = 652.1, Validation Loss = 0.412, Validation Accuracy = 0.851`.
     /// Images/sec is printed in full, as Python's `{}` prints a float.
+    ///
+    /// ```
+    /// let report = labkit::EpochReport::new(1, 24.5, 12.25, 652.5, 0.4123, 0.8512);
+    /// assert_eq!(
+    ///     report.line(),
+    ///     "Epoch =  1: Cumulative Time = 24.500, Epoch Time = 12.250, Images/sec = 652.5, \
+    ///      Validation Loss = 0.412, Validation Accuracy = 0.851"
+    /// );
+    /// assert_eq!(labkit::EpochReport::parse(&report.line()).map(|r| r.epoch), Some(1));
+    /// ```
     pub fn line(&self) -> String {
         format!(
             "Epoch = {:2}: Cumulative Time = {:5.3}, Epoch Time = {:5.3}, Images/sec = {}, Validation Loss = {:5.3}, Validation Accuracy = {:5.3}",
@@ -235,6 +245,11 @@ pub fn python_float(x: f64) -> String {
 /// Images per second on one rank: every batch of the epoch times the batch size,
 /// divided by the epoch's time (as the lab computes it, counting the last partial
 /// batch as full).
+///
+/// ```
+/// // 100 batches of 32 images in 4 seconds.
+/// assert_eq!(labkit::images_per_sec(100, 32, 4.0), 800.0);
+/// ```
 pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64 {
     let value = if epoch_time <= 0.0 { 0.0 } else { (batches * batch_size) as f64 / epoch_time };
     crate::trace::record(
@@ -247,6 +262,14 @@ pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64
 /// The lab's early stop: training ends once the last `patience` validation
 /// accuracies are all at or above the target.
 #[derive(Debug, Clone)]
+///
+/// ```
+/// let mut early_stopping = labkit::EarlyStopping::new(0.85, 2);
+/// assert!(!early_stopping.record(0.86)); // one epoch at the target
+/// assert!(!early_stopping.record(0.84)); // the run starts again
+/// assert!(!early_stopping.record(0.90));
+/// assert!(early_stopping.record(0.87)); // two in a row: stop
+/// ```
 pub struct EarlyStopping {
     target: f64,
     patience: usize,
