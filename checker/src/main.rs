@@ -40,13 +40,13 @@ enum Command {
         #[arg(long)]
         checks: bool,
     },
-    /// What to change in a step and the common mistakes, from the lab guide: `checker hint step 7`.
+    /// What to change in a step and the common mistakes, from the lab guide: `cargo checker hint step 7`.
     Hint {
         /// `step N` (N from 0 to 11).
         #[arg(value_name = "step N", num_args = 1..=2, required = true)]
         target: Vec<String>,
     },
-    /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `checker reset step 7`.
+    /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `cargo checker reset step 7`.
     Reset {
         /// `step N` (N from 0 to 11).
         #[arg(value_name = "step N", num_args = 1..=2, required = true)]
@@ -55,7 +55,7 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Points per step and a JSON report for an autograder: `checker grade --json results.json`.
+    /// Points per step and a JSON report for an autograder: `cargo checker grade --json results.json`.
     ///
     /// The report has the shape of exercism's test-runner results (version 3): a status,
     /// and per check its status, message and captured output. Each step is worth 10
@@ -86,7 +86,7 @@ enum Command {
         #[arg(long, value_name = "DIR", requires = "crates")]
         json_dir: Option<PathBuf>,
     },
-    /// Verify a step (and every earlier step's checks): `checker verify step 7`, or `checker verify all`.
+    /// Verify a step (and every earlier step's checks): `cargo checker verify step 7`, or `cargo checker verify all`.
     Verify {
         /// `step N` (N from 0 to 11) or `all`.
         #[arg(value_name = "step N | all", num_args = 1..=2, required = true)]
@@ -104,7 +104,7 @@ enum Command {
         #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
     },
-    /// Verify a step, then again each time you save a file of its src/: `checker watch step 7`.
+    /// Verify a step, then again each time you save a file of its src/: `cargo checker watch step 7`.
     ///
     /// Keep it running in a second terminal while you edit; Ctrl-C stops it. One seed
     /// serves the whole session, so a check fails or passes because of your edit, not
@@ -356,7 +356,7 @@ fn watch_step(
             "{} has no src/main.rs to watch{}",
             crate_dir.display(),
             if krate.is_none() {
-                format!("; restore it with `checker reset step {step}`")
+                format!("; restore it with `cargo checker reset step {step}`")
             } else {
                 String::new()
             }
@@ -433,7 +433,7 @@ fn grade(
         }
     }
     print!("{}", grade::table(&graded));
-    println!("(seed {seed}; repeat with --seed {seed}; details: checker verify step N --seed {seed})");
+    println!("(seed {seed}; repeat with --seed {seed}; details: cargo checker verify step N --seed {seed})");
     if let Some(path) = json {
         let report = grade::report(&graded, seed);
         if let Err(e) = write_report(&path, report, sandbox) {
@@ -639,7 +639,10 @@ fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions) ->
     let read = |dir: PathBuf| -> Result<String, String> {
         let main_rs = dir.join("src/main.rs");
         std::fs::read_to_string(&main_rs).map_err(|e| {
-            format!("cannot read {}: {e}; restore it with `checker reset step {step}`", main_rs.display())
+            format!(
+                "cannot read {}: {e}; restore it with `cargo checker reset step {step}`",
+                main_rs.display()
+            )
         })
     };
     let (package, source, manifest_dir) = match subject {

@@ -1,8 +1,19 @@
-{{header}}
+//@ header
+//! The master of the lab's 24 crates: the finished lab (the solution of step 11) as a
+//! Rust program that compiles, with each step's change marked for coursegen.
+//!
+//! `//@ step N` ... `//@ end` wraps the code that step N adds. In the block, `//@ todo`
+//! starts what the starter of step N shows instead (its `TODO Step N` comments) and
+//! `//@ old` the code from before step N. Those sections are commented out line by
+//! line with `//| `, which coursegen strips, so this file stays the finished lab and
+//! rustfmt, clippy and rust-analyzer work on it. Each crate gets its own header in
+//! place of this one. Edit here, then `cargo run -p coursegen -- write` renders
+//! steps/step_NN and solutions/step_NN (see crates/coursegen/src/markers.rs).
+//@ end
 //@ step 4
 //@ old
-// Some options are parsed before the steps that use them (step 4 reads the last ones).
-#![allow(dead_code)]
+//| // Some options are parsed before the steps that use them (step 4 reads the last ones).
+//| #![allow(dead_code)]
 //@ end
 use std::process::ExitCode;
 use std::time::Instant;
@@ -14,12 +25,12 @@ use tch::nn::{self, OptimizerConfig};
 //@ step 2
 use tch_distributed as dist;
 //@ old
-#[allow(unused_imports)] // `dist` is used from step 2 on
-use tch_distributed as dist;
+//| #[allow(unused_imports)] // `dist` is used from step 2 on
+//| use tch_distributed as dist;
 //@ end
 //@ todo
-// TODO Step 0: import the course's distributed module (the crate tch_distributed),
-// under the short name the lab uses for torch.distributed.
+//| // TODO Step 0: import the course's distributed module (the crate tch_distributed),
+//| // under the short name the lab uses for torch.distributed.
 //@ end
 
 /// Trains the lab's WideResNet on Fashion-MNIST and prints one line per epoch.
@@ -52,9 +63,9 @@ struct Args {
     #[arg(long, default_value_t = 0, value_parser = labkit::node_index)]
     node_id: usize,
     //@ todo
-    // TODO Step 1: add the lab's three options --num-nodes, --num-gpus and --node-id,
-    // with the lab's defaults (1, 1 and 0) and a help line each; labkit::ranks_per_node,
-    // labkit::node_count and labkit::node_index (value parsers) reject impossible values.
+    //| // TODO Step 1: add the lab's three options --num-nodes, --num-gpus and --node-id,
+    //| // with the lab's defaults (1, 1 and 0) and a help line each; labkit::ranks_per_node,
+    //| // labkit::node_count and labkit::node_index (value parsers) reject impossible values.
     //@ end
     //@ step 7
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
@@ -69,8 +80,8 @@ struct Args {
     #[arg(skip = dist::Init::env_or("localhost", 9956))]
     rendezvous: dist::Init,
     //@ todo
-    // TODO Step 2: the program needs two values that are not options: the world size and
-    // the rendezvous address. Keep them here (a field marked #[arg(skip = ...)] is not an option).
+    //| // TODO Step 2: the program needs two values that are not options: the world size and
+    //| // the rendezvous address. Keep them here (a field marked #[arg(skip = ...)] is not an option).
     //@ end
     #[command(flatten)]
     run: RunOptions,
@@ -80,14 +91,14 @@ fn main() -> ExitCode {
     //@ step 2
     let mut args = Args::parse();
     //@ old
-    let args = Args::parse();
+    //| let args = Args::parse();
     //@ end
     args.run.apply();
     //@ step 1
     // A node outside the job is an error before anything starts.
     labkit::check_node_id(args.node_id, args.num_nodes);
     //@ todo
-    // TODO Step 1: reject a --node-id that is not below --num-nodes (labkit::check_node_id).
+    //| // TODO Step 1: reject a --node-id that is not below --num-nodes (labkit::check_node_id).
     //@ end
     //@ step 2
     // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
@@ -96,30 +107,30 @@ fn main() -> ExitCode {
     args.rendezvous = dist::Init::env_or("localhost", 9956);
     labkit::announce_world(args.world_size, &args.rendezvous);
     //@ todo
-    // TODO Step 2: compute the world size (how many ranks in the whole job) and the
-    // rendezvous address (the lab's localhost:9956, unless MASTER_ADDR and MASTER_PORT
-    // are set), and announce them with labkit::announce_world.
+    //| // TODO Step 2: compute the world size (how many ranks in the whole job) and the
+    //| // rendezvous address (the lab's localhost:9956, unless MASTER_ADDR and MASTER_PORT
+    //| // are set), and announce them with labkit::announce_world.
     //@ end
     //@ step 10
     // This invocation starts num_gpus copies of itself, one per local rank, and waits
     // for them; when one fails, the others are stopped.
     let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));
     //@ todo
-    // TODO Step 10: start this node's num_gpus ranks from this one invocation, each
-    // running worker with its local rank, instead of relying on a launcher.
+    //| // TODO Step 10: start this node's num_gpus ranks from this one invocation, each
+    //| // running worker with its local rank, instead of relying on a launcher.
     //@ old
     //@ step 3
-    // A launcher (the checker, or torchrun) starts one process per rank and tells each
-    // its rank on this node in LOCAL_RANK.
-    let result = match dist::local_rank() {
-        Ok(local_rank) => worker(local_rank.unwrap_or(0), args),
-        Err(e) => Err(e.into()),
-    };
+    //| // A launcher (the checker, or torchrun) starts one process per rank and tells each
+    //| // its rank on this node in LOCAL_RANK.
+    //| let result = match dist::local_rank() {
+    //|     Ok(local_rank) => worker(local_rank.unwrap_or(0), args),
+    //|     Err(e) => Err(e.into()),
+    //| };
     //@ todo
-    // TODO Step 3: a launcher starts this program once per rank and sets LOCAL_RANK
-    // (unset means 0). Call worker with this process's local rank.
+    //| // TODO Step 3: a launcher starts this program once per rank and sets LOCAL_RANK
+    //| // (unset means 0). Call worker with this process's local rank.
     //@ old
-    let result = training(args);
+    //| let result = training(args);
     //@ end
     //@ end
     labkit::finish(result)
@@ -129,13 +140,13 @@ fn main() -> ExitCode {
 /// Everything one rank does, from joining the job to its last epoch.
 fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     labkit::worker_started(local_rank);
-//@ todo
-// TODO Step 3: training moves into `worker(local_rank, args)`, which runs once per rank
-// and starts by saying so with labkit::worker_started(local_rank).
-//@ old
-/// The whole training run.
-fn training(args: Args) -> labkit::Result<()> {
-//@ end
+    //@ todo
+    //| // TODO Step 3: training moves into `worker(local_rank, args)`, which runs once per rank
+    //| // and starts by saying so with labkit::worker_started(local_rank).
+    //@ old
+    //| /// The whole training run.
+    //| fn training(args: Args) -> labkit::Result<()> {
+    //@ end
     //@ step 4
     // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
     // num_gpus, and so on.
@@ -149,19 +160,19 @@ fn training(args: Args) -> labkit::Result<()> {
         args.run.timeout(),
     )?;
     //@ todo
-    // TODO Step 4: compute this process's global rank (from the node id, the ranks per
-    // node and the local rank) and join the default process group: Gloo for CPU ranks,
-    // NCCL for GPU ranks (args.run.backend(local_rank) picks it), with the world size,
-    // the rendezvous and --timeout.
+    //| // TODO Step 4: compute this process's global rank (from the node id, the ranks per
+    //| // node and the local rank) and join the default process group: Gloo for CPU ranks,
+    //| // NCCL for GPU ranks (args.run.backend(local_rank) picks it), with the world size,
+    //| // the rendezvous and --timeout.
     //@ end
 
     //@ step 7
     // Each rank computes on its own device: the GPU its local rank names, or the CPU.
     let device = args.run.device.for_local_rank(local_rank);
     //@ todo
-    // TODO Step 7: every rank uses the first GPU here; give each rank its own device.
+    //| // TODO Step 7: every rank uses the first GPU here; give each rank its own device.
     //@ old
-    let device = args.run.device.first();
+    //| let device = args.run.device.first();
     //@ end
 
     let data = args.run.dataset_options();
@@ -173,23 +184,24 @@ fn training(args: Args) -> labkit::Result<()> {
     }
     dist::barrier()?;
     //@ todo
-    // TODO Step 5: only one process per node should prepare the data set, and no rank
-    // may read it before it is complete.
+    //| // TODO Step 5: only one process per node should prepare the data set, and no rank
+    //| // may read it before it is complete.
     //@ old
-    labkit::prepare_dataset(&data)?;
+    //| labkit::prepare_dataset(&data)?;
     //@ end
     let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
 
     //@ step 6
     // Each rank trains and validates on its own share of the data.
-    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;
+    let train_sampler =
+        dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;
     let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, global_rank)?;
     //@ todo
-    // TODO Step 6: every rank goes through the whole data set; give each rank its own
-    // share of the training set and of the validation set (PyTorch's DistributedSampler).
+    //| // TODO Step 6: every rank goes through the whole data set; give each rank its own
+    //| // share of the training set and of the validation set (PyTorch's DistributedSampler).
     //@ old
-    let train_sampler = labkit::RandomSampler::new(train_set.len());
-    let test_sampler = labkit::SequentialSampler::new(test_set.len());
+    //| let train_sampler = labkit::RandomSampler::new(train_set.len());
+    //| let test_sampler = labkit::SequentialSampler::new(test_set.len());
     //@ end
     let mut train_loader = DataLoader::new(&train_set, args.batch_size, train_sampler, device);
     let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
@@ -202,10 +214,10 @@ fn training(args: Args) -> labkit::Result<()> {
     // ranks during backward, so every rank takes the same step.
     let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
     //@ todo
-    // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
-    // option that builds the model with labkit::Norm::SyncBatchNorm.
+    //| // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
+    //| // option that builds the model with labkit::Norm::SyncBatchNorm.
     //@ old
-    let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
+    //| let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
     //@ end
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
@@ -218,8 +230,8 @@ fn training(args: Args) -> labkit::Result<()> {
         // A new order every epoch, the same split among ranks.
         train_loader.sampler.set_epoch(epoch as u64);
         //@ todo
-        // TODO Step 6 (6.5): the distributed sampler repeats its order every epoch unless
-        // it is told which epoch this is.
+        //| // TODO Step 6 (6.5): the distributed sampler repeats its order every epoch unless
+        //| // it is told which epoch this is.
         //@ end
         let t0 = Instant::now();
         labkit::train(&model, &mut optimizer, &mut train_loader)?;
@@ -227,7 +239,7 @@ fn training(args: Args) -> labkit::Result<()> {
         // The epoch ends when the slowest rank is done.
         dist::barrier()?;
         //@ todo
-        // TODO Step 8: stop the clock only when every rank has finished the epoch.
+        //| // TODO Step 8: stop the clock only when every rank has finished the epoch.
         //@ end
         let epoch_time = t0.elapsed().as_secs_f64();
         total_time += epoch_time;
@@ -238,8 +250,8 @@ fn training(args: Args) -> labkit::Result<()> {
         dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;
         let images_per_sec = images_per_sec_total.double_value(&[]);
         //@ todo
-        // TODO Step 8: rank 0 must print the whole job's images/sec, the sum of every
-        // rank's figure, collected on rank 0.
+        //| // TODO Step 8: rank 0 must print the whole job's images/sec, the sum of every
+        //| // rank's figure, collected on rank 0.
         //@ end
 
         let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
@@ -251,19 +263,20 @@ fn training(args: Args) -> labkit::Result<()> {
         let metrics = metrics / args.world_size as f64;
         let (v_accuracy, v_loss) = (metrics.double_value(&[0]), metrics.double_value(&[1]));
         //@ todo
-        // TODO Step 9: each rank validated only its share; every rank must end up with the
-        // accuracy and loss averaged over all ranks.
+        //| // TODO Step 9: each rank validated only its share; every rank must end up with the
+        //| // accuracy and loss averaged over all ranks.
         //@ end
 
-        let report = labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
+        let report =
+            labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
         //@ step 4
         if global_rank == 0 {
             report.print();
         }
         //@ todo
-        // TODO Step 4: only rank 0 prints the epoch line.
+        //| // TODO Step 4: only rank 0 prints the epoch line.
         //@ old
-        report.print();
+        //| report.print();
         //@ end
         let stop = early_stopping.record(v_accuracy);
         // --save-every N: rank 0 snapshots the run every N epochs.
@@ -279,8 +292,8 @@ fn training(args: Args) -> labkit::Result<()> {
     }
     dist::destroy_process_group()?;
     //@ todo
-    // TODO Step 11: the quick evaluation: rank 0 prints the run's summary
-    // (labkit::print_summary), and every rank leaves the process group.
+    //| // TODO Step 11: the quick evaluation: rank 0 prints the run's summary
+    //| // (labkit::print_summary), and every rank leaves the process group.
     //@ end
     Ok(())
 }

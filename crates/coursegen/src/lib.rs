@@ -1,7 +1,8 @@
 //! Renders the lab's 24 crates from one annotated master program.
 //!
-//! `course/lab/main.rs` holds the finished lab with every step's change wrapped in
-//! `//@ step N` blocks (see [`markers`] for the language). From it come, for each step N,
+//! `course/lab/main.rs` holds the finished lab, a program that compiles, with every
+//! step's change wrapped in `//@ step N` blocks and the code it replaces commented out
+//! (see [`markers`] for the language). From it come, for each step N,
 //! `steps/step_NN` (the student's starter: steps before N done, step N marked `TODO`)
 //! and `solutions/step_NN` (steps up to N done). Keeping one master means a fix lands
 //! in all 24 crates at once, and `check_all` catches crates edited by hand.
@@ -121,23 +122,27 @@ impl fmt::Display for Version {
     }
 }
 
-/// Renders the master for one version: directives resolved, `{{header}}` filled in,
-/// not yet formatted. Fails on a malformed master, or if the result would be unusable
-/// (a starter without its TODO marker, a directive or `{{` left behind).
+/// Renders the master for one version: directives resolved, dead lines uncommented,
+/// the header block replaced by the version's header, not yet formatted. Fails on a
+/// malformed master, or if the result would be unusable (a starter without its TODO
+/// marker, a directive, a `//|` or a `{{` left behind).
 pub fn render_main(master: &str, version: Version) -> Result<String, CourseError> {
     let version = version.validate()?;
     let tree = markers::parse(master)?;
     let mut out = String::new();
     let mut marked = false;
-    for line in markers::select(&tree, version) {
-        if line.text.trim() == "{{header}}" {
+    for emitted in markers::emit(&tree, version) {
+        let line = match emitted {
             // Not counted as the TODO marker, though the starter's header names it.
-            out.push_str(&header(version));
-            continue;
-        }
-        check_leftover(MASTER, line.no, line.text, version)?;
-        marked |= markers::has_todo_marker(line.text, version.step());
-        out.push_str(line.text);
+            markers::Emitted::Header => {
+                out.push_str(&header(version));
+                continue;
+            }
+            markers::Emitted::Line(line) => line,
+        };
+        check_leftover(MASTER, line.no, &line.text, version)?;
+        marked |= markers::has_todo_marker(&line.text, version.step());
+        out.push_str(&line.text);
         out.push('\n');
     }
     match version {
@@ -156,7 +161,7 @@ fn header(version: Version) -> String {
             "//! ddp-lab, step {n}: {title}.\n\
              //!\n\
              //! Look for `TODO Step {n}`: those comments mark this step's work.\n\
-             //! `checker verify step {n}` checks it; `checker hint step {n}` helps when you are stuck.\n"
+             //! `cargo checker verify step {n}` checks it; `cargo checker hint step {n}` helps when you are stuck.\n"
         ),
         Version::Solution(n) if usize::from(n) == STEPS.len() - 1 => format!(
             "//! ddp-lab, solution of step {n}: {title}.\n\
@@ -182,14 +187,14 @@ pub fn render_manifest(template: &str, version: Version) -> Result<String, Cours
     Ok(out)
 }
 
-/// Errors unless `line` is free of `//@` and `{{`, which only the master's sources may hold.
+/// Errors unless `line` is free of `//@`, `//|` and `{{`, which only the master's sources may hold.
 fn check_leftover(
     source_file: &'static str,
     line_no: usize,
     line: &str,
     version: Version,
 ) -> Result<(), CourseError> {
-    match ["//@", "{{"].into_iter().find(|m| line.contains(m)) {
+    match ["//@", markers::DEAD, "{{"].into_iter().find(|m| line.contains(m)) {
         Some(marker) => Err(CourseError::Leftover {
             source_file,
             line: line_no,
@@ -207,7 +212,7 @@ fn check_leftover(
 pub enum CourseError {
     #[error(
         "{MASTER}:{line}: unknown directive `{text}`; a `//@` line must be `//@ step N`, \
-         `//@ todo`, `//@ old` or `//@ end`"
+         `//@ todo`, `//@ old`, `//@ end` or `//@ header`"
     )]
     UnknownDirective { line: usize, text: String },
     #[error("{MASTER}:{line}: `//@ step {found}`: the step must be a number from 0 to 11")]
@@ -231,6 +236,30 @@ pub enum CourseError {
          add a comment such as `// TODO Step {step}: ...` so students find their work"
     )]
     TodoWithoutMarker { line: usize, step: u8 },
+    #[error(
+        "{MASTER}:{line}: this line is in a todo or old section (of step {step}), which the \
+         finished lab does not contain: comment it out as `//| ...` after its indentation, so \
+         the master still compiles as the finished lab"
+    )]
+    LiveDead { line: usize, step: u8 },
+    #[error(
+        "{MASTER}:{line}: `//|` comments out a line of a todo or old section, but this line is \
+         in the finished lab: remove the `//|`, or move the line into a `//@ todo` or `//@ old` \
+         section"
+    )]
+    CommentedLive { line: usize },
+    #[error(
+        "{MASTER}:{line}: `//@ header` must stand at the top level, once; it marks where each \
+         crate's header goes"
+    )]
+    MisplacedHeader { line: usize },
+    #[error(
+        "{MASTER}:{line}: a directive inside the header block opened at line {opened}; close it \
+         with `//@ end` first"
+    )]
+    DirectiveInHeader { line: usize, opened: usize },
+    #[error("{MASTER}:{line}: the header block opened here is never closed; add `//@ end`")]
+    UnclosedHeader { line: usize },
     #[error("there is no step {step}: the lab's steps are 0 to 11")]
     NoSuchStep { step: u8 },
     #[error(
@@ -240,8 +269,8 @@ pub enum CourseError {
     MissingTodo { version: String, step: u8 },
     #[error(
         "{source_file}:{line}: `{marker}` would be left in {version} by the line {text:?}; directives must \
-         stand alone on their line, and `{{{{` is reserved for the substitutions \
-         ({{{{header}}}} alone on a line; {{{{name}}}} and {{{{description}}}} in the manifest template)"
+         stand alone on their line, `//|` only opens a dead line once, and `{{{{` is reserved for \
+         the manifest template's substitutions ({{{{name}}}} and {{{{description}}}})"
     )]
     Leftover { source_file: &'static str, line: usize, marker: &'static str, version: String, text: String },
     #[error("{}: {source}", path.display())]

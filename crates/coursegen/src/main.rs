@@ -12,9 +12,9 @@ const FIX: &str = "run `cargo run -p coursegen -- write`";
     name = "coursegen",
     about = "Renders the lab's 24 crates (steps/step_NN, solutions/step_NN) from course/lab/main.rs",
     long_about = "Renders the lab's 24 crates from one annotated master program.\n\n\
-        course/lab/main.rs holds the finished lab; `//@ step N` ... `//@ end` blocks mark each \
-        step's change (optional `//@ todo` and `//@ old` sections give the starter's TODO and the \
-        code before the step). course/lab/Cargo.toml.in and course/lab/build.rs complete each \
+        course/lab/main.rs is the finished lab, a program that compiles; `//@ step N` ... `//@ end` \
+        blocks mark each step's change (optional `//@ todo` and `//@ old` sections, commented out \
+        with `//|`, give the starter's TODO and the code before the step). course/lab/Cargo.toml.in and course/lab/build.rs complete each \
         crate. Edit those, never the generated crates, then run `coursegen write`."
 )]
 struct Cli {

@@ -1,8 +1,12 @@
 //! The marker language of the master program.
 //!
-//! A line whose trimmed text starts with `//@` is a directive and is never emitted:
+//! The master is the finished lab, a Rust program that compiles; directives in `//@`
+//! comments mark what each step changed. A line whose trimmed text starts with `//@` is
+//! a directive and is never emitted:
 //!
 //! ```text
+//! //@ header   opens the header block: the master's own `//!` lines, replaced in
+//!              every crate by that crate's header; `//@ end` closes it
 //! //@ step N   opens a block owned by step N (0..=11); its first section is "new"
 //! //@ todo     starts the block's "todo" section (optional)
 //! //@ old      starts the block's "old" section (optional)
@@ -12,19 +16,34 @@
 //! Sections go new, todo, old, each at most once; blocks nest inside any section. A
 //! version emits a block's "new" section once step N is done; the starter of step N
 //! emits "todo" then "old"; every other version emits "old".
+//!
+//! The finished lab (the solution of step 11) is exactly the master's live lines: those
+//! in no todo or old section. Every other line is dead in the master and commented out
+//! with `//|` after its indentation (`    //| report.print();`); a version that emits it
+//! drops `//|` and one space after it. So rustfmt, clippy and rust-analyzer work on the
+//! master as on any program, and a dead line left uncommented, or a live line commented
+//! out with `//|`, is an error.
+use std::borrow::Cow;
+
 use crate::{CourseError, Version, STEPS};
 
-/// A line of the master, numbered from 1 as editors and error messages count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What comments out a dead line of the master: a line in a todo or old section.
+pub const DEAD: &str = "//|";
+
+/// A line of the master, numbered from 1 as editors and error messages count, as a
+/// version emits it (a dead line without its `//|`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Line<'a> {
     pub no: usize,
-    pub text: &'a str,
+    pub text: Cow<'a, str>,
 }
 
 #[derive(Debug)]
 pub enum Node<'a> {
     Text(Line<'a>),
     Block(Block<'a>),
+    /// The header block, at its opening line: each version emits its own header here.
+    Header(usize),
 }
 
 /// A `//@ step N` ... `//@ end` block; absent sections are empty.
@@ -54,6 +73,7 @@ impl Section {
 }
 
 enum Directive {
+    Header,
     Step(u8),
     Todo,
     Old,
@@ -65,6 +85,7 @@ fn directive(no: usize, text: &str) -> Result<Option<Directive>, CourseError> {
     let Some(rest) = text.trim().strip_prefix("//@") else { return Ok(None) };
     let words: Vec<&str> = rest.split_whitespace().collect();
     let directive = match words.as_slice() {
+        ["header"] => Directive::Header,
         ["step", n] => match n.parse::<u8>() {
             Ok(step) if usize::from(step) < STEPS.len() => Directive::Step(step),
             _ => return Err(CourseError::BadStep { line: no, found: n.to_string() }),
@@ -112,19 +133,61 @@ impl<'a> Open<'a> {
     }
 }
 
+/// A line as the versions emit it: a live line as it stands, a dead line (in a todo or
+/// old section of some open block) without its `//|` and the one space after it.
+fn text_line(no: usize, text: &str, dead: Option<u8>) -> Result<Line<'_>, CourseError> {
+    let body = text.trim_start();
+    let indent = &text[..text.len() - body.len()];
+    match (dead, body.strip_prefix(DEAD)) {
+        // Blank lines need no prefix: rustfmt keeps them as they are.
+        (_, None) if body.is_empty() => Ok(Line { no, text: Cow::Borrowed(text) }),
+        (None, None) => Ok(Line { no, text: Cow::Borrowed(text) }),
+        (None, Some(_)) => Err(CourseError::CommentedLive { line: no }),
+        (Some(step), None) => Err(CourseError::LiveDead { line: no, step }),
+        (Some(_), Some(rest)) => {
+            let rest = rest.strip_prefix(' ').unwrap_or(rest);
+            Ok(Line {
+                no,
+                text: if rest.is_empty() { Cow::Borrowed("") } else { format!("{indent}{rest}").into() },
+            })
+        }
+    }
+}
+
 /// Parses the master into its top-level nodes.
 pub fn parse(master: &str) -> Result<Vec<Node<'_>>, CourseError> {
     let mut root = Vec::new();
     let mut stack: Vec<Open> = Vec::new();
+    // The header block's opening line while it is open; its lines are the master's own.
+    let mut header: Option<usize> = None;
     for (i, text) in master.lines().enumerate() {
         let no = i + 1;
-        match directive(no, text)? {
+        let directive = directive(no, text)?;
+        if let Some(opened) = header {
+            match directive {
+                Some(Directive::End) => header = None,
+                Some(_) => return Err(CourseError::DirectiveInHeader { line: no, opened }),
+                None => {}
+            }
+            continue;
+        }
+        match directive {
             None => {
+                // The innermost block in a todo or old section makes the line dead.
+                let dead = stack.iter().rev().find(|open| open.section != Section::New).map(|o| o.block.step);
+                let line = text_line(no, text, dead)?;
                 let nodes = match stack.last_mut() {
                     Some(open) => open.nodes(),
                     None => &mut root,
                 };
-                nodes.push(Node::Text(Line { no, text }));
+                nodes.push(Node::Text(line));
+            }
+            Some(Directive::Header) => {
+                if !stack.is_empty() || root.iter().any(|n| matches!(n, Node::Header(_))) {
+                    return Err(CourseError::MisplacedHeader { line: no });
+                }
+                header = Some(no);
+                root.push(Node::Header(no));
             }
             Some(Directive::Step(step)) => stack.push(Open {
                 block: Block { step, new: Vec::new(), todo: Vec::new(), old: Vec::new() },
@@ -156,6 +219,9 @@ pub fn parse(master: &str) -> Result<Vec<Node<'_>>, CourseError> {
             }
         }
     }
+    if let Some(line) = header {
+        return Err(CourseError::UnclosedHeader { line });
+    }
     match stack.pop() {
         Some(open) => Err(CourseError::Unclosed { line: open.opened, step: open.block.step }),
         None => Ok(root),
@@ -165,8 +231,9 @@ pub fn parse(master: &str) -> Result<Vec<Node<'_>>, CourseError> {
 /// Whether any line in `nodes`, nested blocks included, carries `TODO Step {step}`.
 fn mentions_todo(nodes: &[Node], step: u8) -> bool {
     nodes.iter().any(|node| match node {
-        Node::Text(line) => has_todo_marker(line.text, step),
+        Node::Text(line) => has_todo_marker(&line.text, step),
         Node::Block(b) => [&b.new, &b.todo, &b.old].into_iter().any(|n| mentions_todo(n, step)),
+        Node::Header(_) => false,
     })
 }
 
@@ -182,23 +249,42 @@ pub fn has_todo_marker(text: &str, step: u8) -> bool {
     })
 }
 
-/// The lines `version` emits, in order.
+/// What a version emits: a line, or its header where the master has the header block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Emitted<'a> {
+    Line(Line<'a>),
+    Header,
+}
+
+/// The lines `version` emits, in order, the header block aside.
 pub fn select<'a>(nodes: &'a [Node<'a>], version: Version) -> Vec<Line<'a>> {
+    emit(nodes, version)
+        .into_iter()
+        .filter_map(|e| match e {
+            Emitted::Line(line) => Some(line),
+            Emitted::Header => None,
+        })
+        .collect()
+}
+
+/// Everything `version` emits, in order.
+pub fn emit<'a>(nodes: &'a [Node<'a>], version: Version) -> Vec<Emitted<'a>> {
     let mut out = Vec::new();
-    select_into(nodes, version, &mut out);
+    emit_into(nodes, version, &mut out);
     out
 }
 
-fn select_into<'a>(nodes: &'a [Node<'a>], version: Version, out: &mut Vec<Line<'a>>) {
+fn emit_into<'a>(nodes: &'a [Node<'a>], version: Version, out: &mut Vec<Emitted<'a>>) {
     for node in nodes {
         match node {
-            Node::Text(line) => out.push(*line),
-            Node::Block(block) if version.is_done(block.step) => select_into(&block.new, version, out),
+            Node::Text(line) => out.push(Emitted::Line(line.clone())),
+            Node::Header(_) => out.push(Emitted::Header),
+            Node::Block(block) if version.is_done(block.step) => emit_into(&block.new, version, out),
             Node::Block(block) => {
                 if version.todo() == Some(block.step) {
-                    select_into(&block.todo, version, out);
+                    emit_into(&block.todo, version, out);
                 }
-                select_into(&block.old, version, out);
+                emit_into(&block.old, version, out);
             }
         }
     }
@@ -232,9 +318,9 @@ a
 //@ step 3
 new3
 //@ todo
-// TODO Step 3: do it
+//| // TODO Step 3: do it
 //@ old
-old3
+//| old3
 //@ end
 z
 ";
@@ -253,7 +339,7 @@ z
     fn blocks_without_old_or_todo_emit_nothing_before_their_step() {
         let master = "//@ step 5\nnew5\n//@ end\n";
         let tree = parse(master).unwrap();
-        let texts = |v| select(&tree, v).iter().map(|l| l.text).collect::<Vec<_>>();
+        let texts = |v| select(&tree, v).into_iter().map(|l| l.text).collect::<Vec<_>>();
         assert!(texts(Solution(4)).is_empty());
         assert!(texts(Starter(5)).is_empty());
         assert_eq!(texts(Solution(5)), ["new5"]);
@@ -268,24 +354,24 @@ n2
 //@ step 4
 n2n4
 //@ old
-n2o4
+//| n2o4
 //@ end
 //@ todo
-// TODO Step 2
+//| // TODO Step 2
 //@ step 0
-t2n0
+//| t2n0
 //@ end
 //@ old
-o2
+//| o2
 //@ step 1
-o2n1
+//| o2n1
 //@ old
-o2o1
+//| o2o1
 //@ end
 //@ end
 ";
         let tree = parse(master).unwrap();
-        let lines = |v| select(&tree, v).iter().map(|l| l.text).collect::<Vec<_>>();
+        let lines = |v| select(&tree, v).into_iter().map(|l| l.text).collect::<Vec<_>>();
         assert_eq!(lines(Starter(0)), ["o2", "o2o1"]);
         assert_eq!(lines(Starter(1)), ["o2", "o2o1"]);
         assert_eq!(lines(Solution(1)), ["o2", "o2n1"]);
@@ -310,12 +396,17 @@ o2o1
 
     #[test]
     fn header_names_the_step_and_the_checker() {
-        let master = "{{header}}\n//@ step 7\n//@ todo\n// TODO Step 7\n//@ end\n";
+        let master =
+            "//@ header\n//! The master's own.\n//@ end\n//@ step 7\n//@ todo\n//| // TODO Step 7\n//@ end\n";
         let starter = render(master, Starter(7));
         assert!(
             starter.starts_with("//! ddp-lab, step 7: one device per rank, and the model wrapped in DDP.\n")
         );
-        assert!(starter.contains("`checker verify step 7`") && starter.contains("`checker hint step 7`"));
+        assert!(
+            starter.contains("`cargo checker verify step 7`")
+                && starter.contains("`cargo checker hint step 7`"),
+            "{starter}"
+        );
         let solution = render(master, Solution(7));
         assert!(solution.starts_with("//! ddp-lab, solution of step 7: one device per rank"));
         assert!(!solution.contains("finished lab"));
@@ -362,9 +453,9 @@ o2o1
 
     #[test]
     fn sections_go_in_order_once_each() {
-        let e = error("//@ step 1\n//@ old\n//@ todo\n// TODO Step 1\n//@ end\n");
+        let e = error("//@ step 1\n//@ old\n//@ todo\n//| // TODO Step 1\n//@ end\n");
         assert!(matches!(e, CourseError::SectionOrder { line: 3, step: 1, section: "todo", after: "old" }));
-        let e = error("//@ step 1\n//@ todo\n// TODO Step 1\n//@ todo\n//@ end\n");
+        let e = error("//@ step 1\n//@ todo\n//| // TODO Step 1\n//@ todo\n//@ end\n");
         assert!(matches!(e, CourseError::RepeatedSection { line: 4, step: 1, section: "todo" }));
         let e = error("//@ step 1\n//@ old\n//@ old\n//@ end\n");
         assert!(matches!(e, CourseError::RepeatedSection { line: 3, step: 1, section: "old" }));
@@ -382,12 +473,13 @@ o2o1
 
     #[test]
     fn todo_sections_must_carry_their_own_marker() {
-        let e = error("//@ step 1\nx\n//@ todo\n// TODO: something\n//@ old\n// TODO Step 1\n//@ end\n");
+        let e =
+            error("//@ step 1\nx\n//@ todo\n//| // TODO: something\n//@ old\n//| // TODO Step 1\n//@ end\n");
         assert!(matches!(e, CourseError::TodoWithoutMarker { line: 3, step: 1 }), "{e:?}");
-        let e = error("//@ step 1\n//@ todo\n// TODO Step 10\n//@ end\n");
+        let e = error("//@ step 1\n//@ todo\n//| // TODO Step 10\n//@ end\n");
         assert!(matches!(e, CourseError::TodoWithoutMarker { line: 2, step: 1 }), "{e:?}");
         // A marker inside a block nested in the todo section counts.
-        parse("//@ step 1\n//@ todo\n//@ step 0\n// TODO Step 1\n//@ end\n//@ end\n").unwrap();
+        parse("//@ step 1\n//@ todo\n//@ step 0\n//| // TODO Step 1\n//@ end\n//@ end\n").unwrap();
     }
 
     #[test]
@@ -398,7 +490,7 @@ o2o1
         assert!(e.to_string().starts_with("steps/step_04:"), "{e}");
         render_main(master, Solution(4)).unwrap();
         // The header mentions `TODO Step N` itself, which must not count.
-        let e = render_main("{{header}}\n", Starter(0)).unwrap_err();
+        let e = render_main("//@ header\n//@ end\n", Starter(0)).unwrap_err();
         assert!(matches!(e, CourseError::MissingTodo { step: 0, .. }), "{e:?}");
     }
 
@@ -429,5 +521,64 @@ o2o1
     fn versions_outside_the_lab_are_rejected() {
         let e = render_main("a\n", Solution(12)).unwrap_err();
         assert!(matches!(e, CourseError::NoSuchStep { step: 12 }), "{e:?}");
+    }
+
+    #[test]
+    fn dead_lines_are_commented_out_in_the_master_and_emitted_without_the_prefix() {
+        let master = "\
+fn f() {
+    //@ step 1
+    y();
+    //@ todo
+    //| // TODO Step 1: y
+    //@ old
+    //| if a {
+    //|     x();
+    //|
+
+    //|}
+    //@ end
+}
+";
+        assert_eq!(render(master, Solution(0)), "fn f() {\n    if a {\n        x();\n\n\n    }\n}\n");
+        assert_eq!(
+            emitted(master, Starter(1)),
+            "fn f() {\n    // TODO Step 1: y\n    if a {\n        x();\n\n\n    }\n}\n"
+        );
+        assert_eq!(render(master, Solution(1)), "fn f() {\n    y();\n}\n");
+        // A new section inside an old one is dead too: the finished lab does not hold it.
+        let nested = "//@ step 5\n//@ old\n//@ step 2\n//| n2\n//@ old\n//| o2\n//@ end\n//@ end\n";
+        assert_eq!(emitted(nested, Solution(2)), "n2\n");
+        assert_eq!(emitted(nested, Solution(5)), "");
+    }
+
+    #[test]
+    fn dead_lines_left_live_and_live_lines_commented_out_are_rejected() {
+        let e = error("//@ step 2\nx\n//@ old\n    y();\n//@ end\n");
+        assert!(matches!(e, CourseError::LiveDead { line: 4, step: 2 }), "{e:?}");
+        assert!(e.to_string().contains("`//| ...`"), "{e}");
+        let e = error("//@ step 2\n//@ todo\n//| // TODO Step 2\n//@ step 3\nnew3\n//@ end\n//@ end\n");
+        assert!(matches!(e, CourseError::LiveDead { line: 5, step: 2 }), "{e:?}");
+        let e = error("a\n//@ step 2\n    //| b\n//@ end\n");
+        assert!(matches!(e, CourseError::CommentedLive { line: 3 }), "{e:?}");
+        // A dead line commented out twice would leave `//|` in the crate.
+        let e = render_main("//@ step 2\n//@ old\n//| //| x\n//@ end\n", Solution(0)).unwrap_err();
+        assert!(matches!(e, CourseError::Leftover { line: 3, marker: "//|", .. }), "{e:?}");
+    }
+
+    #[test]
+    fn the_header_block_is_the_masters_own_and_each_crate_gets_its_header_there() {
+        let master = "//@ header\n//! Only in the master.\nnot code either\n//@ end\nfn main() {}\n";
+        let solution = render(master, Solution(3));
+        assert!(solution.starts_with("//! ddp-lab, solution of step 3"), "{solution}");
+        assert!(solution.ends_with("\nfn main() {}\n") && !solution.contains("Only in the master"));
+        let e = error("//@ step 1\n//@ header\n//@ end\n//@ end\n");
+        assert!(matches!(e, CourseError::MisplacedHeader { line: 2 }), "{e:?}");
+        let e = error("//@ header\n//@ end\n//@ header\n//@ end\n");
+        assert!(matches!(e, CourseError::MisplacedHeader { line: 3 }), "{e:?}");
+        let e = error("//@ header\n//@ step 1\n//@ end\n");
+        assert!(matches!(e, CourseError::DirectiveInHeader { line: 2, opened: 1 }), "{e:?}");
+        let e = error("a\n//@ header\n//! x\n");
+        assert!(matches!(e, CourseError::UnclosedHeader { line: 2 }), "{e:?}");
     }
 }

@@ -15,3 +15,20 @@ fn generated_crates_match_the_master() {
         );
     }
 }
+
+/// The master is the finished lab as a crate of the workspace (course/lab/Cargo.toml),
+/// so `cargo fmt --all -- --check` and `cargo clippy --workspace` check it as they
+/// check the crates rendered from it.
+#[test]
+fn the_master_is_a_workspace_member_built_from_main_rs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = workspace.lines().find(|l| l.starts_with("members")).expect("a members line");
+    assert!(members.contains("\"course/lab\""), "course/lab is not a workspace member: {members}");
+    let manifest = std::fs::read_to_string(root.join("course/lab/Cargo.toml")).unwrap();
+    assert!(manifest.contains("path = \"main.rs\""), "course/lab/Cargo.toml must build main.rs:\n{manifest}");
+    assert!(
+        manifest.contains("build = \"build.rs\""),
+        "course/lab/Cargo.toml must use build.rs:\n{manifest}"
+    );
+}

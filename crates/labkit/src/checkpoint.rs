@@ -72,21 +72,36 @@ impl AsRef<CheckpointOptions> for CheckpointOptions {
 #[derive(Debug, Error)]
 pub enum CheckpointError {
     #[error("cannot {action} {}: {source}", path.display())]
+    /// A file could not be read or written.
     Io {
+        /// What was being done, e.g. "create" or "read".
         action: &'static str,
+        /// The file or directory.
         path: PathBuf,
         #[source]
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// A checkpoint that cannot be resumed from.
     #[error(
         "checkpoint {} is unusable: {reason}. Remove the directory {} (or point --checkpoint-dir elsewhere) to start afresh, or run without --resume",
         path.display(), dir.display()
     )]
-    Invalid { path: PathBuf, dir: PathBuf, reason: String },
+    Invalid {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     #[error("cannot write checkpoint {}: {source}", path.display())]
+    /// The weights could not be saved.
     Tensor {
+        /// The weights file.
         path: PathBuf,
         #[source]
+        /// tch's error.
         source: tch::TchError,
     },
 }
@@ -116,6 +131,7 @@ pub struct Start {
     /// `usize::MAX` when the saved run had already stopped early: `start.epoch..epochs`
     /// is then empty.
     pub epoch: usize,
+    /// Seconds of training before the resumed epochs.
     pub total_time: f64,
 }
 
@@ -124,11 +140,15 @@ pub struct Start {
 pub struct Checkpoint {
     /// The last epoch trained (0-based); training resumes at `epoch + 1`.
     pub epoch: usize,
+    /// Seconds of training up to and including `epoch`.
     pub total_time: f64,
+    /// The learning rate the run trained with.
     pub learning_rate: f64,
+    /// The validation accuracy of every epoch trained (epoch i at index i).
     pub accuracy_history: Vec<f64>,
     /// The weights file, relative to the checkpoint directory.
     pub weights: String,
+    /// The MD5 of the weights file, checked before it is loaded.
     pub weights_md5: String,
 }
 

@@ -22,6 +22,7 @@ use crate::{probes, run, timeline, trace};
 /// A model the training loop can run: the plain WideResNet, or the WideResNet wrapped
 /// in DDP (whose forward can fail when another rank is gone).
 pub trait Model {
+    /// The model's output (logits) for a batch of `images`, in training mode when `train`.
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor>;
     /// The run's speed settings the model was built with; `train` and `test` run its
     /// forward pass under them (`--channels-last`, `--amp bf16`).
@@ -313,7 +314,7 @@ mod tests {
 
     // Rank 1 of 3 over 50 samples: 17 indices, batches of 5, 5, 5 and 2.
     fn sampler() -> dist::DistributedSampler {
-        dist::DistributedSampler::new(50, 3, 1, true, 0, false).unwrap()
+        dist::DistributedSampler::new(50, 3, 1, dist::SamplerOptions::default()).unwrap()
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`); `options` (`RunOptions::apply`).
+#![warn(missing_docs)]
 pub mod checkpoint;
 pub mod data;
 pub mod dropout;

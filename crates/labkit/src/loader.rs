@@ -26,6 +26,7 @@ pub struct SequentialSampler {
 }
 
 impl SequentialSampler {
+    /// Yields `0..dataset_len` in order, every epoch.
     pub fn new(dataset_len: usize) -> Self {
         SequentialSampler { len: dataset_len }
     }
@@ -74,9 +75,10 @@ impl Sampler for RandomSampler {
             self.len,
             1,
             0,
-            true,
-            self.seed.wrapping_add(self.epochs_drawn),
-            false,
+            dist::SamplerOptions {
+                seed: self.seed.wrapping_add(self.epochs_drawn),
+                ..dist::SamplerOptions::default()
+            },
         )
         .map(|s| s.indices())
         .unwrap_or_else(|_| (0..self.len).collect());
@@ -99,9 +101,13 @@ impl Sampler for dist::DistributedSampler {
 /// The sampler is a public field so that the training loop can call
 /// `train_loader.sampler.set_epoch(epoch)`.
 pub struct DataLoader<'a, S> {
+    /// The images and labels the batches come from.
     pub split: &'a Split,
+    /// Which indices each epoch visits, in which order.
     pub sampler: S,
+    /// Images per batch (the last batch of an epoch may be smaller).
     pub batch_size: usize,
+    /// Where the batches' tensors are put.
     pub device: Device,
 }
 
@@ -158,7 +164,7 @@ mod tests {
         let split = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
         let loader = DataLoader::new(&split, 4, SequentialSampler::new(10), Device::Cpu);
         assert_eq!(loader.len(), 3);
-        let sampler = dist::DistributedSampler::new(10, 3, 2, true, 0, false).unwrap();
+        let sampler = dist::DistributedSampler::new(10, 3, 2, dist::SamplerOptions::default()).unwrap();
         let loader = DataLoader::new(&split, 4, sampler, Device::Cpu);
         assert_eq!(loader.len(), 1);
     }

@@ -42,7 +42,9 @@ fn torch_batch_norm() -> nn::BatchNormConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Norm {
     #[default]
+    /// Each rank normalises with its own batch's statistics (`nn::batch_norm2d`).
     BatchNorm,
+    /// Statistics over every rank's batch (tch-distributed's `SyncBatchNorm`).
     SyncBatchNorm,
 }
 

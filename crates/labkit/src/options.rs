@@ -19,6 +19,7 @@ use crate::widths::Widths;
 /// rank, else the CPU), `cpu`, or `cuda` (`gpu` too).
 // No doc comments on the values: see `DatasetKind`'s note.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[allow(missing_docs)]
 pub enum DeviceChoice {
     Auto,
     Cpu,
@@ -148,6 +149,8 @@ pub struct RunOptions {
     pub peak_tflops: Option<f64>,
 
     // --save-every, --checkpoint-dir, --resume: with the checkpoints, which read them.
+    // A doc comment here would reach clap, hence no `///`.
+    #[allow(missing_docs)]
     #[command(flatten)]
     pub checkpoint: CheckpointOptions,
 }

@@ -39,6 +39,11 @@ fn bounded(s: &str, low: usize, high: usize, what: &str) -> Result<usize, String
 }
 
 /// Value parser for counts that must be at least 1 (batch size, epochs, --save-every).
+///
+/// ```
+/// assert_eq!(labkit::positive("32"), Ok(32));
+/// assert!(labkit::positive("0").is_err());
+/// ```
 pub fn positive(s: &str) -> Result<usize, String> {
     bounded(s, 1, 1_000_000, "a count of at least 1")
 }
@@ -67,6 +72,11 @@ pub(crate) fn timeout_seconds(s: &str) -> Result<u64, String> {
 }
 
 /// Value parser for `--base-lr`: a finite number above 0 and at most 10.
+///
+/// ```
+/// assert_eq!(labkit::learning_rate("0.01"), Ok(0.01));
+/// assert!(labkit::learning_rate("0").is_err() && labkit::learning_rate("inf").is_err());
+/// ```
 pub fn learning_rate(s: &str) -> Result<f64, String> {
     let lr: f64 = s
         .trim()

@@ -17,6 +17,7 @@ use crate::widths::Widths;
 /// in float32.
 // No doc comments on the values: see `DatasetKind`'s note.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+#[allow(missing_docs)]
 pub enum Amp {
     #[default]
     #[value(alias = "none", alias = "fp32")]
@@ -76,8 +77,11 @@ impl TypedValueParser for AmpParser {
 /// The speed settings of a run, from its options.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PerfSettings {
+    /// Mixed precision: off, or bfloat16 autocast on CUDA.
     pub amp: Amp,
+    /// Channels-last memory format for the model and the images.
     pub channels_last: bool,
+    /// The model's channel widths.
     pub widths: Widths,
     /// Given with `--peak-tflops`; otherwise looked up by GPU name.
     pub peak_tflops: Option<f64>,

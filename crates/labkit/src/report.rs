@@ -9,6 +9,7 @@ use crate::perf::PerfSettings;
 /// One epoch's figures, as rank 0 reports them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EpochReport {
+    /// The epoch, from 0.
     pub epoch: usize,
     /// Seconds since training started.
     pub cumulative_time: f64,
@@ -16,7 +17,9 @@ pub struct EpochReport {
     pub epoch_time: f64,
     /// Images per second over all ranks (the sum of the per-rank figures).
     pub images_per_sec: f64,
+    /// Mean validation loss over the validation batches.
     pub validation_loss: f64,
+    /// Fraction of validation images classified correctly.
     pub validation_accuracy: f64,
 }
 
@@ -87,6 +90,16 @@ impl EpochReport {
     /// The lab's epoch line, character for character:
     /// `Epoch =  1: Cumulative Time = 12.345, Epoch Time = 12.345, Images/sec = 652.1, Validation Loss = 0.412, Validation Accuracy = 0.851`.
     /// Images/sec is printed in full, as Python's `{}` prints a float.
+    ///
+    /// ```
+    /// let report = labkit::EpochReport::new(1, 24.5, 12.25, 652.5, 0.4123, 0.8512);
+    /// assert_eq!(
+    ///     report.line(),
+    ///     "Epoch =  1: Cumulative Time = 24.500, Epoch Time = 12.250, Images/sec = 652.5, \
+    ///      Validation Loss = 0.412, Validation Accuracy = 0.851"
+    /// );
+    /// assert_eq!(labkit::EpochReport::parse(&report.line()).map(|r| r.epoch), Some(1));
+    /// ```
     pub fn line(&self) -> String {
         format!(
             "Epoch = {:2}: Cumulative Time = {:5.3}, Epoch Time = {:5.3}, Images/sec = {}, Validation Loss = {:5.3}, Validation Accuracy = {:5.3}",
@@ -109,7 +122,9 @@ fn history() -> MutexGuard<'static, Vec<EpochReport>> {
 /// epoch trained before (epoch i at index i) and the time they took.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Restored {
+    /// The validation accuracy of each epoch trained before.
     pub accuracies: Vec<f64>,
+    /// Seconds those epochs took.
     pub total_time: f64,
 }
 
@@ -127,14 +142,18 @@ pub(crate) fn restore(accuracies: &[f64], total_time: f64) {
 /// What the quick evaluation concludes from the epoch reports of this process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
+    /// Epochs trained.
     pub epochs: usize,
+    /// Ranks in the job.
     pub world_size: usize,
+    /// The best validation accuracy of any epoch.
     pub best_accuracy: f64,
     /// The first epoch (0-based, as the epoch lines print it) whose accuracy reached the target.
     pub reached_at: Option<usize>,
     /// Mean images/sec over the epochs after the first (the first pays for warm-up),
     /// or of the only epoch.
     pub images_per_sec: f64,
+    /// Seconds of training in all.
     pub total_time: f64,
 }
 
@@ -226,6 +245,11 @@ pub fn python_float(x: f64) -> String {
 /// Images per second on one rank: every batch of the epoch times the batch size,
 /// divided by the epoch's time (as the lab computes it, counting the last partial
 /// batch as full).
+///
+/// ```
+/// // 100 batches of 32 images in 4 seconds.
+/// assert_eq!(labkit::images_per_sec(100, 32, 4.0), 800.0);
+/// ```
 pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64 {
     let value = if epoch_time <= 0.0 { 0.0 } else { (batches * batch_size) as f64 / epoch_time };
     crate::trace::record(
@@ -238,6 +262,14 @@ pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64
 /// The lab's early stop: training ends once the last `patience` validation
 /// accuracies are all at or above the target.
 #[derive(Debug, Clone)]
+///
+/// ```
+/// let mut early_stopping = labkit::EarlyStopping::new(0.85, 2);
+/// assert!(!early_stopping.record(0.86)); // one epoch at the target
+/// assert!(!early_stopping.record(0.84)); // the run starts again
+/// assert!(!early_stopping.record(0.90));
+/// assert!(early_stopping.record(0.87)); // two in a row: stop
+/// ```
 pub struct EarlyStopping {
     target: f64,
     patience: usize,
@@ -245,6 +277,8 @@ pub struct EarlyStopping {
 }
 
 impl EarlyStopping {
+    /// Stops once `patience` epochs in a row reach `target` accuracy (never when
+    /// `patience` is 0).
     pub fn new(target: f64, patience: usize) -> Self {
         Self { target, patience, history: Vec::new() }
     }
@@ -255,12 +289,14 @@ impl EarlyStopping {
         self.should_stop()
     }
 
+    /// Whether the last `patience` accuracies all reached the target.
     pub fn should_stop(&self) -> bool {
         self.patience > 0
             && self.history.len() >= self.patience
             && self.history[self.history.len() - self.patience..].iter().all(|a| *a >= self.target)
     }
 
+    /// Every accuracy recorded so far, in order.
     pub fn history(&self) -> &[f64] {
         &self.history
     }

@@ -266,6 +266,7 @@ impl<M: ModuleT> DistributedDataParallel<M> {
         &self.module
     }
 
+    /// The process group the gradients are averaged over (PyTorch's `process_group`).
     pub fn group(&self) -> &Arc<ProcessGroup> {
         &self.group
     }

@@ -32,6 +32,7 @@ pub struct CollectiveCall {
     /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `barrier`, or DDP's
     /// `broadcast_coalesced` of the model's state.
     pub op: &'static str,
+    /// The reduction of `all_reduce` and `reduce` (`None` for the others).
     pub reduce_op: Option<ReduceOp>,
     /// The destination of `reduce`, the source of `broadcast`.
     pub root: Option<usize>,
@@ -43,7 +44,9 @@ pub struct CollectiveCall {
     pub seq: u64,
     /// Which group of this process, in creation order (0: the first, usually the default).
     pub group: u64,
+    /// The caller's rank in the group.
     pub rank: usize,
+    /// The group's size.
     pub world_size: usize,
     /// The input's values before the call, when an observer is installed and the tensor
     /// has at most [`OBSERVED_VALUES_MAX`] elements.

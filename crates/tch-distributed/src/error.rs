@@ -43,9 +43,11 @@ pub struct DistError {
     message: String,
 }
 
+/// What every fallible function of this crate returns.
 pub type Result<T> = std::result::Result<T, DistError>;
 
 impl DistError {
+    /// An error of `kind` saying `message` (what went wrong and what to do about it).
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self { kind, message: message.into() }
     }
@@ -54,14 +56,17 @@ impl DistError {
         Self::new(ErrorKind::InvalidArgument, message)
     }
 
+    /// What kind of failure this is.
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
 
+    /// The message alone, without the kind.
     pub fn message(&self) -> &str {
         &self.message
     }
 
+    /// Whether a collective or the rendezvous ran out of time.
     pub fn is_timeout(&self) -> bool {
         self.kind == ErrorKind::Timeout
     }

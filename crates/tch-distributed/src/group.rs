@@ -96,11 +96,15 @@ pub fn nccl_compiled_in() -> bool {
 /// How values from all ranks are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
+    /// The sum over ranks.
     Sum,
     /// Mean over ranks. NCCL only: with Gloo, use `Sum` and divide by the world size.
     Avg,
+    /// The product over ranks.
     Product,
+    /// The smallest value, element by element.
     Min,
+    /// The largest value, element by element.
     Max,
 }
 
@@ -286,10 +290,12 @@ impl ProcessGroup {
         self.world_size
     }
 
+    /// The backend the group's collectives run on.
     pub fn backend(&self) -> Backend {
         self.backend
     }
 
+    /// How long a collective may wait for the other ranks before it fails.
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
@@ -305,6 +311,8 @@ impl ProcessGroup {
         self.all_reduce_async(tensor, op)?.wait()
     }
 
+    /// [`ProcessGroup::all_reduce`] without waiting: [`Work::wait`] finishes it
+    /// (PyTorch's `async_op=True`).
     pub fn all_reduce_async(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "all_reduce")?;
         self.check_op(op, "all_reduce")?;
@@ -320,6 +328,7 @@ impl ProcessGroup {
         self.reduce_async(tensor, dst, op)?.wait()
     }
 
+    /// [`ProcessGroup::reduce`] without waiting: [`Work::wait`] finishes it.
     pub fn reduce_async(&self, tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "reduce")?;
         self.check_op(op, "reduce")?;
@@ -336,6 +345,7 @@ impl ProcessGroup {
         self.broadcast_async(tensor, src)?.wait()
     }
 
+    /// [`ProcessGroup::broadcast`] without waiting: [`Work::wait`] finishes it.
     pub fn broadcast_async(&self, tensor: &mut Tensor, src: usize) -> Result<Work> {
         self.check_tensor(tensor, "broadcast")?;
         self.check_peer(src, "broadcast", "source")?;
@@ -352,6 +362,7 @@ impl ProcessGroup {
         self.all_gather_async(outputs, input)?.wait()
     }
 
+    /// [`ProcessGroup::all_gather`] without waiting: [`Work::wait`] finishes it.
     pub fn all_gather_async(&self, outputs: &mut [Tensor], input: &Tensor) -> Result<Work> {
         self.check_tensor(input, "all_gather")?;
         if outputs.len() != self.world_size {
@@ -396,6 +407,7 @@ impl ProcessGroup {
         self.barrier_async()?.wait()
     }
 
+    /// [`ProcessGroup::barrier`] without waiting: [`Work::wait`] finishes it.
     pub fn barrier_async(&self) -> Result<Work> {
         let span = self.observe("barrier", None, None, None);
         self.start("barrier", span, |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
@@ -578,6 +590,7 @@ impl Work {
         check(status, err).map_err(|e| explain(e, self.what, self.rank, self.world_size, self.timeout))
     }
 
+    /// Whether the collective has finished, without waiting for it.
     pub fn is_completed(&self) -> bool {
         unsafe { ffi::tchd_work_is_completed(self.raw.as_ptr()) != 0 }
     }

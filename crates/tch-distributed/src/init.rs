@@ -20,7 +20,12 @@ pub enum Init {
     /// caller does not pass them.
     Env,
     /// `tcp://host:port`: an explicit address of rank 0's store.
-    Tcp { host: String, port: u16 },
+    Tcp {
+        /// The host of rank 0's store.
+        host: String,
+        /// Its port.
+        port: u16,
+    },
 }
 
 impl FromStr for Init {
@@ -78,9 +83,13 @@ impl Init {
 /// The rendezvous and identity a process resolved before touching the network.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendezvous {
+    /// The address of rank 0's store.
     pub host: String,
+    /// The port of rank 0's store.
     pub port: u16,
+    /// How many ranks the job has.
     pub world_size: usize,
+    /// This process's global rank.
     pub rank: usize,
     /// torchrun's agent already hosts the store: every rank connects as a client.
     pub agent_store: bool,

@@ -25,7 +25,7 @@
 //!
 //!     let (images, labels) = (Tensor::rand([6000, 784], (Kind::Float, Device::Cpu)),
 //!                             Tensor::randint(10, [6000], (Kind::Int64, Device::Cpu)));
-//!     let mut sampler = dist::DistributedSampler::new(6000, world_size, rank, true, 0, false)?;
+//!     let mut sampler = dist::DistributedSampler::new(6000, world_size, rank, dist::SamplerOptions::default())?;
 //!     for epoch in 0..3 {
 //!         sampler.set_epoch(epoch); // a new shuffle each epoch, the same on every rank
 //!         let indices: Vec<i64> = sampler.indices().iter().map(|&i| i as i64).collect();
@@ -57,6 +57,7 @@
 //!
 //! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
+#![warn(missing_docs)]
 mod amp;
 mod ddp;
 pub mod debug;
@@ -84,7 +85,7 @@ pub use init::{
     init_process_group, is_initialized, new_group, reduce, reduce_async, Init, Rendezvous,
 };
 pub use launch::{local_rank, LaunchEnv};
-pub use sampler::DistributedSampler;
+pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
     set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank,
     WorkerFailure, WorkerOutcome, DEFAULT_GRACE_PERIOD,

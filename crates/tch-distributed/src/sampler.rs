@@ -23,10 +23,11 @@ use crate::error::{DistError, ErrorKind, Result};
 ///   shares are disjoint apart from the padding.
 ///
 /// ```
-/// use tch_distributed::DistributedSampler;
+/// use tch_distributed::{DistributedSampler, SamplerOptions};
 ///
 /// # fn main() -> tch_distributed::Result<()> {
-/// let mut sampler = DistributedSampler::new(10, 4, 1, false, 0, false)?;
+/// let options = SamplerOptions { shuffle: false, ..SamplerOptions::default() };
+/// let mut sampler = DistributedSampler::new(10, 4, 1, options)?;
 /// // 10 indices, padded to 12, rank 1 of 4 takes positions 1, 5, 9.
 /// assert_eq!(sampler.indices(), vec![1, 5, 9]);
 /// for epoch in 0..2 {
@@ -51,19 +52,45 @@ pub struct DistributedSampler {
     total_size: usize,
 }
 
+/// The keyword arguments of PyTorch's `DistributedSampler`, with its defaults:
+/// `shuffle = true`, `seed = 0`, `drop_last = false`. Name the ones that differ:
+///
+/// ```
+/// use tch_distributed::SamplerOptions;
+///
+/// let options = SamplerOptions { seed: 42, ..SamplerOptions::default() };
+/// assert!(options.shuffle && !options.drop_last);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplerOptions {
+    /// A new order every epoch (seeded by `seed + epoch`); otherwise `0..dataset_len`.
+    pub shuffle: bool,
+    /// The seed of the shuffle; every rank must use the same.
+    pub seed: u64,
+    /// Cut off the tail that does not divide among the ranks, instead of padding.
+    pub drop_last: bool,
+}
+
+impl Default for SamplerOptions {
+    fn default() -> Self {
+        Self { shuffle: true, seed: 0, drop_last: false }
+    }
+}
+
 impl DistributedSampler {
-    /// A sampler for `rank` of `num_replicas` over a dataset of `dataset_len` items.
+    /// A sampler for `rank` of `num_replicas` over a dataset of `dataset_len` items, with
+    /// PyTorch's keyword arguments in `options` (`SamplerOptions::default()` for PyTorch's
+    /// defaults).
     ///
-    /// The arguments are PyTorch's, in PyTorch's order. Fails with
-    /// [`ErrorKind::InvalidArgument`] when `num_replicas` is 0 or `rank` is not below it.
+    /// Fails with [`ErrorKind::InvalidArgument`] when `num_replicas` is 0 or `rank` is
+    /// not below it.
     pub fn new(
         dataset_len: usize,
         num_replicas: usize,
         rank: usize,
-        shuffle: bool,
-        seed: u64,
-        drop_last: bool,
+        options: SamplerOptions,
     ) -> Result<Self> {
+        let SamplerOptions { shuffle, seed, drop_last } = options;
         if num_replicas == 0 {
             return Err(DistError::new(
                 ErrorKind::InvalidArgument,
@@ -102,7 +129,7 @@ impl DistributedSampler {
 
     /// PyTorch's defaults: `shuffle = true`, `seed = 0`, `drop_last = false`.
     pub fn with_defaults(dataset_len: usize, num_replicas: usize, rank: usize) -> Result<Self> {
-        Self::new(dataset_len, num_replicas, rank, true, 0, false)
+        Self::new(dataset_len, num_replicas, rank, SamplerOptions::default())
     }
 
     /// Selects the epoch whose order [`indices`](Self::indices) returns. Only matters

@@ -31,6 +31,7 @@ const POLL: Duration = Duration::from_millis(20);
 /// What a worker returns: `()` or any `Result` whose error can be displayed (the child
 /// prints it and exits with 1, or with what [`set_worker_exit_code`] says).
 pub trait WorkerOutcome {
+    /// `Ok` for success, or how the worker failed.
     fn into_outcome(self) -> std::result::Result<(), WorkerFailure>;
 }
 
@@ -39,8 +40,11 @@ pub trait WorkerOutcome {
 /// answer a roll call).
 #[derive(Debug, Clone)]
 pub struct WorkerFailure {
+    /// What the child prints on stderr before it exits.
     pub message: String,
+    /// The status the child exits with.
     pub exit_code: i32,
+    /// Whether a collective failed (the child then names the ranks that did not answer).
     pub communication: bool,
 }
 
@@ -118,7 +122,9 @@ pub fn set_spawn_check(check: impl Fn(usize) -> std::result::Result<(), String> 
 /// A process started by [`spawn`]: which rank it is and of how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpawnedRank {
+    /// This process's rank on its node, from 0.
     pub local_rank: usize,
+    /// How many ranks [`spawn`] started on this node.
     pub nprocs: usize,
 }
 
@@ -205,6 +211,7 @@ pub struct SpawnOptions {
 }
 
 impl SpawnOptions {
+    /// Options for `nprocs` ranks, with the default grace period and no extra environment.
     pub fn new(nprocs: usize) -> Self {
         Self { nprocs, grace_period: DEFAULT_GRACE_PERIOD, env: Vec::new() }
     }

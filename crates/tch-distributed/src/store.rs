@@ -118,6 +118,7 @@ impl Store {
         Ok(port)
     }
 
+    /// Stores `value` under `key`, replacing what was there (`store.set`).
     pub fn set(&self, key: &str, value: &[u8]) -> Result<()> {
         let key = cstring(key)?;
         let mut err = ptr::null_mut();

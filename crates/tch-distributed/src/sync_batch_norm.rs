@@ -45,7 +45,9 @@ pub struct SyncBatchNorm {
     config: BatchNormConfig,
     num_features: i64,
     group: Option<Arc<ProcessGroup>>,
+    /// The running mean, averaged over every rank's batches while training.
     pub running_mean: Tensor,
+    /// The running variance, over every rank's batches while training.
     pub running_var: Tensor,
     /// `weight` (None unless `config.affine`).
     pub ws: Option<Tensor>,
@@ -96,10 +98,12 @@ impl SyncBatchNorm {
         }
     }
 
+    /// How many channels it normalises.
     pub fn num_features(&self) -> i64 {
         self.num_features
     }
 
+    /// Its configuration (epsilon, momentum, affine, ...).
     pub fn config(&self) -> &BatchNormConfig {
         &self.config
     }

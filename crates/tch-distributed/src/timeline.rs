@@ -58,22 +58,28 @@ impl Lane {
 /// A value attached to an event (the trace's `args`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arg {
+    /// A count or a size (bytes, parameters, a bucket's index).
     Int(i64),
+    /// A measured value.
     Float(f64),
+    /// A name or a description.
     Text(String),
 }
 
 /// One span of work (or, with no duration, one instant).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// What happened: `forward`, `all_reduce`, `bucket 2`, ...
     pub name: String,
     /// The trace's `cat`: `compute`, `collective`, `ddp`.
     pub category: &'static str,
+    /// Where the trace shows it.
     pub lane: Lane,
     /// Microseconds since the Unix epoch.
     pub start_us: f64,
     /// `None`: an instant (e.g. DDP regrouping its buckets).
     pub dur_us: Option<f64>,
+    /// The trace's `args`: what a viewer shows of the event when it is selected.
     pub args: Vec<(&'static str, Arg)>,
 }
 

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use tch_distributed::{DistributedSampler, ErrorKind};
+use tch_distributed::{DistributedSampler, ErrorKind, SamplerOptions};
 
 // The grid, as in sampler_pytorch.py.
 const NS: [usize; 5] = [1, 7, 10, 1000, 60000];
@@ -230,9 +230,13 @@ fn grid() -> Vec<Case> {
 }
 
 fn sampler_for(case: &Case) -> DistributedSampler {
-    let mut s =
-        DistributedSampler::new(case.n, case.replicas, case.rank, case.shuffle, case.seed, case.drop_last)
-            .unwrap();
+    let mut s = DistributedSampler::new(
+        case.n,
+        case.replicas,
+        case.rank,
+        SamplerOptions { shuffle: case.shuffle, seed: case.seed, drop_last: case.drop_last },
+    )
+    .unwrap();
     s.set_epoch(case.epoch);
     s
 }
@@ -278,17 +282,23 @@ fn fnv_agrees_with_the_generator() {
 
 #[test]
 fn known_randperm_values() {
-    let perm = |seed| DistributedSampler::new(10, 1, 0, true, seed, false).unwrap().indices();
+    let perm = |seed| {
+        DistributedSampler::new(10, 1, 0, SamplerOptions { seed, ..SamplerOptions::default() })
+            .unwrap()
+            .indices()
+    };
     assert_eq!(perm(0), vec![4, 1, 7, 5, 3, 9, 0, 8, 6, 2]);
     assert_eq!(perm(1), vec![5, 6, 1, 2, 0, 8, 9, 3, 7, 4]);
     // Only the low 32 bits of the seed reach MT19937.
     assert_eq!(perm((1 << 32) + 1), perm(1));
     // seed + epoch is what seeds the generator.
-    let mut s = DistributedSampler::new(10, 1, 0, true, 0, false).unwrap();
+    let mut s = DistributedSampler::new(10, 1, 0, SamplerOptions::default()).unwrap();
     s.set_epoch(1);
     assert_eq!(s.indices(), perm(1));
     // Wrapping, like the low 32 bits of the true sum.
-    let mut s = DistributedSampler::new(10, 1, 0, true, u64::MAX, false).unwrap();
+    let mut s =
+        DistributedSampler::new(10, 1, 0, SamplerOptions { seed: u64::MAX, ..SamplerOptions::default() })
+            .unwrap();
     s.set_epoch(2);
     assert_eq!(s.indices(), perm(1));
 }
@@ -301,8 +311,13 @@ fn ranks_partition_the_dataset() {
                 for drop_last in [false, true] {
                     let shares: Vec<Vec<usize>> = (0..replicas)
                         .map(|rank| {
-                            let mut s =
-                                DistributedSampler::new(n, replicas, rank, shuffle, 7, drop_last).unwrap();
+                            let mut s = DistributedSampler::new(
+                                n,
+                                replicas,
+                                rank,
+                                SamplerOptions { shuffle, seed: 7, drop_last },
+                            )
+                            .unwrap();
                             s.set_epoch(3);
                             s.indices()
                         })
@@ -346,18 +361,31 @@ fn fewer_items_than_ranks() {
     // Like PyTorch: drop_last leaves every rank empty; otherwise every rank is padded
     // to one item by cycling through the dataset.
     for rank in 0..8 {
-        let s = DistributedSampler::new(3, 8, rank, false, 0, true).unwrap();
+        let s = DistributedSampler::new(
+            3,
+            8,
+            rank,
+            SamplerOptions { shuffle: false, drop_last: true, ..SamplerOptions::default() },
+        )
+        .unwrap();
         assert!(s.is_empty());
         assert_eq!(s.total_size(), 0);
         assert!(s.indices().is_empty());
-        let s = DistributedSampler::new(3, 8, rank, false, 0, false).unwrap();
+        let s = DistributedSampler::new(
+            3,
+            8,
+            rank,
+            SamplerOptions { shuffle: false, ..SamplerOptions::default() },
+        )
+        .unwrap();
         assert_eq!(s.indices(), vec![rank % 3]);
     }
 }
 
 #[test]
 fn shuffled_order_changes_per_epoch() {
-    let mut s = DistributedSampler::new(1000, 4, 2, true, 42, false).unwrap();
+    let mut s = DistributedSampler::new(1000, 4, 2, SamplerOptions { seed: 42, ..SamplerOptions::default() })
+        .unwrap();
     let mut seen = HashSet::new();
     for epoch in 0..10 {
         s.set_epoch(epoch);
@@ -366,7 +394,13 @@ fn shuffled_order_changes_per_epoch() {
         assert_eq!(order, s.indices(), "the same epoch must give the same order");
         assert!(seen.insert(order), "epoch {epoch} repeated an earlier order");
     }
-    let mut u = DistributedSampler::new(1000, 4, 2, false, 42, false).unwrap();
+    let mut u = DistributedSampler::new(
+        1000,
+        4,
+        2,
+        SamplerOptions { shuffle: false, seed: 42, ..SamplerOptions::default() },
+    )
+    .unwrap();
     let first = u.indices();
     u.set_epoch(5);
     assert_eq!(u.indices(), first, "without shuffle the order never changes");
@@ -391,12 +425,12 @@ fn iterates_like_the_lab() {
 
 #[test]
 fn invalid_arguments_are_explained() {
-    let err = DistributedSampler::new(10, 0, 0, true, 0, false).unwrap_err();
+    let err = DistributedSampler::new(10, 0, 0, SamplerOptions::default()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("num_replicas is 0"), "{err}");
     assert!(err.message().contains("at least 1"), "{err}");
 
-    let err = DistributedSampler::new(10, 4, 4, true, 0, false).unwrap_err();
+    let err = DistributedSampler::new(10, 4, 4, SamplerOptions::default()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("rank 4"), "{err}");
     assert!(err.message().contains("num_replicas 4"), "{err}");

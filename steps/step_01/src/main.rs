@@ -1,7 +1,7 @@
 //! ddp-lab, step 1: the --num-nodes, --num-gpus and --node-id options.
 //!
 //! Look for `TODO Step 1`: those comments mark this step's work.
-//! `checker verify step 1` checks it; `checker hint step 1` helps when you are stuck.
+//! `cargo checker verify step 1` checks it; `cargo checker hint step 1` helps when you are stuck.
 // Some options are parsed before the steps that use them (step 4 reads the last ones).
 #![allow(dead_code)]
 use std::process::ExitCode;

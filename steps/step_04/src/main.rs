@@ -1,7 +1,7 @@
 //! ddp-lab, step 4: global rank and the process group.
 //!
 //! Look for `TODO Step 4`: those comments mark this step's work.
-//! `checker verify step 4` checks it; `checker hint step 4` helps when you are stuck.
+//! `cargo checker verify step 4` checks it; `cargo checker hint step 4` helps when you are stuck.
 // Some options are parsed before the steps that use them (step 4 reads the last ones).
 #![allow(dead_code)]
 use std::process::ExitCode;

@@ -1,7 +1,7 @@
 //! ddp-lab, step 5: download once per node, then a barrier.
 //!
 //! Look for `TODO Step 5`: those comments mark this step's work.
-//! `checker verify step 5` checks it; `checker hint step 5` helps when you are stuck.
+//! `cargo checker verify step 5` checks it; `cargo checker hint step 5` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! ddp-lab, step 6: DistributedSampler and set_epoch.
 //!
 //! Look for `TODO Step 6`: those comments mark this step's work.
-//! `checker verify step 6` checks it; `checker hint step 6` helps when you are stuck.
+//! `cargo checker verify step 6` checks it; `cargo checker hint step 6` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! ddp-lab, step 7: one device per rank, and the model wrapped in DDP.
 //!
 //! Look for `TODO Step 7`: those comments mark this step's work.
-//! `checker verify step 7` checks it; `checker hint step 7` helps when you are stuck.
+//! `cargo checker verify step 7` checks it; `cargo checker hint step 7` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! ddp-lab, step 8: throughput: a barrier and a reduce to rank 0.
 //!
 //! Look for `TODO Step 8`: those comments mark this step's work.
-//! `checker verify step 8` checks it; `checker hint step 8` helps when you are stuck.
+//! `cargo checker verify step 8` checks it; `cargo checker hint step 8` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

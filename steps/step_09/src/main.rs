@@ -1,7 +1,7 @@
 //! ddp-lab, step 9: validation metrics averaged over all ranks.
 //!
 //! Look for `TODO Step 9`: those comments mark this step's work.
-//! `checker verify step 9` checks it; `checker hint step 9` helps when you are stuck.
+//! `cargo checker verify step 9` checks it; `cargo checker hint step 9` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! ddp-lab, step 10: the program spawns its own ranks.
 //!
 //! Look for `TODO Step 10`: those comments mark this step's work.
-//! `checker verify step 10` checks it; `checker hint step 10` helps when you are stuck.
+//! `cargo checker verify step 10` checks it; `cargo checker hint step 10` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

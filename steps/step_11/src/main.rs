@@ -1,7 +1,7 @@
 //! ddp-lab, step 11: the quick evaluation.
 //!
 //! Look for `TODO Step 11`: those comments mark this step's work.
-//! `checker verify step 11` checks it; `checker hint step 11` helps when you are stuck.
+//! `cargo checker verify step 11` checks it; `cargo checker hint step 11` helps when you are stuck.
 use std::process::ExitCode;
 use std::time::Instant;
 

@@ -280,7 +280,10 @@ mod tests {
     fn epoch_batches_are_the_batches_of_the_chunks_partial_last_included() {
         let split = varied_split(50);
         // Rank 1 of 3 gets 17 shuffled indices (one repeated from the start as padding).
-        let indices = tch_distributed::DistributedSampler::new(50, 3, 1, true, 0, false).unwrap().indices();
+        let indices =
+            tch_distributed::DistributedSampler::new(50, 3, 1, tch_distributed::SamplerOptions::default())
+                .unwrap()
+                .indices();
         assert_eq!(indices.len(), 17);
         for batch_size in [1, 5, 16, 17, 64] {
             let expected: Vec<_> = indices.chunks(batch_size).map(|c| split.batch(c, Device::Cpu)).collect();

@@ -33,44 +33,79 @@ pub enum DataError {
     Io {
         /// What was being done, e.g. "create" or "read".
         action: &'static str,
+        /// The file or directory.
         path: PathBuf,
         #[source]
+        /// The operating system's error.
         source: io::Error,
     },
 
     /// One of the four data files is not there.
     #[error("{} is missing. {fix}", path.display())]
-    Missing { path: PathBuf, fix: String },
+    Missing {
+        /// The file.
+        path: PathBuf,
+        /// What to do about it.
+        fix: String,
+    },
 
     /// A file on disk is not the data the manifest describes: corrupt, truncated,
     /// or from another version of the data.
     #[error("{} is corrupt or incomplete: {subject} is {actual}, expected {expected}. {fix}", path.display())]
     Checksum {
+        /// The file.
         path: PathBuf,
         /// What was compared: "its MD5" (the file as stored) or "the MD5 of its
         /// decompressed content".
         subject: &'static str,
+        /// The checksum the manifest gives.
         expected: String,
+        /// The checksum of the file on disk.
         actual: String,
+        /// What to do about it.
         fix: String,
     },
 
     /// A file on disk failed verification and no verified replacement could be
     /// downloaded: it was left as it is (never deleted before a good copy is in hand).
     #[error("{}", damaged_kept_message(path, problem, failures))]
-    DamagedKept { path: PathBuf, problem: String, failures: Vec<MirrorFailure> },
+    DamagedKept {
+        /// The file.
+        path: PathBuf,
+        /// What its verification found.
+        problem: String,
+        /// Each mirror's answer to the download of a replacement.
+        failures: Vec<MirrorFailure>,
+    },
 
     /// A file is not the gz IDX file it should be (wrong magic, dimensions or length).
     #[error("{} is not a valid Fashion-MNIST IDX file: {problem}. {fix}", path.display())]
-    Format { path: PathBuf, problem: String, fix: String },
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+        /// What to do about it.
+        fix: String,
+    },
 
     /// A checksum manifest could not be parsed or lacks an entry.
     #[error("checksum manifest {origin}: {problem}")]
-    Manifest { origin: String, problem: String },
+    Manifest {
+        /// Where the manifest came from.
+        origin: String,
+        /// What is wrong with it.
+        problem: String,
+    },
 
     /// A file could not be fetched from any mirror; each mirror's answer is listed.
     #[error("{}", all_mirrors_failed_message(file, failures))]
-    AllMirrorsFailed { file: String, failures: Vec<MirrorFailure> },
+    AllMirrorsFailed {
+        /// The file's name.
+        file: String,
+        /// Each mirror's answer.
+        failures: Vec<MirrorFailure>,
+    },
 
     /// An option or environment variable has a value that cannot work.
     #[error("{0}")]

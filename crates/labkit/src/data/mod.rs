@@ -65,6 +65,7 @@ pub fn system_dir() -> Option<PathBuf> {
 // The values carry no doc comments: clap would make them per-value help, and with
 // it turn every option's `--help` into its long layout; `--dataset`'s help says it all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[allow(missing_docs)]
 pub enum DatasetKind {
     Real,
     Generated,
@@ -112,6 +113,7 @@ pub struct DatasetReady {
     pub dir: PathBuf,
     /// [`DatasetKind::Real`] or [`DatasetKind::Generated`], never `Auto`.
     pub kind_used: DatasetKind,
+    /// What preparing the data set did: found, downloaded or generated it.
     pub action: DatasetAction,
     /// The files downloaded (empty unless `action` is `Downloaded`).
     pub downloaded: Vec<&'static str>,
@@ -163,6 +165,7 @@ pub struct DatasetOptions {
     /// The data directory. The real files live directly in it; a generated stand-in
     /// in its subdirectory [`GenerateOptions::dir_name`].
     pub dir: PathBuf,
+    /// Which data: the real Fashion-MNIST, the generated stand-in, or whichever works.
     pub kind: DatasetKind,
     /// Mirrors, timeout, progress bar and checksums for the real data.
     pub download: DownloadOptions,

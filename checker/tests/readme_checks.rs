@@ -1,0 +1,86 @@
+//! README's table of checks ("| step | checks |" under "The checker") names exactly the
+//! checks of the registry, step by step and in order, as `checker list --checks` prints
+//! them: adding, renaming or moving a check without the README fails here.
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+/// The check ids per step, in order, from `checker list --checks` (`step NN  id  what`).
+fn registry() -> BTreeMap<u8, Vec<String>> {
+    let out = Command::new(env!("CARGO_BIN_EXE_checker"))
+        .args(["list", "--checks"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .expect("run checker list --checks");
+    assert!(out.status.success(), "checker list --checks failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut steps: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let mut words = line.split_whitespace();
+        assert_eq!(words.next(), Some("step"), "not a line of the table: {line:?}");
+        let step = words.next().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no step in {line:?}"));
+        let id = words.next().unwrap_or_else(|| panic!("no id in {line:?}"));
+        steps.entry(step).or_default().push(id.to_string());
+    }
+    steps
+}
+
+/// The rows of README's table: per step, the ids in backquotes outside parentheses
+/// (what is in parentheses explains the check, e.g. "(`--num-gpus two` is ...)").
+fn readme_table(readme: &str) -> BTreeMap<u8, Vec<String>> {
+    let mut lines = readme.lines().skip_while(|l| l.trim() != "| step | checks |");
+    assert!(lines.next().is_some(), "README.md has no table headed `| step | checks |`");
+    let mut steps = BTreeMap::new();
+    for row in lines.skip(1).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let [_, step, checks, _] = cells[..] else {
+            panic!("README.md: a row of two cells expected: {row:?}")
+        };
+        let step: u8 = step.parse().unwrap_or_else(|_| panic!("README.md: not a step number in {row:?}"));
+        assert!(
+            steps.insert(step, ids_outside_parentheses(checks)).is_none(),
+            "README.md: step {step} twice"
+        );
+    }
+    steps
+}
+
+fn ids_outside_parentheses(cell: &str) -> Vec<String> {
+    let (mut depth, mut quoted, mut ids) = (0usize, None::<String>, Vec::new());
+    for c in cell.chars() {
+        match (c, quoted.as_mut()) {
+            ('`', Some(_)) => {
+                let id = quoted.take().unwrap();
+                if depth == 0 {
+                    ids.push(id);
+                }
+            }
+            (c, Some(text)) => text.push(c),
+            ('`', None) => quoted = Some(String::new()),
+            ('(', None) => depth += 1,
+            (')', None) => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    ids
+}
+
+#[test]
+fn readme_lists_every_check_of_the_registry() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let (registry, readme) = (registry(), readme_table(&readme));
+    assert_eq!(registry.keys().copied().collect::<Vec<_>>(), (0..12).collect::<Vec<u8>>());
+    for (step, ids) in &registry {
+        assert_eq!(
+            readme.get(step),
+            Some(ids),
+            "README.md's table of checks, step {step}, differs from the registry (`cargo checker list --checks`)"
+        );
+    }
+    assert_eq!(readme.len(), registry.len(), "README.md's table has rows for steps without checks");
+}
+
+#[test]
+fn ids_in_parentheses_are_explanations() {
+    let cell = "`options-listed` (in `--help`, defaults 1/1/0), `options-typed` (`--num-gpus two`)";
+    assert_eq!(ids_outside_parentheses(cell), ["options-listed", "options-typed"]);
+}
