@@ -4,9 +4,10 @@
 //!
 //! Where running an attack without the sandbox harms nothing, the same test runs it
 //! with `--unsandboxed` too and sees the attack succeed there: proof that the test
-//! would fail with the sandbox switched off. (The fork bomb, the memory and disk
-//! fillers, the output flood and `kill -9 -1` were seen to succeed without it once,
-//! by hand; they are not run unsandboxed here, as they would take the machine down.)
+//! would fail with the sandbox switched off. The fork bomb, the memory and disk
+//! fillers, the output flood and `kill -9 -1` are never run unsandboxed (they would take
+//! the grader's machine down); their tests assert what only the sandbox gives: the
+//! verdict naming the limit the job hit, and a process of the grader's that survives.
 //!
 //! Skips, saying so, where this machine cannot make a sandbox, unless
 //! `DDP_LAB_REQUIRE_SANDBOX=1` (scripts/test.sh sets it), which makes that a failure.
