@@ -108,6 +108,9 @@ fn sandboxed_cargo(
     if let Ok(torch) = root.join(".libtorch").canonicalize() {
         mounts.push(Mount::ReadOnly(torch.parent().map(Path::to_path_buf).unwrap_or(torch)));
     }
+    // The mount point of the hidden `.checker` must exist: the repository is read-only
+    // inside. (A fresh clone has none until the first run.)
+    std::fs::create_dir_all(root.join(".checker"))?;
     let path = format!("{}:/usr/bin:/bin", toolchain.join("bin").display());
     let env = vec![
         ("PATH".to_string(), path),
