@@ -3,7 +3,7 @@
 //! entry per test with its status, message and captured output).
 use serde_json::{json, Value};
 
-use crate::checks::{self, CheckResult, Verdict};
+use crate::checks::{self, id, CheckResult, Verdict};
 
 /// Points a step is worth, shared equally by the checks it introduces.
 pub const STEP_POINTS: f64 = 10.0;
@@ -34,7 +34,7 @@ impl GradedStep {
 
     /// Did it build and run at all (a failed build leaves only the `builds` check)?
     fn built(&self) -> bool {
-        !self.results.iter().any(|r| r.id == "builds")
+        !self.results.iter().any(|r| r.id == id::BUILDS)
     }
 
     /// "pass" when every check of its run passed, "error" when it did not build.
@@ -63,7 +63,7 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
     for s in steps {
         let own = checks::ids(s.step);
         let share = STEP_POINTS / own.len() as f64;
-        let build_error = s.results.iter().find(|r| r.id == "builds");
+        let build_error = s.results.iter().find(|r| r.id == id::BUILDS);
         for id in &own {
             let (status, message) =
                 match (build_error, s.results.iter().find(|r| r.step == s.step && r.id == *id)) {
@@ -90,7 +90,7 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
             }));
         }
         // Earlier steps' checks that this step's run broke: no points, but shown.
-        for r in s.results.iter().filter(|r| r.step < s.step && r.failed() && r.id != "builds") {
+        for r in s.results.iter().filter(|r| r.step < s.step && r.failed() && r.id != id::BUILDS) {
             tests.push(json!({
                 "name": format!("step {}: {} (from step {}, broken again)", s.step, r.id, r.step),
                 "task_id": u32::from(s.step) + 1,
@@ -175,12 +175,12 @@ mod tests {
         let s = step_run(
             8,
             vec![
-                check("trains", 0, true),
-                check("throughput-reduced", 8, true),
-                check("epoch-barrier", 8, false),
+                check(id::TRAINS, 0, true),
+                check(id::THROUGHPUT_REDUCED, 8, true),
+                check(id::EPOCH_BARRIER, 8, false),
             ],
         );
-        assert_eq!(checks::ids(8), ["throughput-reduced", "epoch-barrier"]);
+        assert_eq!(checks::ids(8), [id::THROUGHPUT_REDUCED, id::EPOCH_BARRIER]);
         assert_eq!(s.points(), 5.0);
         assert_eq!(s.status(), "fail");
         let r = report(&[s], 7);
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_failed_build_is_an_error_worth_nothing() {
-        let s = step_run(6, vec![check("builds", 0, false)]);
+        let s = step_run(6, vec![check(id::BUILDS, 0, false)]);
         assert_eq!(s.points(), 0.0);
         assert_eq!(s.status(), "error");
         let r = report(&[s], 1);
@@ -213,9 +213,9 @@ mod tests {
         let s = step_run(
             6,
             vec![
-                check("trains", 0, false),
-                check("sampler-shares", 6, true),
-                check("sampler-set-epoch", 6, true),
+                check(id::TRAINS, 0, false),
+                check(id::SAMPLER_SHARES, 6, true),
+                check(id::SAMPLER_SET_EPOCH, 6, true),
             ],
         );
         assert_eq!(s.points(), 10.0);
@@ -245,8 +245,8 @@ mod tests {
     #[test]
     fn the_table_totals_the_points() {
         let steps = [
-            step_run(0, vec![check("imports-dist", 0, true), check("trains", 0, true)]),
-            step_run(8, vec![check("throughput-reduced", 8, true), check("epoch-barrier", 8, false)]),
+            step_run(0, vec![check(id::IMPORTS_DIST, 0, true), check(id::TRAINS, 0, true)]),
+            step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]),
         ];
         let t = table(&steps);
         assert!(t.contains("   0   10/10  pass"), "{t}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::checks::{CheckResult, Verdict};
+use crate::checks::{id, CheckResult, Verdict};
 use crate::launch::{self, Build, Ended, Launch};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
@@ -465,7 +465,7 @@ pub fn build_or_fail(
     match launch::build(root, package, manifest_dir, sandbox) {
         Ok(Build::Binary(bin)) => Ok(bin),
         Ok(Build::Failed(errors)) => Err(CheckResult {
-            id: "builds",
+            id: id::BUILDS,
             step: 0,
             verdict: Verdict::Fail,
             observed: format!("cargo build -p {package} failed:\n{}", readable_errors(&errors)),
@@ -473,7 +473,7 @@ pub fn build_or_fail(
             hint: "fix the first compiler error first; later ones often follow from it",
         }),
         Err(e) => Err(CheckResult {
-            id: "builds",
+            id: id::BUILDS,
             step: 0,
             verdict: Verdict::Fail,
             observed: format!("could not run cargo: {e}"),
