@@ -63,11 +63,11 @@ fn run_mixed(languages: &str, device: &str) -> Option<Vec<String>> {
             // Both programs take the same options.
             let (steps, batch, lr) = (STEPS.to_string(), BATCH.to_string(), LR.to_string());
             cmd.args(["--steps", &steps, "--batch-size", &batch, "--lr", &lr, "--device", device]);
-            cmd.env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", n.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
+            cmd.env(tch_distributed::RANK_ENV, rank.to_string())
+                .env(tch_distributed::LOCAL_RANK_ENV, rank.to_string())
+                .env(tch_distributed::WORLD_SIZE_ENV, n.to_string())
+                .env(tch_distributed::MASTER_ADDR_ENV, "127.0.0.1")
+                .env(tch_distributed::MASTER_PORT_ENV, port.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             launcher::spawn(cmd).expect("start a rank")
@@ -151,13 +151,13 @@ fn cuda_without_a_gpu_for_the_rank_is_refused_on_both_sides() {
     for language in ['r', 'p'] {
         let mut cmd = rank_command(&python, language);
         cmd.args(["--device", "cuda"])
-            .env("RANK", "0")
-            .env("LOCAL_RANK", "4096")
-            .env("WORLD_SIZE", "2")
-            .env("MASTER_ADDR", "127.0.0.1")
+            .env(tch_distributed::RANK_ENV, "0")
+            .env(tch_distributed::LOCAL_RANK_ENV, "4096")
+            .env(tch_distributed::WORLD_SIZE_ENV, "2")
+            .env(tch_distributed::MASTER_ADDR_ENV, "127.0.0.1")
             // Nothing listens there: a rank that got as far as the rendezvous would fail
             // differently (or wait), not with the message below.
-            .env("MASTER_PORT", launcher::free_port().unwrap().to_string());
+            .env(tch_distributed::MASTER_PORT_ENV, launcher::free_port().unwrap().to_string());
         let out = launcher::output(cmd, Some(Duration::from_secs(120))).expect("run a rank");
         let text = format!("{}{}", out.stdout, out.stderr);
         assert_eq!(out.status.code(), Some(2), "{language}: {text}");

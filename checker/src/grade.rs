@@ -3,12 +3,38 @@
 //! entry per test with its status, message and captured output).
 use serde_json::{json, Value};
 
-use crate::checks::{self, CheckResult, Verdict};
+use crate::checks::{self, id, CheckResult, Verdict};
 
 /// Points a step is worth, shared equally by the checks it introduces.
 pub const STEP_POINTS: f64 = 10.0;
 /// Exercism truncates captured output to this many characters; so do we.
 const OUTPUT_LIMIT: usize = 500;
+
+/// A test's, a step's or the report's status, as exercism's runner spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Pass,
+    Fail,
+    /// It could not be graded: the crate did not build, or the check did not run.
+    Error,
+}
+
+impl Status {
+    /// The JSON spelling: "pass", "fail", "error".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
 
 /// One graded step: its run's checks (or the single failed build).
 pub struct GradedStep {
@@ -34,17 +60,17 @@ impl GradedStep {
 
     /// Did it build and run at all (a failed build leaves only the `builds` check)?
     fn built(&self) -> bool {
-        !self.results.iter().any(|r| r.id == "builds")
+        !self.results.iter().any(|r| r.id == id::BUILDS)
     }
 
     /// "pass" when every check of its run passed, "error" when it did not build.
-    pub fn status(&self) -> &'static str {
+    pub fn status(&self) -> Status {
         if !self.built() {
-            "error"
+            Status::Error
         } else if self.results.iter().all(CheckResult::passed) {
-            "pass"
+            Status::Pass
         } else {
-            "fail"
+            Status::Fail
         }
     }
 }
@@ -63,39 +89,39 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
     for s in steps {
         let own = checks::ids(s.step);
         let share = STEP_POINTS / own.len() as f64;
-        let build_error = s.results.iter().find(|r| r.id == "builds");
+        let build_error = s.results.iter().find(|r| r.id == id::BUILDS);
         for id in &own {
             let (status, message) =
                 match (build_error, s.results.iter().find(|r| r.step == s.step && r.id == *id)) {
-                    (Some(b), _) => ("error", Some(format!("{}\n{}", b.observed, b.hint))),
-                    (None, Some(r)) if r.passed() => ("pass", None),
+                    (Some(b), _) => (Status::Error, Some(format!("{}\n{}", b.observed, b.hint))),
+                    (None, Some(r)) if r.passed() => (Status::Pass, None),
                     (None, Some(r)) if r.verdict == Verdict::CouldNotJudge => {
-                        ("fail", Some(format!("{}\nexpected: {}", r.observed, r.expected)))
+                        (Status::Fail, Some(format!("{}\nexpected: {}", r.observed, r.expected)))
                     }
                     (None, Some(r)) => (
-                        "fail",
+                        Status::Fail,
                         Some(format!("observed: {}\nexpected: {}\nhint: {}", r.observed, r.expected, r.hint)),
                     ),
-                    (None, None) => ("error", Some("the check did not run".to_string())),
+                    (None, None) => (Status::Error, Some("the check did not run".to_string())),
                 };
             tests.push(json!({
                 "name": format!("step {}: {id}", s.step),
                 "task_id": u32::from(s.step) + 1,
                 "step": s.step,
-                "status": status,
+                "status": status.as_str(),
                 "message": message,
                 "output": truncate(&s.output),
-                "points": if status == "pass" { share } else { 0.0 },
+                "points": if status == Status::Pass { share } else { 0.0 },
                 "max_points": share,
             }));
         }
         // Earlier steps' checks that this step's run broke: no points, but shown.
-        for r in s.results.iter().filter(|r| r.step < s.step && r.failed() && r.id != "builds") {
+        for r in s.results.iter().filter(|r| r.step < s.step && r.failed() && r.id != id::BUILDS) {
             tests.push(json!({
                 "name": format!("step {}: {} (from step {}, broken again)", s.step, r.id, r.step),
                 "task_id": u32::from(s.step) + 1,
                 "step": s.step,
-                "status": "fail",
+                "status": Status::Fail.as_str(),
                 "message": format!("observed: {}\nexpected: {}\nhint: {}", r.observed, r.expected, r.hint),
                 "output": truncate(&s.output),
                 "points": 0.0,
@@ -105,10 +131,10 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
     }
     let points: f64 = steps.iter().map(GradedStep::points).sum();
     let max_points = STEP_POINTS * steps.len() as f64;
-    let status = if steps.iter().all(|s| s.status() == "pass") { "pass" } else { "fail" };
+    let status = if steps.iter().all(|s| s.status() == Status::Pass) { Status::Pass } else { Status::Fail };
     json!({
         "version": 3,
-        "status": status,
+        "status": status.as_str(),
         "message": Value::Null,
         "seed": seed,
         "points": points,
@@ -116,7 +142,7 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
         "steps": steps.iter().map(|s| json!({
             "step": s.step,
             "title": s.title,
-            "status": s.status(),
+            "status": s.status().as_str(),
             "points": s.points(),
             "max_points": STEP_POINTS,
         })).collect::<Vec<_>>(),
@@ -175,14 +201,14 @@ mod tests {
         let s = step_run(
             8,
             vec![
-                check("trains", 0, true),
-                check("throughput-reduced", 8, true),
-                check("epoch-barrier", 8, false),
+                check(id::TRAINS, 0, true),
+                check(id::THROUGHPUT_REDUCED, 8, true),
+                check(id::EPOCH_BARRIER, 8, false),
             ],
         );
-        assert_eq!(checks::ids(8), ["throughput-reduced", "epoch-barrier"]);
+        assert_eq!(checks::ids(8), [id::THROUGHPUT_REDUCED, id::EPOCH_BARRIER]);
         assert_eq!(s.points(), 5.0);
-        assert_eq!(s.status(), "fail");
+        assert_eq!(s.status(), Status::Fail);
         let r = report(&[s], 7);
         assert_eq!(r["points"], 5.0);
         assert_eq!(r["max_points"], 10.0);
@@ -198,9 +224,9 @@ mod tests {
 
     #[test]
     fn a_failed_build_is_an_error_worth_nothing() {
-        let s = step_run(6, vec![check("builds", 0, false)]);
+        let s = step_run(6, vec![check(id::BUILDS, 0, false)]);
         assert_eq!(s.points(), 0.0);
-        assert_eq!(s.status(), "error");
+        assert_eq!(s.status(), Status::Error);
         let r = report(&[s], 1);
         for t in r["tests"].as_array().unwrap() {
             assert_eq!(t["status"], "error");
@@ -213,13 +239,13 @@ mod tests {
         let s = step_run(
             6,
             vec![
-                check("trains", 0, false),
-                check("sampler-shares", 6, true),
-                check("sampler-set-epoch", 6, true),
+                check(id::TRAINS, 0, false),
+                check(id::SAMPLER_SHARES, 6, true),
+                check(id::SAMPLER_SET_EPOCH, 6, true),
             ],
         );
         assert_eq!(s.points(), 10.0);
-        assert_eq!(s.status(), "fail");
+        assert_eq!(s.status(), Status::Fail);
         let r = report(&[s], 1);
         let names: Vec<&str> =
             r["tests"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -245,8 +271,8 @@ mod tests {
     #[test]
     fn the_table_totals_the_points() {
         let steps = [
-            step_run(0, vec![check("imports-dist", 0, true), check("trains", 0, true)]),
-            step_run(8, vec![check("throughput-reduced", 8, true), check("epoch-barrier", 8, false)]),
+            step_run(0, vec![check(id::IMPORTS_DIST, 0, true), check(id::TRAINS, 0, true)]),
+            step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]),
         ];
         let t = table(&steps);
         assert!(t.contains("   0   10/10  pass"), "{t}");

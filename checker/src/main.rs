@@ -502,7 +502,10 @@ fn grade_batch(
                 (grade::report(&graded, seed), graded[0].points(), graded[0].status())
             }
             // One submission that cannot be graded does not stop the others.
-            Err(msg) => (serde_json::json!({"version": 3, "status": "error", "message": msg}), 0.0, "error"),
+            Err(msg) => {
+                let status = grade::Status::Error;
+                (serde_json::json!({"version": 3, "status": status.as_str(), "message": msg}), 0.0, status)
+            }
         };
         let mut report = report;
         report["submission"] = serde_json::json!(name);

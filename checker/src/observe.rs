@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::checks::{CheckResult, Verdict};
+use crate::checks::{id, CheckResult, Verdict};
 use crate::launch::{self, Build, Ended, Launch};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
@@ -306,7 +306,10 @@ fn help_and_bad_value(bin: &Path, setup: &Setup, grace: Duration) -> (Option<End
 
 /// MASTER_ADDR and MASTER_PORT for a run of its own on this machine.
 fn rendezvous_env() -> Vec<(String, String)> {
-    vec![("MASTER_ADDR".into(), "127.0.0.1".into()), ("MASTER_PORT".into(), rendezvous_port().to_string())]
+    vec![
+        (tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()),
+        (tch_distributed::MASTER_PORT_ENV.into(), rendezvous_port().to_string()),
+    ]
 }
 
 /// The program run with rank 1 made to fail (step 10 on).
@@ -375,18 +378,18 @@ fn run_job(
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node);
         let mut env: Vec<(String, String)> = vec![
-            ("DDP_LAB_TRACE".into(), trace_dir.display().to_string()),
+            (labkit::trace::TRACE_ENV.into(), trace_dir.display().to_string()),
             (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
         ];
         match port {
             Some(p) => {
-                env.push(("MASTER_ADDR".into(), "127.0.0.1".into()));
-                env.push(("MASTER_PORT".into(), p.to_string()));
+                env.push((tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()));
+                env.push((tch_distributed::MASTER_PORT_ENV.into(), p.to_string()));
             }
             // Empty counts as unset: the program must fall back to the lab's address.
             None => {
-                env.push(("MASTER_ADDR".into(), String::new()));
-                env.push(("MASTER_PORT".into(), String::new()));
+                env.push((tch_distributed::MASTER_ADDR_ENV.into(), String::new()));
+                env.push((tch_distributed::MASTER_PORT_ENV.into(), String::new()));
             }
         }
         let main = matches!(job, Job::Main);
@@ -401,7 +404,7 @@ fn run_job(
                 let dir = setup.work.join(format!("data-node{node}"));
                 args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
                 args.extend(["--data-dir".into(), dir.display().to_string()]);
-                env.push(("DDP_LAB_MANIFEST".into(), manifest.display().to_string()));
+                env.push((labkit::data::MANIFEST_ENV.into(), manifest.display().to_string()));
             }
             _ => {
                 args.extend(["--dataset".into(), "generated".into()]);
@@ -414,8 +417,8 @@ fn run_job(
         } else {
             for local in 0..v.ranks_per_node {
                 let mut env = env.clone();
-                env.push(("LOCAL_RANK".into(), local.to_string()));
-                env.push(("LOCAL_WORLD_SIZE".into(), v.ranks_per_node.to_string()));
+                env.push((tch_distributed::LOCAL_RANK_ENV.into(), local.to_string()));
+                env.push((tch_distributed::LOCAL_WORLD_SIZE_ENV.into(), v.ranks_per_node.to_string()));
                 launches.push(Launch {
                     name: format!("{prefix}node{node}-rank{local}"),
                     args: args.clone(),
@@ -465,7 +468,7 @@ pub fn build_or_fail(
     match launch::build(root, package, manifest_dir, sandbox) {
         Ok(Build::Binary(bin)) => Ok(bin),
         Ok(Build::Failed(errors)) => Err(CheckResult {
-            id: "builds",
+            id: id::BUILDS,
             step: 0,
             verdict: Verdict::Fail,
             observed: format!("cargo build -p {package} failed:\n{}", readable_errors(&errors)),
@@ -473,7 +476,7 @@ pub fn build_or_fail(
             hint: "fix the first compiler error first; later ones often follow from it",
         }),
         Err(e) => Err(CheckResult {
-            id: "builds",
+            id: id::BUILDS,
             step: 0,
             verdict: Verdict::Fail,
             observed: format!("could not run cargo: {e}"),

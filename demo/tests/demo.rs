@@ -136,7 +136,7 @@ fn demo_with_a_stuck_rank(marker: &str, out_dir: &std::path::Path) -> std::proce
     cmd.args(["--device", "cpu", "--world-sizes", "1", "--width", "4,8,8,8", "--train-subset", "256"])
         .args(["--test-subset", "64", "--epochs", "2", "--dataset", "generated", "--out-dir"])
         .arg(out_dir)
-        .env("DDP_LAB_STALL_RANK", "0")
+        .env(labkit::STALL_RANK_ENV, "0")
         .env("DEMO_TEST_RUN", marker)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         return match rank_main(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("rust rank {}: error: {e}", std::env::var("RANK").unwrap_or_default());
+                eprintln!("rust rank {}: error: {e}", std::env::var(dist::RANK_ENV).unwrap_or_default());
                 ExitCode::FAILURE
             }
         };
@@ -493,10 +493,10 @@ fn run(args: &Args, env: &PythonEnv) -> Res<()> {
                     c
                 }
             };
-            cmd.env("RANK", rank.to_string())
-                .env("WORLD_SIZE", args.world_size.to_string())
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", port.to_string())
+            cmd.env(dist::RANK_ENV, rank.to_string())
+                .env(dist::WORLD_SIZE_ENV, args.world_size.to_string())
+                .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
+                .env(dist::MASTER_PORT_ENV, port.to_string())
                 .env("OMP_NUM_THREADS", &threads)
                 .env("PYTHONUNBUFFERED", "1");
             if let Some(iface) = &args.gloo_ifname {

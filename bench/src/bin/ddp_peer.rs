@@ -50,7 +50,7 @@ fn placement(device: &str) -> Result<Device, String> {
         return Ok(Device::Cpu);
     }
     let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok());
-    let local_rank = var("LOCAL_RANK").or_else(|| var("RANK")).unwrap_or(0);
+    let local_rank = var(dist::LOCAL_RANK_ENV).or_else(|| var(dist::RANK_ENV)).unwrap_or(0);
     let gpus = tch::Cuda::device_count().max(0) as usize;
     if gpus == 0 {
         return Err(
@@ -63,9 +63,9 @@ fn placement(device: &str) -> Result<Device, String> {
              start at most {gpus} rank(s) here (set LOCAL_RANK on each), or use --device cpu"
         ));
     }
-    if std::env::var_os("LOCAL_RANK").is_none() {
+    if std::env::var_os(dist::LOCAL_RANK_ENV).is_none() {
         // The default group binds to cuda:<LOCAL_RANK>, as init_process_group(device_id=…).
-        std::env::set_var("LOCAL_RANK", local_rank.to_string());
+        std::env::set_var(dist::LOCAL_RANK_ENV, local_rank.to_string());
     }
     Ok(Device::Cuda(local_rank))
 }

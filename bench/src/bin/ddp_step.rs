@@ -259,10 +259,10 @@ fn run_side(
             }
         };
         cmd.args(common)
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", ws.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", port.to_string())
+            .env(dist::RANK_ENV, rank.to_string())
+            .env(dist::WORLD_SIZE_ENV, ws.to_string())
+            .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
+            .env(dist::MASTER_PORT_ENV, port.to_string())
             .env("OMP_NUM_THREADS", threads.to_string())
             // The same Gloo device on both sides: loopback.
             .env("GLOO_SOCKET_IFNAME", "lo")

@@ -30,6 +30,35 @@ mod step_09;
 mod step_10;
 mod step_11;
 
+/// Every check's id, the one spelling the registry, the judge, the grade and the
+/// tests use; each step's module declares its checks with these.
+pub mod id {
+    /// Step 0, reported by `observe` when the crate does not compile (not in the registry).
+    pub const BUILDS: &str = "builds";
+    pub const IMPORTS_DIST: &str = "imports-dist";
+    pub const TRAINS: &str = "trains";
+    pub const OPTIONS_LISTED: &str = "options-listed";
+    pub const OPTIONS_TYPED: &str = "options-typed";
+    pub const WORLD_SIZE: &str = "world-size";
+    pub const RENDEZVOUS: &str = "rendezvous";
+    pub const WORKER_PER_RANK: &str = "worker-per-rank";
+    pub const GLOBAL_RANK: &str = "global-rank";
+    pub const RANK0_PRINTS: &str = "rank0-prints";
+    pub const PREPARE_ONCE_PER_NODE: &str = "prepare-once-per-node";
+    pub const DOWNLOADS_PER_NODE: &str = "downloads-per-node";
+    pub const SAMPLER_SHARES: &str = "sampler-shares";
+    pub const SAMPLER_SET_EPOCH: &str = "sampler-set-epoch";
+    pub const WEIGHTS_SYNCHRONIZED: &str = "weights-synchronized";
+    pub const MATCHES_SINGLE_RANK: &str = "matches-single-rank";
+    pub const THROUGHPUT_REDUCED: &str = "throughput-reduced";
+    pub const EPOCH_BARRIER: &str = "epoch-barrier";
+    pub const METRICS_AVERAGED: &str = "metrics-averaged";
+    pub const SELF_SPAWN: &str = "self-spawn";
+    pub const FAILING_RANK_ENDS_RUN: &str = "failing-rank-ends-run";
+    pub const SUMMARY: &str = "summary";
+    pub const TARGET_REACHED: &str = "target-reached";
+}
+
 /// One check of the lab.
 pub struct Check {
     pub id: &'static str,
@@ -330,7 +359,7 @@ mod tests {
         // only the runs that never started (the comparison, the quick evaluation) leave
         // their checks unjudged.
         let unjudged: Vec<&str> = results.iter().filter(|r| !r.failed()).map(|r| r.id).collect();
-        assert_eq!(unjudged, ["matches-single-rank", "target-reached"], "{results:?}");
+        assert_eq!(unjudged, [id::MATCHES_SINGLE_RANK, id::TARGET_REACHED], "{results:?}");
     }
 
     #[test]
@@ -342,7 +371,7 @@ mod tests {
         crashed.stderr = "loading...\nerror: reduce destination rank 3 is out of range\n".into();
         obs.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: crashed });
         let results = judge(&obs);
-        let metrics = results.iter().find(|r| r.id == "metrics-averaged").unwrap();
+        let metrics = results.iter().find(|r| r.id == id::METRICS_AVERAGED).unwrap();
         assert_eq!(metrics.verdict, Verdict::CouldNotJudge, "{metrics:?}");
         assert!(
             metrics.observed.starts_with(
@@ -351,7 +380,7 @@ mod tests {
             "{}",
             metrics.observed
         );
-        let trains = results.iter().find(|r| r.id == "trains").unwrap();
+        let trains = results.iter().find(|r| r.id == id::TRAINS).unwrap();
         assert_eq!(trains.verdict, Verdict::Fail, "a crash is `trains`' own property");
         assert_eq!(first_failing_step(&results), Some(0));
     }

@@ -1,10 +1,10 @@
 //! Step 0: the single-GPU program, with the distributed module imported.
-use super::{epoch_lines, Check, Finding, Needs};
+use super::{epoch_lines, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "imports-dist",
+        id: id::IMPORTS_DIST,
         step: 0,
         observes: "the program's text",
         needs: Needs::Nothing,
@@ -12,7 +12,7 @@ pub const CHECKS: &[Check] = &[
         judge: imports_dist,
     },
     Check {
-        id: "trains",
+        id: id::TRAINS,
         step: 0,
         observes: "every process's exit and the epoch lines",
         needs: Needs::Nothing,

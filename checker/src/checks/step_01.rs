@@ -1,10 +1,10 @@
 //! Step 1: the distributed options, typed.
-use super::{Check, Finding, Needs};
+use super::{id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "options-listed",
+        id: id::OPTIONS_LISTED,
         step: 1,
         observes: "`--help`",
         needs: Needs::Nothing,
@@ -12,7 +12,7 @@ pub const CHECKS: &[Check] = &[
         judge: options_listed,
     },
     Check {
-        id: "options-typed",
+        id: id::OPTIONS_TYPED,
         step: 1,
         observes: "a run with `--num-gpus two`",
         needs: Needs::Nothing,

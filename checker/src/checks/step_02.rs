@@ -1,12 +1,12 @@
 //! Step 2: the world size and the rendezvous address.
 use std::collections::BTreeSet;
 
-use super::{events, set, Check, Finding, Needs};
+use super::{events, id, set, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "world-size",
+        id: id::WORLD_SIZE,
         step: 2,
         observes: "the world each rank announced",
         needs: Needs::Main,
@@ -14,7 +14,7 @@ pub const CHECKS: &[Check] = &[
         judge: world_size,
     },
     Check {
-        id: "rendezvous",
+        id: id::RENDEZVOUS,
         step: 2,
         observes: "the rendezvous address each rank announced",
         needs: Needs::Main,

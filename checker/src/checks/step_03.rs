@@ -1,11 +1,11 @@
 //! Step 3: one worker per rank, entered with the process's local rank.
 use std::collections::BTreeMap;
 
-use super::{events, Check, Finding, Needs};
+use super::{events, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[Check {
-    id: "worker-per-rank",
+    id: id::WORKER_PER_RANK,
     step: 3,
     observes: "which process entered the worker, with which local rank",
     needs: Needs::Main,

@@ -1,12 +1,12 @@
 //! Step 4: the global rank, and only rank 0 prints.
 use std::collections::BTreeSet;
 
-use super::{epoch_lines, events, Check, Finding, Needs};
+use super::{epoch_lines, events, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "global-rank",
+        id: id::GLOBAL_RANK,
         step: 4,
         observes: "the rank and group size each process joined with",
         // A group that never forms is this check's own property (two ranks claiming one
@@ -16,7 +16,7 @@ pub const CHECKS: &[Check] = &[
         judge: global_rank,
     },
     Check {
-        id: "rank0-prints",
+        id: id::RANK0_PRINTS,
         step: 4,
         observes: "which ranks printed epoch lines",
         needs: Needs::Main,

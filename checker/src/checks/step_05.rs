@@ -1,10 +1,10 @@
 //! Step 5: the data set prepared once per node.
-use super::{events, Check, Finding, Needs};
+use super::{events, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "prepare-once-per-node",
+        id: id::PREPARE_ONCE_PER_NODE,
         step: 5,
         observes: "which ranks prepared the data set",
         needs: Needs::Main,
@@ -12,7 +12,7 @@ pub const CHECKS: &[Check] = &[
         judge: prepare_once_per_node,
     },
     Check {
-        id: "downloads-per-node",
+        id: id::DOWNLOADS_PER_NODE,
         step: 5,
         observes: "the files the local mirror served",
         needs: Needs::Main,

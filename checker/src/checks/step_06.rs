@@ -2,12 +2,12 @@
 use serde_json::Value;
 use tch_distributed::DistributedSampler;
 
-use super::{by_rank, Check, Finding, Needs};
+use super::{by_rank, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "sampler-shares",
+        id: id::SAMPLER_SHARES,
         step: 6,
         observes: "the indices each rank trained and validated on",
         needs: Needs::Main,
@@ -15,7 +15,7 @@ pub const CHECKS: &[Check] = &[
         judge: sampler_shares,
     },
     Check {
-        id: "sampler-set-epoch",
+        id: id::SAMPLER_SET_EPOCH,
         step: 6,
         observes: "rank 0's training order in successive epochs",
         needs: Needs::Main,

@@ -3,12 +3,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::{events, Check, Finding, Needs};
+use super::{events, id, Check, Finding, Needs};
 use crate::observe::{Equivalence, Observation};
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "weights-synchronized",
+        id: id::WEIGHTS_SYNCHRONIZED,
         step: 7,
         observes: "each rank's weight digest after every epoch",
         needs: Needs::Main,
@@ -16,7 +16,7 @@ pub const CHECKS: &[Check] = &[
         judge: weights_synchronized,
     },
     Check {
-        id: "matches-single-rank",
+        id: id::MATCHES_SINGLE_RANK,
         step: 7,
         observes: "rank 0's weights after one epoch, N ranks x batch B against 1 rank x batch N*B",
         needs: Needs::Equivalence,

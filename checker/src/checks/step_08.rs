@@ -2,12 +2,12 @@
 use std::collections::BTreeMap;
 
 use super::collectives::{self, Call};
-use super::{by_rank, events, Check, Finding, Needs};
+use super::{by_rank, events, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "throughput-reduced",
+        id: id::THROUGHPUT_REDUCED,
         step: 8,
         observes: "the collective that carried each rank's images/sec, and what rank 0 printed",
         needs: Needs::Main,
@@ -15,7 +15,7 @@ pub const CHECKS: &[Check] = &[
         judge: throughput_reduced,
     },
     Check {
-        id: "epoch-barrier",
+        id: id::EPOCH_BARRIER,
         step: 8,
         observes: "each rank's epoch time, with one rank made late",
         needs: Needs::Main,

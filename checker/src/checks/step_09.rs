@@ -2,11 +2,11 @@
 use std::collections::BTreeMap;
 
 use super::collectives::{self, Call};
-use super::{by_rank, Check, Finding, Needs};
+use super::{by_rank, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[Check {
-    id: "metrics-averaged",
+    id: id::METRICS_AVERAGED,
     step: 9,
     observes: "the collective that carried each rank's metrics, and every rank's reported metrics",
     needs: Needs::Main,

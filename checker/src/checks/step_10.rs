@@ -1,12 +1,12 @@
 //! Step 10: one invocation spawns the node's ranks, and a failing rank ends the run.
 use std::collections::BTreeSet;
 
-use super::{events, Check, Finding, Needs};
+use super::{events, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "self-spawn",
+        id: id::SELF_SPAWN,
         step: 10,
         observes: "which processes ran the workers, and their parent",
         needs: Needs::Nothing,
@@ -14,7 +14,7 @@ pub const CHECKS: &[Check] = &[
         judge: self_spawn,
     },
     Check {
-        id: "failing-rank-ends-run",
+        id: id::FAILING_RANK_ENDS_RUN,
         step: 10,
         observes: "a run whose rank 1 fails on purpose",
         needs: Needs::Nothing,

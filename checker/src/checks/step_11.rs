@@ -1,10 +1,10 @@
 //! Step 11: the quick evaluation's summary, and the target reached.
-use super::{all_stdout, Check, Finding, Needs};
+use super::{all_stdout, id, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
     Check {
-        id: "summary",
+        id: id::SUMMARY,
         step: 11,
         observes: "rank 0's `Quick evaluation:` line",
         needs: Needs::Main,
@@ -12,7 +12,7 @@ pub const CHECKS: &[Check] = &[
         judge: summary,
     },
     Check {
-        id: "target-reached",
+        id: id::TARGET_REACHED,
         step: 11,
         observes: "a quick evaluation on the generated stand-in (8,000 training images, at most 6 epochs)",
         needs: Needs::QuickRun,

@@ -47,7 +47,7 @@ impl DeviceChoice {
                 // Launched (LOCAL_RANK) without LOCAL_WORLD_SIZE: a rank cannot tell how
                 // many ranks share the GPUs, and guessing per rank could put rank 0 on
                 // a GPU and rank 1 on the CPU. The CPU is the one answer all agree on.
-                None if std::env::var_os("LOCAL_RANK").is_some() => Device::Cpu,
+                None if std::env::var_os(tch_distributed::LOCAL_RANK_ENV).is_some() => Device::Cpu,
                 // A single process: the first GPU if there is one.
                 None => Device::cuda_if_available(),
             },
@@ -70,7 +70,7 @@ fn ranks_on_this_node() -> Option<usize> {
     if let Some(me) = tch_distributed::spawned_rank() {
         return Some(me.nprocs);
     }
-    std::env::var("LOCAL_WORLD_SIZE").ok()?.trim().parse().ok()
+    std::env::var(tch_distributed::LOCAL_WORLD_SIZE_ENV).ok()?.trim().parse().ok()
 }
 
 /// The options of every step program that the lab's Python did not need.

@@ -137,9 +137,9 @@ pub fn run_lab(
     let mut cmd = Command::new(program);
     cmd.args(prefix)
         .args(settings.args(world_size))
-        .env("MASTER_ADDR", "127.0.0.1")
-        .env("MASTER_PORT", port.to_string())
-        .env_remove("DDP_LAB_TRACE");
+        .env(tch_distributed::MASTER_ADDR_ENV, "127.0.0.1")
+        .env(tch_distributed::MASTER_PORT_ENV, port.to_string())
+        .env_remove(labkit::trace::TRACE_ENV);
     if let Some(n) = settings.threads {
         cmd.env("OMP_NUM_THREADS", n.to_string());
     }

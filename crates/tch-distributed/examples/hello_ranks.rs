@@ -32,7 +32,8 @@ fn main() -> ExitCode {
     if dist::spawned_rank().is_none() {
         let port = launcher::free_port().expect("a free port");
         println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.world_size);
-        options = options.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string());
+        options =
+            options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());
     }
     match options.spawn(|rank| rank_main(rank, &args)) {
         Ok(()) => {

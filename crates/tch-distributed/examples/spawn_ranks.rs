@@ -43,7 +43,9 @@ fn main() -> ExitCode {
             if dist::spawned_rank().is_none() {
                 let port = launcher::free_port().expect("a free port");
                 println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.nprocs);
-                options = options.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string());
+                options = options
+                    .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
+                    .env(dist::MASTER_PORT_ENV, port.to_string());
             }
             options.spawn(|local_rank| worker(local_rank, local_rank, args.nprocs, &args))
         }

@@ -11,6 +11,7 @@ use crate::group::{
     next_group_number, reset_group_numbers, validate_rank, Backend, GroupOptions, ProcessGroup, ReduceOp,
     Work,
 };
+use crate::launch::{MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
 use crate::store::{Store, TcpStoreOptions};
 
 /// Where the ranks meet (PyTorch's `init_method`).
@@ -60,7 +61,7 @@ impl Init {
     /// before touching the network.
     pub fn env_or(host: &str, port: u16) -> Init {
         let set = |name| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-        if set("MASTER_ADDR") && set("MASTER_PORT") {
+        if set(MASTER_ADDR_ENV) && set(MASTER_PORT_ENV) {
             Init::Env
         } else {
             Init::Tcp { host: host.to_string(), port }
@@ -74,7 +75,7 @@ impl Init {
             Init::Tcp { host, port } => format!("{host}:{port}"),
             Init::Env => {
                 let get = |name| std::env::var(name).unwrap_or_else(|_| "?".to_string());
-                format!("{}:{} (env://)", get("MASTER_ADDR"), get("MASTER_PORT"))
+                format!("{}:{} (env://)", get(MASTER_ADDR_ENV), get(MASTER_PORT_ENV))
             }
         }
     }
@@ -102,10 +103,10 @@ impl Rendezvous {
         let (host, port) = match init {
             Init::Tcp { host, port } => (host.clone(), *port),
             Init::Env => {
-                let host = required_env("MASTER_ADDR", "the address of rank 0's machine, e.g. localhost")?;
+                let host = required_env(MASTER_ADDR_ENV, "the address of rank 0's machine, e.g. localhost")?;
                 let port = parse_port(
-                    &required_env("MASTER_PORT", "a free TCP port on rank 0's machine, e.g. 29500")?,
-                    "MASTER_PORT",
+                    &required_env(MASTER_PORT_ENV, "a free TCP port on rank 0's machine, e.g. 29500")?,
+                    MASTER_PORT_ENV,
                 )?;
                 (host, port)
             }
@@ -117,11 +118,15 @@ impl Rendezvous {
         }
         let world_size = match world_size {
             Some(w) => w,
-            None => parse_count(&required_env("WORLD_SIZE", "the total number of processes")?, "WORLD_SIZE")?,
+            None => {
+                parse_count(&required_env(WORLD_SIZE_ENV, "the total number of processes")?, WORLD_SIZE_ENV)?
+            }
         };
         let rank = match rank {
             Some(r) => r,
-            None => parse_count(&required_env("RANK", "this process's global rank, 0..WORLD_SIZE")?, "RANK")?,
+            None => {
+                parse_count(&required_env(RANK_ENV, "this process's global rank, 0..WORLD_SIZE")?, RANK_ENV)?
+            }
         };
         validate_rank(rank, world_size)?;
         let agent_store = std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| v == "True");

@@ -2,6 +2,24 @@
 //! `torchrun --no-python ./program ARGS` as well as on its own.
 use crate::error::{DistError, Result};
 
+/// torchrun's variable: the global rank, `0..WORLD_SIZE`.
+pub const RANK_ENV: &str = "RANK";
+/// torchrun's variable: the processes in the whole job.
+pub const WORLD_SIZE_ENV: &str = "WORLD_SIZE";
+/// torchrun's variable: the rank on this node (which GPU to use); its presence means
+/// a torchrun launch.
+pub const LOCAL_RANK_ENV: &str = "LOCAL_RANK";
+/// torchrun's variable: the processes on this node (`--nproc-per-node`).
+pub const LOCAL_WORLD_SIZE_ENV: &str = "LOCAL_WORLD_SIZE";
+/// torchrun's variable: this node's rank.
+pub const GROUP_RANK_ENV: &str = "GROUP_RANK";
+/// torchrun's variable: the number of nodes.
+pub const GROUP_WORLD_SIZE_ENV: &str = "GROUP_WORLD_SIZE";
+/// `env://`'s variable: the address of rank 0's store.
+pub const MASTER_ADDR_ENV: &str = "MASTER_ADDR";
+/// `env://`'s variable: the port of rank 0's store.
+pub const MASTER_PORT_ENV: &str = "MASTER_PORT";
+
 /// What torchrun set for this process, read by [`LaunchEnv::from_env`].
 ///
 /// The contract (torchrun, i.e. torchelastic): each process it starts gets
@@ -65,10 +83,10 @@ impl LaunchEnv {
     /// environment): `lookup(name)` returns the value of `name` if it is set.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<LaunchEnv>> {
         let get = |name: &str| lookup(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        let Some(local_rank) = get("LOCAL_RANK") else {
+        let Some(local_rank) = get(LOCAL_RANK_ENV) else {
             return Ok(None);
         };
-        let local_rank = count("LOCAL_RANK", &local_rank)?;
+        let local_rank = count(LOCAL_RANK_ENV, &local_rank)?;
         let required = |name: &str| {
             get(name).ok_or_else(|| {
                 DistError::invalid(format!(
@@ -77,30 +95,30 @@ impl LaunchEnv {
             })
         };
         let optional = |name: &str| get(name).map(|v| count(name, &v)).transpose();
-        let rank = count("RANK", &required("RANK")?)?;
-        let world_size = size("WORLD_SIZE", &required("WORLD_SIZE")?)?;
-        let local_world_size = size("LOCAL_WORLD_SIZE", &required("LOCAL_WORLD_SIZE")?)?;
-        let master_addr = required("MASTER_ADDR")?;
-        let port_text = required("MASTER_PORT")?;
+        let rank = count(RANK_ENV, &required(RANK_ENV)?)?;
+        let world_size = size(WORLD_SIZE_ENV, &required(WORLD_SIZE_ENV)?)?;
+        let local_world_size = size(LOCAL_WORLD_SIZE_ENV, &required(LOCAL_WORLD_SIZE_ENV)?)?;
+        let master_addr = required(MASTER_ADDR_ENV)?;
+        let port_text = required(MASTER_PORT_ENV)?;
         let master_port = port_text.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
             DistError::invalid(format!(
                 "MASTER_PORT = {port_text:?} is not a TCP port (a whole number 1..65535)"
             ))
         })?;
-        below("RANK", rank, "WORLD_SIZE", world_size)?;
-        below("LOCAL_RANK", local_rank, "LOCAL_WORLD_SIZE", local_world_size)?;
+        below(RANK_ENV, rank, WORLD_SIZE_ENV, world_size)?;
+        below(LOCAL_RANK_ENV, local_rank, LOCAL_WORLD_SIZE_ENV, local_world_size)?;
         if local_world_size > world_size {
             return Err(DistError::invalid(format!(
                 "LOCAL_WORLD_SIZE = {local_world_size} is larger than WORLD_SIZE = {world_size}"
             )));
         }
-        let node_rank = optional("GROUP_RANK")?;
-        let num_nodes = match get("GROUP_WORLD_SIZE") {
-            Some(v) => Some(size("GROUP_WORLD_SIZE", &v)?),
+        let node_rank = optional(GROUP_RANK_ENV)?;
+        let num_nodes = match get(GROUP_WORLD_SIZE_ENV) {
+            Some(v) => Some(size(GROUP_WORLD_SIZE_ENV, &v)?),
             None => None,
         };
         if let (Some(node), Some(nodes)) = (node_rank, num_nodes) {
-            below("GROUP_RANK", node, "GROUP_WORLD_SIZE", nodes)?;
+            below(GROUP_RANK_ENV, node, GROUP_WORLD_SIZE_ENV, nodes)?;
         }
         Ok(Some(LaunchEnv {
             rank,
@@ -129,8 +147,8 @@ impl LaunchEnv {
 /// Unlike [`LaunchEnv::from_env`] this needs nothing else, for launchers that set only
 /// `LOCAL_RANK` and leave the rendezvous to the program's own options.
 pub fn local_rank() -> Result<Option<usize>> {
-    match std::env::var_os("LOCAL_RANK").map(|v| v.to_string_lossy().trim().to_string()) {
-        Some(v) if !v.is_empty() => count("LOCAL_RANK", &v).map(Some),
+    match std::env::var_os(LOCAL_RANK_ENV).map(|v| v.to_string_lossy().trim().to_string()) {
+        Some(v) if !v.is_empty() => count(LOCAL_RANK_ENV, &v).map(Some),
         _ => Ok(None),
     }
 }

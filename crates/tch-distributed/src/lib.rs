@@ -84,7 +84,10 @@ pub use init::{
     broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
     init_process_group, is_initialized, new_group, reduce, reduce_async, Init, Rendezvous,
 };
-pub use launch::{local_rank, LaunchEnv};
+pub use launch::{
+    local_rank, LaunchEnv, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV, LOCAL_WORLD_SIZE_ENV,
+    MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
+};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
     set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank,

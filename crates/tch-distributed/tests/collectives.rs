@@ -65,7 +65,7 @@ fn collectives_scenario() {
     let rank = dist::get_rank().unwrap() as i64;
     let world = dist::get_world_size().unwrap() as i64;
     assert_eq!(rank as usize, test_rank());
-    assert_eq!(world as usize, env_usize("WORLD_SIZE"));
+    assert_eq!(world as usize, env_usize(dist::WORLD_SIZE_ENV));
     assert_eq!(dist::get_backend().unwrap(), Backend::Gloo);
     let n = 37;
     for kind in [Kind::Float, Kind::Double, Kind::Int64] {
@@ -143,7 +143,7 @@ fn sizes_scenario() {
 
 /// tcp://host:port with explicit world size and rank: no MASTER_* / RANK / WORLD_SIZE set.
 fn explicit_init_scenario() {
-    for var in ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"] {
+    for var in [dist::MASTER_ADDR_ENV, dist::MASTER_PORT_ENV, dist::RANK_ENV, dist::WORLD_SIZE_ENV] {
         assert!(std::env::var(var).is_err(), "{var} must not be set in this scenario");
     }
     let init: Init = std::env::var("TCHD_INIT_URL").unwrap().parse().unwrap();

@@ -35,11 +35,11 @@ fn show(name: &str, t: &Tensor) {
 
 /// The Rust side of `tests/python/peer.py`, call for call.
 fn mixed_scenario() {
-    let rank = env_usize("RANK");
-    let n = env_usize("WORLD_SIZE");
+    let rank = env_usize(dist::RANK_ENV);
+    let n = env_usize(dist::WORLD_SIZE_ENV);
     let init = if std::env::var("PEER_INIT").as_deref() == Ok("tcp") {
-        let host = std::env::var("MASTER_ADDR").unwrap();
-        Init::Tcp { host, port: env_usize("MASTER_PORT") as u16 }
+        let host = std::env::var(dist::MASTER_ADDR_ENV).unwrap();
+        Init::Tcp { host, port: env_usize(dist::MASTER_PORT_ENV) as u16 }
     } else {
         Init::Env
     };

@@ -75,10 +75,10 @@ pub fn env_ranks(ranks: impl IntoIterator<Item = usize>, world_size: usize, port
         .map(|rank| RankSpec {
             rank,
             env: vec![
-                ("RANK".into(), rank.to_string()),
-                ("WORLD_SIZE".into(), world_size.to_string()),
-                ("MASTER_ADDR".into(), "127.0.0.1".into()),
-                ("MASTER_PORT".into(), port.to_string()),
+                (tch_distributed::RANK_ENV.into(), rank.to_string()),
+                (tch_distributed::WORLD_SIZE_ENV.into(), world_size.to_string()),
+                (tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()),
+                (tch_distributed::MASTER_PORT_ENV.into(), port.to_string()),
             ],
             program: None,
         })
@@ -112,10 +112,10 @@ pub fn run_ranks(
                     cmd
                 }
             };
-            cmd.env_remove("RANK")
-                .env_remove("WORLD_SIZE")
-                .env_remove("MASTER_ADDR")
-                .env_remove("MASTER_PORT")
+            cmd.env_remove(tch_distributed::RANK_ENV)
+                .env_remove(tch_distributed::WORLD_SIZE_ENV)
+                .env_remove(tch_distributed::MASTER_ADDR_ENV)
+                .env_remove(tch_distributed::MASTER_PORT_ENV)
                 .env_remove("TORCHELASTIC_USE_AGENT_STORE")
                 .env("TCHD_SCENARIO", scenario)
                 .env("TCHD_TEST_RANK", spec.rank.to_string())
