@@ -26,7 +26,8 @@ use observe::{Setup, Variation};
 /// what the ranks really did: their shares of the data, their weights after every
 /// epoch, the reduced throughput, the averaged metrics.
 #[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+// `cargo checker` is how students run it (the workspace alias): usage lines say so.
+#[command(version, about, long_about = None, bin_name = "cargo checker")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
