@@ -166,6 +166,21 @@ fn cuda_without_a_gpu_for_the_rank_is_refused_on_both_sides() {
     }
 }
 
+/// Every value printed after `tag` in the shared output of two processes: the run of
+/// digits, signs and spaces that follows it. The two ranks write to one pipe, so one's
+/// line can land before the other's newline; splitting on the tag, not on lines, reads
+/// them the same however the writes interleaved.
+fn values_after<'a>(text: &'a str, tag: &str) -> Vec<&'a str> {
+    text.split(tag)
+        .skip(1)
+        .map(|rest| {
+            let end =
+                rest.find(|c: char| !(c.is_ascii_digit() || c == '-' || c == ' ')).unwrap_or(rest.len());
+            rest[..end].trim()
+        })
+        .collect()
+}
+
 /// README's "One job, two languages" commands, run as written (with this build's
 /// `ddp_peer` for `target/release/ddp_peer`, and a free port).
 #[test]
@@ -196,8 +211,8 @@ fn the_readme_example_runs_as_written() {
     let out = launcher::output(cmd, Some(DEADLINE)).expect("run the README's commands");
     let text = format!("{}{}", out.stdout, out.stderr);
     assert!(out.success(), "{script}\n{text}");
-    let starts: Vec<&str> = text.lines().filter(|l| l.starts_with("start: ")).collect();
-    let ends: Vec<&str> = text.lines().filter(|l| l.starts_with("end: ")).collect();
+    let starts = values_after(&text, "start: ");
+    let ends = values_after(&text, "end: ");
     assert_eq!((starts.len(), ends.len()), (2, 2), "{text}");
     assert!(starts[0] == starts[1] && ends[0] == ends[1], "the two ranks differ:\n{text}");
     assert!(text.contains("rust rank finished") && text.contains("python peer finished"), "{text}");
