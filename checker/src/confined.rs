@@ -106,17 +106,7 @@ pub fn run_all(
         Ok(ended) => ended,
         Err(e) => launches
             .iter()
-            .map(|l| Ended {
-                name: l.name.clone(),
-                pid: 0,
-                status: None,
-                timed_out: false,
-                stdout: String::new(),
-                stderr: format!("could not run it in the sandbox: {e}"),
-                elapsed: Duration::ZERO,
-                left_behind: false,
-                limits: vec![],
-            })
+            .map(|l| Ended::not_started(&l.name, format!("could not run it in the sandbox: {e}")))
             .collect(),
     }
 }

@@ -150,23 +150,42 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
 }
 
-/// How a process ended.
-#[derive(Debug, Clone)]
+/// How a process ended. Serialisable so that a recorded observation (the judges'
+/// test fixtures) keeps it whole: the wait status as its raw number, the time in ms.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Ended {
     pub name: String,
     pub pid: u32,
+    #[serde(with = "raw_wait_status")]
     pub status: Option<ExitStatus>,
     pub timed_out: bool,
     pub stdout: String,
     pub stderr: String,
+    #[serde(with = "millis")]
     pub elapsed: Duration,
     /// Processes of its group were still alive when it ended (and were killed then).
     pub left_behind: bool,
     /// The sandbox's limits it ran into ("killed: out of memory …"), when confined.
+    #[serde(default)]
     pub limits: Vec<String>,
 }
 
 impl Ended {
+    /// A process that never ran, and why (said on its stderr, where reports look).
+    pub fn not_started(name: impl Into<String>, why: impl Into<String>) -> Ended {
+        Ended {
+            name: name.into(),
+            pid: 0,
+            status: None,
+            timed_out: false,
+            stdout: String::new(),
+            stderr: why.into(),
+            elapsed: Duration::ZERO,
+            left_behind: false,
+            limits: vec![],
+        }
+    }
+
     pub fn success(&self) -> bool {
         self.status.is_some_and(|s| s.success())
     }
@@ -258,17 +277,8 @@ fn run_processes(
         match spawned {
             Ok(child) => running.push((i, child, out_path, err_path)),
             Err(e) => {
-                ended[i] = Some(Ended {
-                    name: launch.name.clone(),
-                    pid: 0,
-                    status: None,
-                    timed_out: false,
-                    stdout: String::new(),
-                    stderr: format!("could not start {}: {e}", bin.display()),
-                    elapsed: Duration::ZERO,
-                    left_behind: false,
-                    limits: vec![],
-                })
+                ended[i] =
+                    Some(Ended::not_started(&launch.name, format!("could not start {}: {e}", bin.display())))
             }
         }
     }
@@ -339,5 +349,39 @@ fn finished(
         elapsed: start.elapsed(),
         left_behind: false,
         limits: vec![],
+    }
+}
+
+/// `Option<ExitStatus>` as the raw wait status (`null`: never started).
+mod raw_wait_status {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(status: &Option<ExitStatus>, s: S) -> Result<S::Ok, S::Error> {
+        match status {
+            Some(status) => s.serialize_some(&status.into_raw()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ExitStatus>, D::Error> {
+        Ok(Option::<i32>::deserialize(d)?.map(ExitStatus::from_raw))
+    }
+}
+
+/// A `Duration` as whole milliseconds.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }

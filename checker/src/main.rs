@@ -700,6 +700,7 @@ fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions) ->
             if step >= 5 {
                 obs.downloads = Some(mirror.downloads());
             }
+            obs.record_if_asked();
             let results = checks::judge(&obs);
             let output = obs.first_output();
             let kept = if keep {

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::checks::{id, CheckResult, Verdict};
 use crate::launch::{self, Build, Ended, Launch};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Variation {
     pub seed: u64,
     pub nodes: usize,
@@ -103,6 +104,7 @@ pub struct Setup {
 }
 
 /// A process of the main run and what it was.
+#[derive(Serialize, Deserialize)]
 pub struct RankProcess {
     pub node: usize,
     /// `None` for a self-spawning invocation.
@@ -111,6 +113,7 @@ pub struct RankProcess {
 }
 
 /// Everything one verification observed.
+#[derive(Serialize, Deserialize)]
 pub struct Observation {
     pub step: u8,
     pub variation: Variation,
@@ -128,6 +131,7 @@ pub struct Observation {
 }
 
 /// The two runs that must train to the same weights.
+#[derive(Serialize, Deserialize)]
 pub struct Equivalence {
     /// The N-rank run's settings.
     pub settings: Variation,
@@ -519,7 +523,23 @@ fn readable_errors(text: &str) -> String {
     out.join("\n")
 }
 
+/// Names a file to write each observation to, as JSON, before it is judged: how the
+/// judges' fixtures (checker/fixtures/observations) are recorded.
+pub const RECORD_ENV: &str = "DDP_LAB_RECORD_OBSERVATION";
+
 impl Observation {
+    /// Writes the observation where [`RECORD_ENV`] says, if it says; a failure to write
+    /// is a warning (the verification goes on).
+    pub fn record_if_asked(&self) {
+        let Some(path) = std::env::var_os(RECORD_ENV) else { return };
+        let written = serde_json::to_string_pretty(self)
+            .map_err(std::io::Error::other)
+            .and_then(|text| atomic_file::write_atomically(Path::new(&path), text));
+        if let Err(e) = written {
+            eprintln!("warning: cannot record the observation in {}: {e}", Path::new(&path).display());
+        }
+    }
+
     /// The first process's stdout and stderr: what a student would see running it.
     pub fn first_output(&self) -> String {
         self.processes.first().map(|p| format!("{}{}", p.ended.stdout, p.ended.stderr)).unwrap_or_default()

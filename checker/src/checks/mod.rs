@@ -17,6 +17,8 @@ use serde_json::Value;
 use crate::observe::Observation;
 
 mod collectives;
+#[cfg(test)]
+mod fixtures;
 mod step_00;
 mod step_01;
 mod step_02;
@@ -278,24 +280,13 @@ fn set<T: std::fmt::Debug>(s: &BTreeSet<T>) -> String {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
-    use std::time::Duration;
 
     use super::*;
     use crate::launch::Ended;
     use crate::observe::Variation;
 
     fn not_started() -> Ended {
-        Ended {
-            name: "nothing".into(),
-            pid: 0,
-            status: None,
-            timed_out: false,
-            stdout: String::new(),
-            stderr: String::new(),
-            elapsed: Duration::ZERO,
-            left_behind: false,
-            limits: vec![],
-        }
+        Ended::not_started("nothing", "")
     }
 
     /// An observation of a run that produced nothing at all.

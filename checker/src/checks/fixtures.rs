@@ -1,0 +1,138 @@
+//! The judges tested on recorded runs, as exercism tests its runner against expected
+//! results: each case in checker/fixtures/observations is an `observation.json` the
+//! checker recorded of a real run (tests/record_fixtures.rs re-records them) and an
+//! `expected.json` a person wrote: which checks fail, which cannot be judged, and
+//! words a report must contain. Every other check of the run must pass. No build, no
+//! rank: the whole set is judged in well under a second, so a judge that goes wrong
+//! is caught here first; tests/broken.rs keeps a few end-to-end runs as the proof
+//! that the recorded observations are what real runs show.
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{judge, CheckResult, REGISTRY};
+use crate::observe::Observation;
+
+/// What a person expects of one recorded case.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expected {
+    /// What was run, in words.
+    #[allow(dead_code)]
+    about: String,
+    /// The checks that fail; every other check of the run passes.
+    #[serde(default)]
+    fail: BTreeSet<String>,
+    /// The checks left unjudged because the run they need failed for another reason.
+    #[serde(default)]
+    could_not_judge: BTreeSet<String>,
+    /// A check's id and words its report (observed value) must contain.
+    #[serde(default)]
+    says: BTreeMap<String, String>,
+}
+
+struct Case {
+    name: String,
+    observation: Observation,
+    expected: Expected,
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/observations")
+}
+
+fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> T {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn cases() -> Vec<Case> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .expect("checker/fixtures/observations")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|name| {
+            let dir = fixtures().join(&name);
+            Case {
+                observation: read(&dir.join("observation.json")),
+                expected: read(&dir.join("expected.json")),
+                name,
+            }
+        })
+        .collect()
+}
+
+/// How a judged case differs from what is expected of it; empty when it does not.
+fn differences(case: &Case, results: &[CheckResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    let ids = |keep: fn(&CheckResult) -> bool| -> BTreeSet<String> {
+        results.iter().filter(|r| keep(r)).map(|r| r.id.to_string()).collect()
+    };
+    let failed = ids(CheckResult::failed);
+    let unjudged = ids(|r| !r.passed() && !r.failed());
+    let expected = &case.expected;
+    if failed != expected.fail {
+        out.push(format!("failed {failed:?}, expected {:?}", expected.fail));
+    }
+    if unjudged != expected.could_not_judge {
+        out.push(format!("could not judge {unjudged:?}, expected {:?}", expected.could_not_judge));
+    }
+    for (id, words) in &expected.says {
+        match results.iter().find(|r| r.id == id) {
+            Some(r) if r.observed.contains(words.as_str()) => {}
+            Some(r) => out.push(format!("{id} says {:?}, expected it to contain {words:?}", r.observed)),
+            None => out.push(format!("{id} was not judged")),
+        }
+    }
+    out
+}
+
+#[test]
+fn every_recorded_case_is_judged_as_expected() {
+    let cases = cases();
+    assert!(cases.len() >= 24, "only {} recorded cases", cases.len());
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter_map(|case| {
+            let found = differences(case, &judge(&case.observation));
+            (!found.is_empty()).then(|| format!("{}:\n  {}", case.name, found.join("\n  ")))
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "judged unlike checker/fixtures/observations/*/expected.json:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// Every check is seen holding and seen broken (not merely unjudged) in some case.
+#[test]
+fn every_check_has_a_holding_and_a_broken_case() {
+    let cases = cases();
+    let mut held = BTreeSet::new();
+    let mut broke = BTreeSet::new();
+    for case in &cases {
+        for r in judge(&case.observation) {
+            if r.passed() {
+                held.insert(r.id);
+            }
+            if r.failed() {
+                broke.insert(r.id);
+            }
+        }
+    }
+    for check in REGISTRY.iter().flat_map(|c| c.iter()) {
+        assert!(held.contains(check.id), "no recorded case where `{}` holds", check.id);
+        assert!(broke.contains(check.id), "no recorded case where `{}` is broken", check.id);
+    }
+}
+
+/// The unjudged verdict is exercised too: a run that failed for another reason.
+#[test]
+fn some_case_leaves_a_check_unjudged() {
+    assert!(cases().iter().any(|c| !c.expected.could_not_judge.is_empty()));
+}

@@ -1,0 +1,99 @@
+//! The broken variants: a reference solution with one edit a student could make. Their
+//! recorded observations are the judges' broken fixtures (checker/fixtures/observations,
+//! recorded by tests/record_fixtures.rs); a few also run end to end in tests/broken.rs,
+//! the proof that what is recorded is what a real run shows.
+
+/// One edit of solution `step`: `from` (which occurs exactly once) becomes `to`.
+pub struct Variant {
+    pub step: u8,
+    pub name: &'static str,
+    pub from: &'static str,
+    pub to: &'static str,
+}
+
+impl Variant {
+    /// The variant's crate directory (see [`super::variant`]).
+    pub fn crate_dir(&self) -> std::path::PathBuf {
+        super::variant(self.step, self.name, self.from, self.to)
+    }
+
+    /// Its fixture's name: `step-08-reduce-max`.
+    pub fn case(&self) -> String {
+        format!("step-{:02}-{}", self.step, self.name)
+    }
+}
+
+/// The variant called `name`.
+pub fn named(name: &str) -> &'static Variant {
+    VARIANTS.iter().find(|v| v.name == name).unwrap_or_else(|| panic!("no variant {name}"))
+}
+
+pub const VARIANTS: &[Variant] = &[
+    Variant {
+        step: 4,
+        name: "rank-is-local-rank",
+        from: "let global_rank = args.node_id * args.num_gpus + local_rank;",
+        to: "let global_rank = local_rank;",
+    },
+    Variant {
+        step: 5,
+        name: "every-rank-downloads",
+        from: "if local_rank == 0 {\n        labkit::prepare_dataset(&data)?;",
+        to: "if local_rank < usize::MAX {\n        labkit::prepare_dataset(&data)?;",
+    },
+    Variant {
+        step: 5,
+        name: "a-data-dir-per-rank",
+        from: "let data = args.run.dataset_options();\n    // One download per node: local rank 0 fetches (or generates) the files while the\n    // other ranks wait at the barrier; then every rank reads them.\n    if local_rank == 0 {",
+        to: "let mut data = args.run.dataset_options();\n    data.dir = data.dir.join(format!(\"rank-{global_rank}\"));\n    if local_rank < usize::MAX {",
+    },
+    Variant { step: 6, name: "no-set-epoch", from: "train_loader.sampler.set_epoch(epoch as u64);", to: "" },
+    Variant {
+        step: 7,
+        name: "model-not-wrapped",
+        from: "let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;",
+        to: "",
+    },
+    Variant {
+        step: 8,
+        name: "reduce-max",
+        from: "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",
+        to: "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Max)?;",
+    },
+    Variant {
+        step: 8,
+        name: "reduce-to-rank-1",
+        from: "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",
+        to: "dist::reduce(&mut images_per_sec_total, 1, dist::ReduceOp::Sum)?;",
+    },
+    Variant {
+        step: 8,
+        name: "reduce-on-rank-0-only",
+        from: "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",
+        to: "if global_rank == 0 {\n            dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;\n        }",
+    },
+    Variant {
+        step: 8,
+        name: "no-epoch-barrier",
+        from: "        // The epoch ends when the slowest rank is done.\n        dist::barrier()?;\n",
+        to: "",
+    },
+    Variant {
+        step: 9,
+        name: "metrics-summed",
+        from: "let metrics = metrics / args.world_size as f64;",
+        to: "let metrics = metrics * 1.0;",
+    },
+    Variant {
+        step: 9,
+        name: "metrics-reduced",
+        from: "dist::all_reduce(&mut metrics, dist::ReduceOp::Sum)?;",
+        to: "dist::reduce(&mut metrics, 0, dist::ReduceOp::Sum)?;",
+    },
+    Variant {
+        step: 10,
+        name: "no-spawn",
+        from: "let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));",
+        to: "let result = worker(0, args);",
+    },
+];

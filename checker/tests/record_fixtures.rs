@@ -1,0 +1,81 @@
+//! The judges' fixtures: what the checker observed of real runs, recorded as JSON in
+//! checker/fixtures/observations/<case>/observation.json next to the verdicts a person
+//! wrote down for it (`expected.json`); the checker's unit tests judge each one
+//! (checks::fixtures). Cases: every reference solution (everything holds), every
+//! untouched starter (its own step's checks fail) and every broken variant
+//! (common/variants.rs).
+//!
+//! Re-record after a change to what the checker observes or to the lab's programs:
+//!
+//! ```text
+//! cargo test -p checker --test record_fixtures -- --ignored
+//! ```
+//!
+//! then review the verdicts' diff (`cargo test -p checker --bins fixtures` says which
+//! case now disagrees with its `expected.json`).
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::variants::VARIANTS;
+
+/// The same seed for every case: its variation (world size, subsets) is in the file.
+const SEED: &str = "4242";
+
+fn fixtures() -> PathBuf {
+    common::repo().join("checker/fixtures/observations")
+}
+
+/// Runs the checker on one case, recording its observation; the verdict is not
+/// asserted here (that is the unit tests' job, on the recorded file).
+fn record(case: &str, step: u8, how: &[&str], krate: Option<&Path>) {
+    let dir = fixtures().join(case);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("observation.json");
+    let _ = std::fs::remove_file(&file);
+    let step_arg = step.to_string();
+    let mut args = vec!["verify", "step", step_arg.as_str(), "--seed", SEED];
+    args.extend(how);
+    let paths: Vec<&Path> = krate.into_iter().collect();
+    let v = common::checker_recording(&args, &paths, &file);
+    assert!(file.is_file(), "{case}: nothing recorded:\n{}", v.output());
+    eprintln!("recorded {case}: exit {:?}, failed {:?}", v.code, v.failed());
+}
+
+#[test]
+#[ignore = "re-records the fixtures (minutes): cargo test -p checker --test record_fixtures -- --ignored"]
+fn record_every_case() {
+    for step in 0..12u8 {
+        record(&format!("solution-{step:02}"), step, &["--solutions"], None);
+        record(&format!("starter-{step:02}"), step, &[], None);
+    }
+    for v in VARIANTS {
+        // Unconfined, as the solutions' own runs: the sandbox changes nothing observed.
+        record(&v.case(), v.step, &["--unsandboxed", "--crate"], Some(&v.crate_dir()));
+    }
+}
+
+/// Each variant's edit still applies to its solution (the recorded run was of that
+/// edit), and every case has both its files.
+#[test]
+fn every_case_is_recorded_and_every_variant_still_applies() {
+    for v in VARIANTS {
+        let _ = v.crate_dir();
+    }
+    let mut cases: Vec<String> = (0..12u8)
+        .flat_map(|s| [format!("solution-{s:02}"), format!("starter-{s:02}")])
+        .chain(VARIANTS.iter().map(|v| v.case()))
+        .collect();
+    cases.sort();
+    let mut found: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    assert_eq!(found, cases, "checker/fixtures/observations must hold exactly the recorded cases");
+    for case in &cases {
+        for file in ["observation.json", "expected.json"] {
+            assert!(fixtures().join(case).join(file).is_file(), "{case}/{file} is missing");
+        }
+    }
+}
