@@ -161,7 +161,7 @@ impl RunArgs {
     /// The sandbox the runs go into: required for handed-in code (`untrusted`) unless
     /// `--unsandboxed`, asked for with `--sandbox`; an error (exit 2) when wanted and
     /// impossible here.
-    fn sandbox(&self, untrusted: bool) -> Result<Option<sandbox::Sandbox>, ExitCode> {
+    fn sandbox(&self, untrusted: bool) -> Result<Option<sandbox::Sandbox>, Failure> {
         if self.unsandboxed {
             if untrusted {
                 eprintln!(
@@ -175,13 +175,46 @@ impl RunArgs {
             return Ok(None);
         }
         let limits = sandbox::Limits { memory: self.memory_limit << 20, ..Default::default() };
-        match sandbox::Sandbox::probe(limits) {
-            Ok(sandbox) => Ok(Some(sandbox)),
-            Err(why) => {
-                eprintln!("error: {why}");
-                Err(ExitCode::from(2))
-            }
+        sandbox::Sandbox::probe(limits).map(Some).map_err(|why| Failure::CannotRun(why.to_string()))
+    }
+}
+
+/// Why a command did not succeed. [`Failure::exit_code`] is the checker's one table of
+/// exit codes, so the same failure ends every subcommand the same way.
+#[derive(Debug)]
+enum Failure {
+    /// The checks ran and some did not pass (exit 1); the report already says which.
+    ChecksFailed,
+    /// `reset` was answered no (exit 1); nothing changed.
+    Declined,
+    /// The command could not do its work (exit 2): bad input (a usage error, a missing
+    /// crate or file) or something it needs that is not there (a sandbox, a writable
+    /// report path, the lab guide). The message says what to do.
+    CannotRun(String),
+}
+
+impl Failure {
+    fn exit_code(&self) -> u8 {
+        match self {
+            Failure::ChecksFailed | Failure::Declined => 1,
+            Failure::CannotRun(_) => 2,
         }
+    }
+
+    /// `Ok` when every check passed, else [`Failure::ChecksFailed`].
+    fn unless_passed(passed: bool) -> Result<(), Failure> {
+        if passed {
+            Ok(())
+        } else {
+            Err(Failure::ChecksFailed)
+        }
+    }
+}
+
+// Messages of the verification pipeline (`run_step`, `standalone`, ...) say why it cannot run.
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure::CannotRun(message)
     }
 }
 
@@ -219,46 +252,45 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(confined::SUPERVISOR) {
         return confined::supervise();
     }
-    let cli = Cli::parse();
+    match try_main(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            if let Failure::CannotRun(message) = &failure {
+                eprintln!("error: {message}");
+            }
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}
+
+fn try_main(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List { checks: false } => {
             print!("{}", progress::render(&progress::load(&repo_root()), &coursegen::STEPS));
-            ExitCode::SUCCESS
+            Ok(())
         }
         Command::List { checks: true } => {
             print!("{}", checks::table());
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Command::Hint { target } => match one_step(&target) {
-            Err(msg) => usage_error(&msg),
-            Ok(step) => match checker_aux::hint(&repo_root(), step) {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(1)
-                }
-            },
-        },
-        Command::Reset { target, yes } => match one_step(&target) {
-            Err(msg) => usage_error(&msg),
-            Ok(step) => reset(step, yes),
-        },
+        Command::Hint { target } => {
+            let step = one_step(&target)?;
+            let text = checker_aux::hint(&repo_root(), step).map_err(|e| e.to_string())?;
+            println!("{text}");
+            Ok(())
+        }
+        Command::Reset { target, yes } => reset(one_step(&target)?, yes),
         Command::Grade { target, runs, crates: Some(crates), json_dir, .. } => {
             let step = match one_step(&target) {
                 Ok(step) if !target.is_empty() => step,
                 _ => {
-                    return usage_error(
-                        "--crates grades one step's programs: `grade step N --crates DIR --json-dir OUT`",
-                    )
+                    return Err(Failure::CannotRun(
+                        "--crates grades one step's programs: `grade step N --crates DIR --json-dir OUT`"
+                            .into(),
+                    ))
                 }
             };
-            let sandbox = match runs.sandbox(true) {
-                Ok(sandbox) => sandbox,
-                Err(code) => return code,
-            };
+            let sandbox = runs.sandbox(true)?;
             let out = json_dir.unwrap_or_else(|| PathBuf::from("."));
             grade_batch(step, &crates, &out, runs.seed(), runs.limit(), sandbox.as_ref())
         }
@@ -269,34 +301,25 @@ fn main() -> ExitCode {
                 (None, false) => Subject::Step,
             };
             if krate.is_some() && (target.is_empty() || parse_target(&target).is_ok_and(|s| s.len() > 1)) {
-                return usage_error("--crate grades one step's program: `grade step N --crate DIR`");
+                return Err(Failure::CannotRun(
+                    "--crate grades one step's program: `grade step N --crate DIR`".into(),
+                ));
             }
             // Grading is for handed-in work: sandboxed unless told otherwise.
-            let sandbox = match runs.sandbox(true) {
-                Ok(sandbox) => sandbox,
-                Err(code) => return code,
-            };
+            let sandbox = runs.sandbox(true)?;
             grade(&target, subject, runs.seed(), runs.limit(), json, sandbox.as_ref())
         }
-        Command::Watch { target, runs, krate, max_runs } => match one_step(&target) {
-            Err(msg) => usage_error(&msg),
-            Ok(step) => match runs.sandbox(krate.is_some()) {
-                Err(code) => code,
-                Ok(sandbox) => {
-                    watch_step(step, krate.as_deref(), runs.seed(), runs.limit(), max_runs, sandbox.as_ref())
-                }
-            },
-        },
+        Command::Watch { target, runs, krate, max_runs } => {
+            let step = one_step(&target)?;
+            let sandbox = runs.sandbox(krate.is_some())?;
+            watch_step(step, krate.as_deref(), runs.seed(), runs.limit(), max_runs, sandbox.as_ref())
+        }
         Command::Verify { target, solutions, runs, keep, krate } => {
-            let steps: Vec<u8> = match parse_target(&target) {
-                Ok(s) => s,
-                Err(msg) => {
-                    eprintln!("error: {msg}");
-                    return ExitCode::from(2);
-                }
-            };
+            let steps = parse_target(&target)?;
             if krate.is_some() && steps.len() > 1 {
-                return usage_error("--crate checks one step: `verify step N --crate DIR`");
+                return Err(Failure::CannotRun(
+                    "--crate checks one step: `verify step N --crate DIR`".into(),
+                ));
             }
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
@@ -304,35 +327,18 @@ fn main() -> ExitCode {
                 (None, false) => Subject::Step,
             };
             // A handed-in crate is sandboxed; your own steps only with --sandbox.
-            let sandbox = match runs.sandbox(krate.is_some()) {
-                Ok(sandbox) => sandbox,
-                Err(code) => return code,
-            };
+            let sandbox = runs.sandbox(krate.is_some())?;
             let seed = runs.seed();
             let root = repo_root();
             let mut all_passed = true;
             let built = build_all(&root, &steps, subject, sandbox.as_ref());
             for step in steps {
-                match run_step(
-                    &root,
-                    step,
-                    subject,
-                    StepRunOptions { seed, limit: runs.limit(), keep, built, sandbox: sandbox.as_ref() },
-                )
-                .map(|run| print_run(&root, step, seed, &run))
-                {
-                    Ok(passed) => all_passed &= passed,
-                    Err(msg) => {
-                        eprintln!("error: {msg}");
-                        return ExitCode::from(2);
-                    }
-                }
+                let options =
+                    StepRunOptions { seed, limit: runs.limit(), keep, built, sandbox: sandbox.as_ref() };
+                let run = run_step(&root, step, subject, options)?;
+                all_passed &= print_run(&root, step, seed, &run);
             }
-            if all_passed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
+            Failure::unless_passed(all_passed)
         }
     }
 }
@@ -345,7 +351,7 @@ fn watch_step(
     limit: Duration,
     max_runs: Option<usize>,
     sandbox: Option<&sandbox::Sandbox>,
-) -> ExitCode {
+) -> Result<(), Failure> {
     let root = repo_root();
     let crate_dir = match krate {
         Some(dir) => dir.to_path_buf(),
@@ -353,7 +359,7 @@ fn watch_step(
     };
     let src = crate_dir.join("src");
     if !src.join("main.rs").is_file() {
-        return usage_error(&format!(
+        return Err(Failure::CannotRun(format!(
             "{} has no src/main.rs to watch{}",
             crate_dir.display(),
             if krate.is_none() {
@@ -361,7 +367,7 @@ fn watch_step(
             } else {
                 String::new()
             }
-        ));
+        )));
     }
     let subject = match krate {
         Some(dir) => Subject::Elsewhere(dir),
@@ -372,19 +378,17 @@ fn watch_step(
     let mut done = 0usize;
     loop {
         let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox };
-        let passed =
-            match run_step(&root, step, subject, options).map(|run| print_run(&root, step, seed, &run)) {
-                Ok(passed) => passed,
-                Err(msg) => {
-                    // A file mid-rename, a manifest being edited: say so and wait for the next save.
-                    eprintln!("error: {msg}");
-                    false
-                }
-            };
+        let verified = run_step(&root, step, subject, options).map(|run| print_run(&root, step, seed, &run));
         done += 1;
         if max_runs.is_some_and(|n| done >= n) {
-            return if passed { ExitCode::SUCCESS } else { ExitCode::from(1) };
+            // The last verification's outcome, as `verify` would end with it.
+            return Failure::unless_passed(verified?);
         }
+        let passed = verified.unwrap_or_else(|msg| {
+            // A file mid-rename, a manifest being edited: say so and wait for the next save.
+            eprintln!("error: {msg}");
+            false
+        });
         println!(
             "== {}; watching {} (seed {seed}): save a file to verify again, Ctrl-C to stop",
             if passed { "all checks pass" } else { "some checks fail" },
@@ -410,40 +414,28 @@ fn grade(
     limit: Duration,
     json: Option<PathBuf>,
     sandbox: Option<&sandbox::Sandbox>,
-) -> ExitCode {
-    let steps = if target.is_empty() { Ok((0..12).collect()) } else { parse_target(target) };
-    let steps = match steps {
-        Ok(s) => s,
-        Err(msg) => return usage_error(&msg),
-    };
+) -> Result<(), Failure> {
+    let steps = if target.is_empty() { (0..12).collect() } else { parse_target(target)? };
     let root = repo_root();
     let mut graded = Vec::new();
     let built = build_all(&root, &steps, subject, sandbox);
     for step in steps {
-        match run_step(&root, step, subject, StepRunOptions { seed, limit, keep: false, built, sandbox }) {
-            Ok(run) => graded.push(grade::GradedStep {
-                step,
-                title: coursegen::STEPS[usize::from(step)],
-                results: run.results,
-                output: run.output,
-            }),
-            Err(msg) => {
-                eprintln!("error: {msg}");
-                return ExitCode::from(1);
-            }
-        }
+        let run =
+            run_step(&root, step, subject, StepRunOptions { seed, limit, keep: false, built, sandbox })?;
+        graded.push(grade::GradedStep {
+            step,
+            title: coursegen::STEPS[usize::from(step)],
+            results: run.results,
+            output: run.output,
+        });
     }
     print!("{}", grade::table(&graded));
     println!("(seed {seed}; repeat with --seed {seed}; details: cargo checker verify step N --seed {seed})");
     if let Some(path) = json {
-        let report = grade::report(&graded, seed);
-        if let Err(e) = write_report(&path, report, sandbox) {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
+        write_report(&path, grade::report(&graded, seed), sandbox)?;
         println!("report written to {}", path.display());
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// The JSON report at `path` (atomically), with the sandbox it was made in.
@@ -465,28 +457,19 @@ fn grade_batch(
     seed: u64,
     limit: Duration,
     sandbox: Option<&sandbox::Sandbox>,
-) -> ExitCode {
-    let mut submissions: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(entries) => {
-            entries.flatten().map(|e| e.path()).filter(|p| p.join("src/main.rs").is_file()).collect()
-        }
-        Err(e) => {
-            return usage_error(&format!(
-                "--crates {}: {e}; name the folder of handed-in crates",
-                dir.display()
-            ))
-        }
-    };
+) -> Result<(), Failure> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("--crates {}: {e}; name the folder of handed-in crates", dir.display()))?;
+    let mut submissions: Vec<PathBuf> =
+        entries.flatten().map(|e| e.path()).filter(|p| p.join("src/main.rs").is_file()).collect();
     submissions.sort();
     if submissions.is_empty() {
-        return usage_error(&format!(
+        return Err(Failure::CannotRun(format!(
             "--crates {}: no submission in it (a subdirectory holding src/main.rs)",
             dir.display()
-        ));
+        )));
     }
-    if let Err(e) = std::fs::create_dir_all(out) {
-        return usage_error(&format!("--json-dir {}: {e}", out.display()));
-    }
+    std::fs::create_dir_all(out).map_err(|e| format!("--json-dir {}: {e}", out.display()))?;
     let root = repo_root();
     println!("submission  points  status");
     for krate in &submissions {
@@ -510,20 +493,11 @@ fn grade_batch(
         };
         let mut report = report;
         report["submission"] = serde_json::json!(name);
-        let path = out.join(format!("{name}.json"));
-        if let Err(e) = write_report(&path, report, sandbox) {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
+        write_report(&out.join(format!("{name}.json")), report, sandbox)?;
         println!("{name}  {}/10  {status}", grade::fmt_points(points));
     }
     println!("(seed {seed}; one report per submission in {})", out.display());
-    ExitCode::SUCCESS
-}
-
-fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(2)
+    Ok(())
 }
 
 /// `["step", "7"]` or `["7"]`.
@@ -534,7 +508,7 @@ fn one_step(target: &[String]) -> Result<u8, String> {
     parse_target(target).map(|steps| steps[0])
 }
 
-fn reset(step: u8, yes: bool) -> ExitCode {
+fn reset(step: u8, yes: bool) -> Result<(), Failure> {
     let root = repo_root();
     let mut confirm = |question: &str| -> bool {
         if yes {
@@ -548,26 +522,22 @@ fn reset(step: u8, yes: bool) -> ExitCode {
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes")
     };
-    match checker_aux::reset(&root, step, &mut confirm) {
-        Ok(checker_aux::ResetOutcome::AlreadyPristine) => {
+    match checker_aux::reset(&root, step, &mut confirm).map_err(|e| e.to_string())? {
+        checker_aux::ResetOutcome::AlreadyPristine => {
             println!("steps/step_{step:02} is already the untouched starter; nothing to do");
-            ExitCode::SUCCESS
+            Ok(())
         }
-        Ok(checker_aux::ResetOutcome::Declined) => {
+        checker_aux::ResetOutcome::Declined => {
             println!("nothing changed");
-            ExitCode::from(1)
+            Err(Failure::Declined)
         }
-        Ok(checker_aux::ResetOutcome::Reset { backup, files }) => {
+        checker_aux::ResetOutcome::Reset { backup, files } => {
             println!(
                 "restored {} file(s) of steps/step_{step:02}; your version is in {}",
                 files.len(),
                 backup.display()
             );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
+            Ok(())
         }
     }
 }

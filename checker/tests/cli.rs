@@ -65,6 +65,19 @@ fn a_missing_crate_is_a_usage_error() {
 }
 
 #[test]
+fn verify_and_grade_end_alike_when_a_step_cannot_run() {
+    // The same failure of the same step's run (a handed-in crate that is not there) is
+    // bad input in every subcommand: exit 2, with the same message.
+    for subcommand in ["verify", "grade"] {
+        cmd()
+            .args([subcommand, "step", "3", "--unsandboxed", "--crate", "/nonexistent/crate"])
+            .assert()
+            .code(2)
+            .stderr(contains("--crate /nonexistent/crate: no such directory"));
+    }
+}
+
+#[test]
 fn a_compile_error_is_shown_readably() {
     let dir = variant(2, "does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
     let v = checker_with(&["verify", "step", "2", "--seed", "1", "--crate"], &[&dir]);
