@@ -30,10 +30,13 @@ mod step_09;
 mod step_10;
 mod step_11;
 
+pub use step_00::build_failed;
+
 /// Every check's id, the one spelling the registry, the judge, the grade and the
 /// tests use; each step's module declares its checks with these.
 pub mod id {
-    /// Step 0, reported by `observe` when the crate does not compile (not in the registry).
+    /// Step 0, reported by [`build_failed`](super::build_failed) when the crate does not
+    /// compile (not in the registry).
     pub const BUILDS: &str = "builds";
     pub const IMPORTS_DIST: &str = "imports-dist";
     pub const TRAINS: &str = "trains";
