@@ -198,16 +198,16 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer).is_ok() && matches!(answer.trim(), "y" | "Y" | "yes")
     };
-    match checker_aux::reset(&root, step, &mut confirm).map_err(|e| e.to_string())? {
-        checker_aux::ResetOutcome::AlreadyPristine => {
+    match step_reset::reset(&root, step, &mut confirm).map_err(|e| e.to_string())? {
+        step_reset::ResetOutcome::AlreadyPristine => {
             println!("steps/step_{step:02} is already the untouched starter; nothing to do");
             Ok(())
         }
-        checker_aux::ResetOutcome::Declined => {
+        step_reset::ResetOutcome::Declined => {
             println!("nothing changed");
             Err(Failure::Declined)
         }
-        checker_aux::ResetOutcome::Reset { backup, files } => {
+        step_reset::ResetOutcome::Reset { backup, files } => {
             println!(
                 "restored {} file(s) of steps/step_{step:02}; your version is in {}",
                 files.len(),

@@ -96,7 +96,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         }
         Command::Hint { target } => {
             let step = one_step(&target)?;
-            let text = checker_aux::hint(&repo_root(), step).map_err(|e| e.to_string())?;
+            let text = guide_hints::hint(&repo_root(), step).map_err(|e| e.to_string())?;
             println!("{text}");
             Ok(())
         }

@@ -110,7 +110,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
             // From step 5 the ranks download from this local mirror, which counts the
             // downloads, into a fresh data directory per node.
             let served = shared_data.join(labkit::GenerateOptions::default().dir_name());
-            let mirror = checker_aux::Mirror::serve(&served)
+            let mirror = fashion_mirror::Mirror::serve(&served)
                 .map_err(|e| format!("cannot start the local mirror for {}: {e}", served.display()))?;
             let manifest = served.join(labkit::data::MANIFEST_FILE);
             let confine = sandbox.map(|sandbox| {

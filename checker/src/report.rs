@@ -41,13 +41,13 @@ fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
             // What the guide says this check is about, when a step's page names it, and
             // that page in the guide built as a book; for a check no page describes
             // (`builds`), the page of the step being checked.
-            let about = checker_aux::check_hint_for(root, r.step, r.id);
+            let about = guide_hints::check_hint_for(root, r.step, r.id);
             if let Some(about) = &about {
                 let about = about.strip_prefix(&format!("`{}`: ", r.id)).unwrap_or(about).to_string();
                 println!("         guide: {about}");
             }
             let page_step = if about.is_some() { r.step } else { step };
-            println!("         page: {}", checker_aux::book_location(root, page_step));
+            println!("         page: {}", guide_hints::book_location(root, page_step));
         }
     }
     let passed = results.iter().filter(|r| r.passed()).count();

@@ -343,7 +343,7 @@ mod tests {
     fn the_guide_describes_every_check() {
         let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         for check in REGISTRY.iter().flat_map(|c| c.iter()) {
-            let bullet = checker_aux::check_hint_for(root, check.step, check.id);
+            let bullet = guide_hints::check_hint_for(root, check.step, check.id);
             assert!(
                 bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{}`: ", check.id))),
                 "lab-guide/src/steps/step-{:02}.md: no bullet `{}`: ... under \"What the checker will test\"",
