@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::checks::Verdict;
 use crate::cli::{parse_target, repo_root};
 use crate::pipeline::{build_all, run_step, StepRunOptions, Subject};
 use crate::report::print_run;
@@ -170,8 +171,8 @@ pub fn grade_batch(
             }
             // One submission that cannot be graded does not stop the others.
             Err(msg) => {
-                let status = grade::Status::Error;
-                (serde_json::json!({"version": 3, "status": status.as_str(), "message": msg}), 0.0, status)
+                let status = Verdict::Error;
+                (serde_json::json!({"version": 3, "status": status, "message": msg}), 0.0, status)
             }
         };
         let mut report = report;

@@ -27,6 +27,9 @@ fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
         (Verdict::Pass, false) => "PASS",
         (Verdict::Fail, false) => "FAIL",
         (Verdict::CouldNotJudge, false) => "????",
+        // Only `grade` says it, never of a check in a run's report.
+        (Verdict::Error, true) => "\x1b[31mERR!\x1b[0m",
+        (Verdict::Error, false) => "ERR!",
     };
     for r in results {
         println!("{} step {:>2} {}: {}", paint(r.verdict), r.step, r.id, first_line(&r.observed));

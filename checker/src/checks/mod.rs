@@ -10,6 +10,10 @@
 //! that run crashed, exited with an error or timed out, the verdict is "could not
 //! judge", with the failing rank's last error line: the mistake is elsewhere, and the
 //! report blames the first step whose own checks failed.
+//!
+//! So [`Evidence`] is not a verdict but what a judge saw: only [`judge`], which knows how
+//! the runs ended, turns it into the [`Verdict`], the one type that `verify`'s report,
+//! the progress file and `grade`'s JSON (which spells it as exercism does) all read.
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
@@ -117,13 +121,41 @@ impl Finding {
     }
 }
 
-/// A check's verdict.
+/// A verdict on a check, on a step or on a whole grade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Pass,
     Fail,
     /// The run it needs failed for another reason: no verdict on its property.
     CouldNotJudge,
+    /// Not graded at all: the crate did not build, or the check did not run. Only
+    /// `grade` says it, of a step and its checks; [`judge`] never does.
+    Error,
+}
+
+impl Verdict {
+    /// The status in `grade`'s JSON and table, as exercism's test runner spells it: it
+    /// has no "could not judge", so such a check is a failure, its message saying why.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail | Verdict::CouldNotJudge => "fail",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+// Written straight into the JSON, as its status string.
+impl serde::Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// One check's verdict, as reported.
