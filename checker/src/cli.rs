@@ -167,7 +167,7 @@ impl RunArgs {
 
 pub fn repo_root() -> PathBuf {
     // The checker runs from the repository (cargo run -p checker), or names it.
-    if let Ok(dir) = std::env::var("DDP_LAB_ROOT") {
+    if let Ok(dir) = std::env::var(checker::ROOT_ENV) {
         return PathBuf::from(dir);
     }
     let mut dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));

@@ -52,7 +52,7 @@ pub fn checker(args: &[&str]) -> Verdict {
 pub fn checker_with(args: &[&str], paths: &[&Path]) -> Verdict {
     let progress = std::env::temp_dir().join(format!("checker-test-progress-{}.json", std::process::id()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
-    cmd.current_dir(repo()).args(args).args(paths).env("DDP_LAB_PROGRESS_FILE", &progress);
+    cmd.current_dir(repo()).args(args).args(paths).env(checker::PROGRESS_FILE_ENV, &progress);
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
     let out = launcher::output(cmd, None).expect("run the checker");
     Verdict { code: out.status.code(), stdout: out.stdout, stderr: out.stderr }
