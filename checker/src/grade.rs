@@ -10,32 +10,6 @@ pub const STEP_POINTS: f64 = 10.0;
 /// Exercism truncates captured output to this many characters; so do we.
 const OUTPUT_LIMIT: usize = 500;
 
-/// A test's, a step's or the report's status, as exercism's runner spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Pass,
-    Fail,
-    /// It could not be graded: the crate did not build, or the check did not run.
-    Error,
-}
-
-impl Status {
-    /// The JSON spelling: "pass", "fail", "error".
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Fail => "fail",
-            Status::Error => "error",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
 /// One graded step: its run's checks (or the single failed build).
 pub struct GradedStep {
     pub step: u8,
@@ -64,13 +38,13 @@ impl GradedStep {
     }
 
     /// "pass" when every check of its run passed, "error" when it did not build.
-    pub fn status(&self) -> Status {
+    pub fn status(&self) -> Verdict {
         if !self.built() {
-            Status::Error
+            Verdict::Error
         } else if self.results.iter().all(CheckResult::passed) {
-            Status::Pass
+            Verdict::Pass
         } else {
-            Status::Fail
+            Verdict::Fail
         }
     }
 }
@@ -93,25 +67,25 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
         for id in &own {
             let (status, message) =
                 match (build_error, s.results.iter().find(|r| r.step == s.step && r.id == *id)) {
-                    (Some(b), _) => (Status::Error, Some(format!("{}\n{}", b.observed, b.hint))),
-                    (None, Some(r)) if r.passed() => (Status::Pass, None),
+                    (Some(b), _) => (Verdict::Error, Some(format!("{}\n{}", b.observed, b.hint))),
+                    (None, Some(r)) if r.passed() => (Verdict::Pass, None),
                     (None, Some(r)) if r.verdict == Verdict::CouldNotJudge => {
-                        (Status::Fail, Some(format!("{}\nexpected: {}", r.observed, r.expected)))
+                        (r.verdict, Some(format!("{}\nexpected: {}", r.observed, r.expected)))
                     }
                     (None, Some(r)) => (
-                        Status::Fail,
+                        Verdict::Fail,
                         Some(format!("observed: {}\nexpected: {}\nhint: {}", r.observed, r.expected, r.hint)),
                     ),
-                    (None, None) => (Status::Error, Some("the check did not run".to_string())),
+                    (None, None) => (Verdict::Error, Some("the check did not run".to_string())),
                 };
             tests.push(json!({
                 "name": format!("step {}: {id}", s.step),
                 "task_id": u32::from(s.step) + 1,
                 "step": s.step,
-                "status": status.as_str(),
+                "status": status,
                 "message": message,
                 "output": truncate(&s.output),
-                "points": if status == Status::Pass { share } else { 0.0 },
+                "points": if status == Verdict::Pass { share } else { 0.0 },
                 "max_points": share,
             }));
         }
@@ -121,7 +95,7 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
                 "name": format!("step {}: {} (from step {}, broken again)", s.step, r.id, r.step),
                 "task_id": u32::from(s.step) + 1,
                 "step": s.step,
-                "status": Status::Fail.as_str(),
+                "status": Verdict::Fail,
                 "message": format!("observed: {}\nexpected: {}\nhint: {}", r.observed, r.expected, r.hint),
                 "output": truncate(&s.output),
                 "points": 0.0,
@@ -131,10 +105,11 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
     }
     let points: f64 = steps.iter().map(GradedStep::points).sum();
     let max_points = STEP_POINTS * steps.len() as f64;
-    let status = if steps.iter().all(|s| s.status() == Status::Pass) { Status::Pass } else { Status::Fail };
+    let status =
+        if steps.iter().all(|s| s.status() == Verdict::Pass) { Verdict::Pass } else { Verdict::Fail };
     json!({
         "version": 3,
-        "status": status.as_str(),
+        "status": status,
         "message": Value::Null,
         "seed": seed,
         "points": points,
@@ -142,7 +117,7 @@ pub fn report(steps: &[GradedStep], seed: u64) -> Value {
         "steps": steps.iter().map(|s| json!({
             "step": s.step,
             "title": s.title,
-            "status": s.status().as_str(),
+            "status": s.status(),
             "points": s.points(),
             "max_points": STEP_POINTS,
         })).collect::<Vec<_>>(),
@@ -208,7 +183,7 @@ mod tests {
         );
         assert_eq!(checks::ids(8), [id::THROUGHPUT_REDUCED, id::EPOCH_BARRIER]);
         assert_eq!(s.points(), 5.0);
-        assert_eq!(s.status(), Status::Fail);
+        assert_eq!(s.status(), Verdict::Fail);
         let r = report(&[s], 7);
         assert_eq!(r["points"], 5.0);
         assert_eq!(r["max_points"], 10.0);
@@ -226,7 +201,7 @@ mod tests {
     fn a_failed_build_is_an_error_worth_nothing() {
         let s = step_run(6, vec![check(id::BUILDS, 0, false)]);
         assert_eq!(s.points(), 0.0);
-        assert_eq!(s.status(), Status::Error);
+        assert_eq!(s.status(), Verdict::Error);
         let r = report(&[s], 1);
         for t in r["tests"].as_array().unwrap() {
             assert_eq!(t["status"], "error");
@@ -245,7 +220,7 @@ mod tests {
             ],
         );
         assert_eq!(s.points(), 10.0);
-        assert_eq!(s.status(), Status::Fail);
+        assert_eq!(s.status(), Verdict::Fail);
         let r = report(&[s], 1);
         let names: Vec<&str> =
             r["tests"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -256,6 +231,21 @@ mod tests {
                 "step 6: sampler-set-epoch",
                 "step 6: trains (from step 0, broken again)"
             ]
+        );
+    }
+
+    #[test]
+    fn verdicts_keep_exercisms_spelling() {
+        let mut unjudged = check(id::EPOCH_BARRIER, 8, false);
+        unjudged.verdict = Verdict::CouldNotJudge;
+        let r = report(&[step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), unjudged])], 1);
+        let statuses: Vec<&str> =
+            r["tests"].as_array().unwrap().iter().map(|t| t["status"].as_str().unwrap()).collect();
+        // Exercism has no "could not judge": such a check fails, its message saying why.
+        assert_eq!(statuses, ["pass", "fail"]);
+        assert_eq!(
+            json!([Verdict::Pass, Verdict::Fail, Verdict::CouldNotJudge, Verdict::Error]),
+            json!(["pass", "fail", "fail", "error"])
         );
     }
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::checks::{id, CheckResult, Verdict};
 use crate::launch::{self, Build, Ended, Launch};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
@@ -462,31 +461,26 @@ fn read_trace(dir: &Path) -> Vec<Value> {
     events
 }
 
-/// Builds a crate; on failure the single failing check that says so.
-pub fn build_or_fail(
+/// Why a build gave no binary; `checks::build_failed` judges it.
+#[derive(Debug, Clone)]
+pub enum BuildFailure {
+    /// The compiler's errors, made readable.
+    Errors(String),
+    /// cargo itself could not be run: why.
+    NoCargo(String),
+}
+
+/// Builds a crate: its binary, or why there is none.
+pub fn build(
     root: &Path,
     package: &str,
     manifest_dir: Option<&Path>,
     sandbox: Option<&crate::sandbox::Sandbox>,
-) -> Result<PathBuf, CheckResult> {
+) -> Result<PathBuf, BuildFailure> {
     match launch::build(root, package, manifest_dir, sandbox) {
         Ok(Build::Binary(bin)) => Ok(bin),
-        Ok(Build::Failed(errors)) => Err(CheckResult {
-            id: id::BUILDS,
-            step: 0,
-            verdict: Verdict::Fail,
-            observed: format!("cargo build -p {package} failed:\n{}", readable_errors(&errors)),
-            expected: "the crate compiles".into(),
-            hint: "fix the first compiler error first; later ones often follow from it",
-        }),
-        Err(e) => Err(CheckResult {
-            id: id::BUILDS,
-            step: 0,
-            verdict: Verdict::Fail,
-            observed: format!("could not run cargo: {e}"),
-            expected: "cargo on PATH".into(),
-            hint: "run the checker from the repository, where `cargo build` works",
-        }),
+        Ok(Build::Failed(errors)) => Err(BuildFailure::Errors(readable_errors(&errors))),
+        Err(e) => Err(BuildFailure::NoCargo(e.to_string())),
     }
 }
 
@@ -523,15 +517,11 @@ fn readable_errors(text: &str) -> String {
     out.join("\n")
 }
 
-/// Names a file to write each observation to, as JSON, before it is judged: how the
-/// judges' fixtures (checker/fixtures/observations) are recorded.
-pub const RECORD_ENV: &str = "DDP_LAB_RECORD_OBSERVATION";
-
 impl Observation {
-    /// Writes the observation where [`RECORD_ENV`] says, if it says; a failure to write
+    /// Writes the observation where [`checker::RECORD_OBSERVATION_ENV`] says, if it says; a failure to write
     /// is a warning (the verification goes on).
     pub fn record_if_asked(&self) {
-        let Some(path) = std::env::var_os(RECORD_ENV) else { return };
+        let Some(path) = std::env::var_os(checker::RECORD_OBSERVATION_ENV) else { return };
         let written = serde_json::to_string_pretty(self)
             .map_err(std::io::Error::other)
             .and_then(|text| atomic_file::write_atomically(Path::new(&path), text));

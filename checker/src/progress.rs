@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use checker::PROGRESS_FILE_ENV;
 use serde_json::{json, Value};
 
 /// Where a step stands.
@@ -22,10 +23,6 @@ impl Status {
         }
     }
 }
-
-/// Environment variable: another progress file (the checker's own tests use one, so
-/// they never touch a student's progress).
-pub const PROGRESS_FILE_ENV: &str = "DDP_LAB_PROGRESS_FILE";
 
 fn file(root: &Path) -> PathBuf {
     match std::env::var_os(PROGRESS_FILE_ENV) {

@@ -19,10 +19,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use checker::BWRAP_ENV;
 use serde_json::{json, Value};
-
-/// Points `checker` at a bubblewrap binary (tests use it to make bwrap missing).
-pub const BWRAP_ENV: &str = "DDP_LAB_BWRAP";
 
 /// What one job may use.
 #[derive(Debug, Clone, PartialEq, Eq)]

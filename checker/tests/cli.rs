@@ -5,6 +5,7 @@ mod common;
 use std::path::Path;
 
 use assert_cmd::Command;
+use checker::{BWRAP_ENV, PROGRESS_FILE_ENV};
 use common::{checker, checker_with, repo, sandbox_works, variant};
 use predicates::str::contains;
 
@@ -65,6 +66,19 @@ fn a_missing_crate_is_a_usage_error() {
 }
 
 #[test]
+fn verify_and_grade_end_alike_when_a_step_cannot_run() {
+    // The same failure of the same step's run (a handed-in crate that is not there) is
+    // bad input in every subcommand: exit 2, with the same message.
+    for subcommand in ["verify", "grade"] {
+        cmd()
+            .args([subcommand, "step", "3", "--unsandboxed", "--crate", "/nonexistent/crate"])
+            .assert()
+            .code(2)
+            .stderr(contains("--crate /nonexistent/crate: no such directory"));
+    }
+}
+
+#[test]
 fn a_compile_error_is_shown_readably() {
     let dir = variant(2, "does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
     let v = checker_with(&["verify", "step", "2", "--seed", "1", "--crate"], &[&dir]);
@@ -119,7 +133,7 @@ fn handed_in_code_is_refused_where_no_sandbox_can_be_made() {
         vec!["verify", "step", "0", "--crate", krate.to_str().unwrap()],
     ] {
         cmd()
-            .env("DDP_LAB_BWRAP", "/nonexistent/bwrap")
+            .env(BWRAP_ENV, "/nonexistent/bwrap")
             .args(&args)
             .assert()
             .code(2)
@@ -130,8 +144,8 @@ fn handed_in_code_is_refused_where_no_sandbox_can_be_made() {
     // Checking one's own step needs no sandbox: it runs, and passes, without one.
     let progress = std::env::temp_dir().join(format!("checker-refused-progress-{}.json", std::process::id()));
     cmd()
-        .env("DDP_LAB_BWRAP", "/nonexistent/bwrap")
-        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .env(BWRAP_ENV, "/nonexistent/bwrap")
+        .env(PROGRESS_FILE_ENV, &progress)
         .args(["verify", "step", "0", "--solutions", "--seed", "2"])
         .assert()
         .success();
@@ -231,7 +245,7 @@ fn watch_verifies_again_after_a_save() {
         .current_dir(repo())
         .args(["watch", "step", "2", "--seed", "1", "--max-runs", "2", "--crate"])
         .arg(&dir)
-        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .env(PROGRESS_FILE_ENV, &progress)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = launcher::spawn(watch).unwrap();

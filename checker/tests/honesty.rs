@@ -30,7 +30,7 @@ fn verify(step: u8, solutions: bool) -> Verdict {
     // Keep the starters' verdicts out of the repository's own progress file.
     let progress =
         std::env::temp_dir().join(format!("checker-honesty-progress-{}-{step}.json", std::process::id()));
-    cmd.env("DDP_LAB_PROGRESS_FILE", &progress);
+    cmd.env(checker::PROGRESS_FILE_ENV, &progress);
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
     let out = launcher::output(cmd, None).expect("run the checker");
     Verdict { code: out.status.code(), output: format!("{}{}", out.stdout, out.stderr) }
@@ -87,7 +87,7 @@ fn list_shows_the_verdicts_of_verify() {
     std::fs::write(&progress, "{\"step_00\": \"done\", \"step_01\": \"failing\"}\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_checker"))
         .arg("list")
-        .env("DDP_LAB_PROGRESS_FILE", &progress)
+        .env(checker::PROGRESS_FILE_ENV, &progress)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

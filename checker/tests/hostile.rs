@@ -71,7 +71,7 @@ impl Scene {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
         cmd.current_dir(repo())
             .args(args)
-            .env("DDP_LAB_PROGRESS_FILE", &progress)
+            .env(checker::PROGRESS_FILE_ENV, &progress)
             .env(MARK, &self.mark)
             .env(GRADER_SECRET, &self.token);
         let out = launcher::output(cmd, Some(Duration::from_secs(600))).expect("run the checker");

@@ -25,7 +25,7 @@ fn checker_with_ranks_running(marker: &str) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
     cmd.current_dir(common::repo())
         .args(["verify", "step", "11", "--solutions", "--seed", "3"])
-        .env("DDP_LAB_PROGRESS_FILE", progress)
+        .env(checker::PROGRESS_FILE_ENV, progress)
         .env(labkit::STALL_RANK_ENV, "1")
         .env(MARK, marker)
         .stdin(Stdio::null())

@@ -10,6 +10,10 @@
 //! that run crashed, exited with an error or timed out, the verdict is "could not
 //! judge", with the failing rank's last error line: the mistake is elsewhere, and the
 //! report blames the first step whose own checks failed.
+//!
+//! So [`Evidence`] is not a verdict but what a judge saw: only [`judge`], which knows how
+//! the runs ended, turns it into the [`Verdict`], the one type that `verify`'s report,
+//! the progress file and `grade`'s JSON (which spells it as exercism does) all read.
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
@@ -32,10 +36,13 @@ mod step_09;
 mod step_10;
 mod step_11;
 
+pub use step_00::build_failed;
+
 /// Every check's id, the one spelling the registry, the judge, the grade and the
 /// tests use; each step's module declares its checks with these.
 pub mod id {
-    /// Step 0, reported by `observe` when the crate does not compile (not in the registry).
+    /// Step 0, reported by [`build_failed`](super::build_failed) when the crate does not
+    /// compile (not in the registry).
     pub const BUILDS: &str = "builds";
     pub const IMPORTS_DIST: &str = "imports-dist";
     pub const TRAINS: &str = "trains";
@@ -116,13 +123,41 @@ impl Finding {
     }
 }
 
-/// A check's verdict.
+/// A verdict on a check, on a step or on a whole grade.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Pass,
     Fail,
     /// The run it needs failed for another reason: no verdict on its property.
     CouldNotJudge,
+    /// Not graded at all: the crate did not build, or the check did not run. Only
+    /// `grade` says it, of a step and its checks; [`judge`] never does.
+    Error,
+}
+
+impl Verdict {
+    /// The status in `grade`'s JSON and table, as exercism's test runner spells it: it
+    /// has no "could not judge", so such a check is a failure, its message saying why.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail | Verdict::CouldNotJudge => "fail",
+            Verdict::Error => "error",
+        }
+    }
+}
+
+// Written straight into the JSON, as its status string.
+impl serde::Serialize for Verdict {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }
 
 /// One check's verdict, as reported.
@@ -331,7 +366,7 @@ mod tests {
     fn the_guide_describes_every_check() {
         let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
         for check in REGISTRY.iter().flat_map(|c| c.iter()) {
-            let bullet = checker_aux::check_hint_for(root, check.step, check.id);
+            let bullet = guide_hints::check_hint_for(root, check.step, check.id);
             assert!(
                 bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{}`: ", check.id))),
                 "lab-guide/src/steps/step-{:02}.md: no bullet `{}`: ... under \"What the checker will test\"",

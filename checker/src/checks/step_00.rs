@@ -1,6 +1,6 @@
 //! Step 0: the single-GPU program, with the distributed module imported.
-use super::{epoch_lines, id, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{epoch_lines, id, Check, CheckResult, Finding, Needs, Verdict};
+use crate::observe::{BuildFailure, Observation};
 
 pub const CHECKS: &[Check] = &[
     Check {
@@ -20,6 +20,24 @@ pub const CHECKS: &[Check] = &[
         judge: trains,
     },
 ];
+
+/// The `builds` check: a crate that does not build leaves nothing else to judge, so it
+/// is reported alone, as step 0's failure, and is not in the registry.
+pub fn build_failed(package: &str, failure: &BuildFailure) -> CheckResult {
+    let (observed, expected, hint) = match failure {
+        BuildFailure::Errors(errors) => (
+            format!("cargo build -p {package} failed:\n{errors}"),
+            "the crate compiles",
+            "fix the first compiler error first; later ones often follow from it",
+        ),
+        BuildFailure::NoCargo(why) => (
+            format!("could not run cargo: {why}"),
+            "cargo on PATH",
+            "run the checker from the repository, where `cargo build` works",
+        ),
+    };
+    CheckResult { id: id::BUILDS, step: 0, verdict: Verdict::Fail, observed, expected: expected.into(), hint }
+}
 
 fn imports_dist(obs: &Observation) -> Option<Finding> {
     let import = regex::Regex::new(r"(?m)^\s*use\s+tch_distributed\s+as\s+dist\s*;").unwrap();

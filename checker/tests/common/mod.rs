@@ -57,13 +57,13 @@ pub fn checker_with(args: &[&str], paths: &[&Path]) -> Verdict {
 
 /// The checker, writing the observation it judges to `file` (the judges' fixtures).
 pub fn checker_recording(args: &[&str], paths: &[&Path], file: &Path) -> Verdict {
-    checker_env(args, paths, &[("DDP_LAB_RECORD_OBSERVATION", file)])
+    checker_env(args, paths, &[(checker::RECORD_OBSERVATION_ENV, file)])
 }
 
 fn checker_env(args: &[&str], paths: &[&Path], env: &[(&str, &Path)]) -> Verdict {
     let progress = std::env::temp_dir().join(format!("checker-test-progress-{}.json", std::process::id()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
-    cmd.current_dir(repo()).args(args).args(paths).env("DDP_LAB_PROGRESS_FILE", &progress);
+    cmd.current_dir(repo()).args(args).args(paths).env(checker::PROGRESS_FILE_ENV, &progress);
     cmd.envs(env.iter().copied());
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
     let out = launcher::output(cmd, None).expect("run the checker");

@@ -8,9 +8,30 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use coursegen::Version;
+use coursegen::{CourseError, Version};
 
-use crate::{check_step, AuxError};
+/// Everything that can go wrong resetting a step. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ResetError {
+    /// Not one of the lab's steps (coursegen knows which there are).
+    #[error(transparent)]
+    NoSuchStep(CourseError),
+    #[error(
+        "cannot work out the starter of step {step}: {source}; check that course/lab is intact \
+         (`git status course/lab`)"
+    )]
+    Course { step: u8, source: CourseError },
+    #[error("cannot {action} {}: {source}; check the permissions and free space there", path.display())]
+    Io { action: &'static str, path: PathBuf, source: io::Error },
+}
+
+impl ResetError {
+    /// Returns a closure that wraps an I/O error with what was being done and where.
+    fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> ResetError {
+        let path = path.into();
+        move |source| ResetError::Io { action, path, source }
+    }
+}
 
 /// Where the backups go, relative to the repository root.
 pub const BACKUP_DIR: &str = ".checker/backups";
@@ -34,18 +55,17 @@ pub fn reset(
     repo_root: &Path,
     step: u8,
     confirm: &mut dyn FnMut(&str) -> bool,
-) -> Result<ResetOutcome, AuxError> {
-    let step = check_step(step)?;
-    let version = Version::Starter(step);
+) -> Result<ResetOutcome, ResetError> {
+    let version = Version::Starter(step).validate().map_err(ResetError::NoSuchStep)?;
     let starter =
-        coursegen::crate_files(repo_root, version).map_err(|source| AuxError::Course { step, source })?;
+        coursegen::crate_files(repo_root, version).map_err(|source| ResetError::Course { step, source })?;
     let mut differing = Vec::new();
     for (rel, content) in starter {
         let path = repo_root.join(&rel);
         match fs::read(&path) {
             Ok(found) if found == content.as_bytes() => {}
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(AuxError::Io { action: "read", path, source: e })
+                return Err(ResetError::Io { action: "read", path, source: e })
             }
             _ => differing.push((rel, content)),
         }
@@ -90,8 +110,8 @@ fn unix_seconds() -> u64 {
 /// Creates and returns a fresh `<parent>/<base>-<seconds>` directory, or `...-<seconds>-k`
 /// with the first free k. `create_dir` fails on an existing directory, so claiming a
 /// name is atomic and an earlier backup is never overwritten, even by a concurrent reset.
-fn claim_backup_dir(parent: &Path, base: &str, seconds: u64) -> Result<PathBuf, AuxError> {
-    fs::create_dir_all(parent).map_err(AuxError::io("create the backup directory", parent))?;
+fn claim_backup_dir(parent: &Path, base: &str, seconds: u64) -> Result<PathBuf, ResetError> {
+    fs::create_dir_all(parent).map_err(ResetError::io("create the backup directory", parent))?;
     for k in 0u32.. {
         let name = if k == 0 { format!("{base}-{seconds}") } else { format!("{base}-{seconds}-{k}") };
         let dir = parent.join(name);
@@ -99,7 +119,7 @@ fn claim_backup_dir(parent: &Path, base: &str, seconds: u64) -> Result<PathBuf, 
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(AuxError::Io { action: "create the backup directory", path: dir, source: e })
+                return Err(ResetError::Io { action: "create the backup directory", path: dir, source: e })
             }
         }
     }
@@ -108,23 +128,23 @@ fn claim_backup_dir(parent: &Path, base: &str, seconds: u64) -> Result<PathBuf, 
 
 /// Copies the contents of `from` into the existing directory `to`; at the top level,
 /// `target/` is skipped (build output: large, and rebuilt anyway).
-fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<(), AuxError> {
-    let entries = fs::read_dir(from).map_err(AuxError::io("list", from))?;
+fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<(), ResetError> {
+    let entries = fs::read_dir(from).map_err(ResetError::io("list", from))?;
     for entry in entries {
-        let entry = entry.map_err(AuxError::io("list", from))?;
+        let entry = entry.map_err(ResetError::io("list", from))?;
         let src = entry.path();
         let dst = to.join(entry.file_name());
-        let kind = entry.file_type().map_err(AuxError::io("inspect", &src))?;
+        let kind = entry.file_type().map_err(ResetError::io("inspect", &src))?;
         if kind.is_dir() {
             if top && entry.file_name() == "target" {
                 continue;
             }
-            fs::create_dir(&dst).map_err(AuxError::io("create", &dst))?;
+            fs::create_dir(&dst).map_err(ResetError::io("create", &dst))?;
             copy_tree(&src, &dst, false)?;
         } else if kind.is_symlink() {
             copy_symlink(&src, &dst)?;
         } else {
-            fs::copy(&src, &dst).map_err(AuxError::io("back up", &src))?;
+            fs::copy(&src, &dst).map_err(ResetError::io("back up", &src))?;
         }
     }
     Ok(())
@@ -132,22 +152,22 @@ fn copy_tree(from: &Path, to: &Path, top: bool) -> Result<(), AuxError> {
 
 /// A link is copied as a link: following it could copy a whole tree, or loop.
 #[cfg(unix)]
-fn copy_symlink(src: &Path, dst: &Path) -> Result<(), AuxError> {
-    let target = fs::read_link(src).map_err(AuxError::io("read the link", src))?;
-    std::os::unix::fs::symlink(target, dst).map_err(AuxError::io("create the link", dst))
+fn copy_symlink(src: &Path, dst: &Path) -> Result<(), ResetError> {
+    let target = fs::read_link(src).map_err(ResetError::io("read the link", src))?;
+    std::os::unix::fs::symlink(target, dst).map_err(ResetError::io("create the link", dst))
 }
 
 #[cfg(not(unix))]
-fn copy_symlink(src: &Path, dst: &Path) -> Result<(), AuxError> {
-    fs::copy(src, dst).map(drop).map_err(AuxError::io("back up", src))
+fn copy_symlink(src: &Path, dst: &Path) -> Result<(), ResetError> {
+    fs::copy(src, dst).map(drop).map_err(ResetError::io("back up", src))
 }
 
 /// Writes `content` over `path` atomically, so an interrupted reset leaves each file
 /// either as it was or fully restored.
-fn write_atomically(path: &Path, content: &[u8]) -> Result<(), AuxError> {
+fn write_atomically(path: &Path, content: &[u8]) -> Result<(), ResetError> {
     let dir = path.parent().expect("starter files lie in a crate directory");
-    fs::create_dir_all(dir).map_err(AuxError::io("create", dir))?;
-    atomic_file::write_atomically(path, content).map_err(AuxError::io("write", path))
+    fs::create_dir_all(dir).map_err(ResetError::io("create", dir))?;
+    atomic_file::write_atomically(path, content).map_err(ResetError::io("write", path))
 }
 
 #[cfg(test)]
@@ -156,7 +176,7 @@ mod tests {
 
     #[test]
     fn backup_names_never_collide() {
-        let parent = std::env::temp_dir().join(format!("checker-aux-claim-{}", std::process::id()));
+        let parent = std::env::temp_dir().join(format!("step-reset-claim-{}", std::process::id()));
         let _ = fs::remove_dir_all(&parent);
         let a = claim_backup_dir(&parent, "step_03", 42).unwrap();
         let b = claim_backup_dir(&parent, "step_03", 42).unwrap();

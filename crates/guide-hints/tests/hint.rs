@@ -1,7 +1,13 @@
-mod common;
+use std::path::{Path, PathBuf};
 
-use checker_aux::{book_location, book_page, check_hint_for, hint, AuxError, BOOK_DIR};
-use common::{repo_root, Scratch};
+use coursegen::CourseError;
+use guide_hints::{book_location, book_page, check_hint_for, hint, HintError, BOOK_DIR};
+use tempfile::tempdir;
+
+/// The repository this crate lives in.
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in crates/")
+}
 
 #[test]
 fn every_step_of_the_real_guide_has_a_hint() {
@@ -18,7 +24,7 @@ fn every_step_of_the_real_guide_has_a_hint() {
 
 #[test]
 fn hint_quotes_the_sections_trimmed() {
-    let root = Scratch::new("hint");
+    let root = tempdir().unwrap();
     let steps = root.path().join("lab-guide/src/steps");
     std::fs::create_dir_all(&steps).unwrap();
     let page = "# Step 2\n\n## What to change\n\n\nEdit `main`.\n\n## Why\n\nBecause.\n\n\
@@ -33,27 +39,27 @@ fn hint_quotes_the_sections_trimmed() {
 
 #[test]
 fn hint_errors_name_the_problem() {
-    let root = Scratch::new("hint-errors");
+    let root = tempdir().unwrap();
     let err = hint(root.path(), 12).unwrap_err();
-    assert!(matches!(err, AuxError::NoSuchStep { step: 12 }));
+    assert!(matches!(err, HintError::NoSuchStep(CourseError::NoSuchStep { step: 12 })));
     assert!(err.to_string().contains("0 to 11"), "{err}");
 
     let err = hint(root.path(), 4).unwrap_err();
-    assert!(matches!(err, AuxError::GuideMissing { .. }), "{err:?}");
+    assert!(matches!(err, HintError::GuideMissing { .. }), "{err:?}");
     assert!(err.to_string().contains("lab-guide/src/steps/step-04.md"), "{err}");
 
     let steps = root.path().join("lab-guide/src/steps");
     std::fs::create_dir_all(&steps).unwrap();
     std::fs::write(steps.join("step-04.md"), "## What to change\n\nThis.\n").unwrap();
     let err = hint(root.path(), 4).unwrap_err();
-    assert!(matches!(err, AuxError::SectionMissing { section: "## Common mistakes", .. }), "{err:?}");
+    assert!(matches!(err, HintError::SectionMissing { section: "## Common mistakes", .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("step-04.md") && message.contains("Common mistakes"), "{message}");
 }
 
 #[test]
 fn check_hints_come_from_the_bullet_naming_the_check() {
-    let root = Scratch::new("check-hint");
+    let root = tempdir().unwrap();
     let steps = root.path().join("lab-guide/src/steps");
     std::fs::create_dir_all(&steps).unwrap();
     let page = "## What to change\n\nSee `sampler-order` below.\n\n## What the checker will test\n\n\
@@ -83,7 +89,7 @@ fn the_real_guide_has_no_check_ids_yet_and_that_is_fine() {
 
 #[test]
 fn a_failed_check_points_into_the_built_book() {
-    let root = Scratch::new("book-location");
+    let root = tempdir().unwrap();
     assert_eq!(book_page(7), "target/book/steps/step-07.html#what-the-checker-will-test");
     assert_eq!(
         book_location(root.path(), 7),
@@ -111,7 +117,7 @@ fn the_built_book_has_every_page_a_report_points_at() {
         eprintln!("SKIPPED: no book built in {} (bash scripts/book.sh build)", book.display());
         return;
     }
-    for step in 0..checker_aux::STEPS {
+    for step in 0..coursegen::STEPS.len() as u8 {
         let link = book_page(step);
         let (file, id) = link.split_once('#').unwrap();
         let html = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));

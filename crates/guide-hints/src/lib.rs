@@ -2,7 +2,32 @@
 //! checker quotes it rather than keeping a second copy that could drift.
 use std::path::{Path, PathBuf};
 
-use crate::{check_step, AuxError};
+use coursegen::{CourseError, Version};
+
+/// Everything that can go wrong quoting the guide. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum HintError {
+    /// Not one of the lab's steps (coursegen knows which there are).
+    #[error(transparent)]
+    NoSuchStep(CourseError),
+    #[error(
+        "cannot read the lab guide page {} ({source}); run the checker from the repository root, \
+         or restore the page with `git checkout -- {}`",
+        path.display(), path.display()
+    )]
+    GuideMissing { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{} has no section \"{section}\"; restore the page with `git checkout -- {}`, \
+         or read it directly",
+        path.display(), path.display()
+    )]
+    SectionMissing { path: PathBuf, section: &'static str },
+}
+
+/// `step` itself, or [`HintError::NoSuchStep`] if the lab has no such step.
+fn lab_step(step: u8) -> Result<u8, HintError> {
+    Version::Starter(step).validate().map(Version::step).map_err(HintError::NoSuchStep)
+}
 
 const WHAT_TO_CHANGE: &str = "## What to change";
 const COMMON_MISTAKES: &str = "## Common mistakes";
@@ -52,14 +77,14 @@ fn heading_id(heading: &str) -> String {
 
 /// The help for a student stuck on `step`: the sections "What to change" and "Common
 /// mistakes" of its guide page (headings kept), then a line pointing at the full page.
-pub fn hint(repo_root: &Path, step: u8) -> Result<String, AuxError> {
-    let step = check_step(step)?;
+pub fn hint(repo_root: &Path, step: u8) -> Result<String, HintError> {
+    let step = lab_step(step)?;
     let rel = guide_page(step);
     let page = read_page(repo_root, &rel)?;
     let mut out = String::new();
     for heading in [WHAT_TO_CHANGE, COMMON_MISTAKES] {
         let body = section(&page, heading)
-            .ok_or_else(|| AuxError::SectionMissing { path: rel.clone(), section: heading })?;
+            .ok_or_else(|| HintError::SectionMissing { path: rel.clone(), section: heading })?;
         out.push_str(heading);
         out.push_str("\n\n");
         out.push_str(body.trim());
@@ -74,14 +99,14 @@ pub fn hint(repo_root: &Path, step: u8) -> Result<String, AuxError> {
 /// lines joined into one. `None` when the page, the section or such a bullet is missing:
 /// the caller then simply shows no extra help.
 pub fn check_hint_for(repo_root: &Path, step: u8, check_id: &str) -> Option<String> {
-    let page = std::fs::read_to_string(repo_root.join(guide_page(check_step(step).ok()?))).ok()?;
+    let page = std::fs::read_to_string(repo_root.join(guide_page(lab_step(step).ok()?))).ok()?;
     let needle = format!("`{check_id}`");
     bullets(section(&page, CHECKER_WILL_TEST)?).into_iter().find(|b| b.contains(&needle))
 }
 
-fn read_page(repo_root: &Path, rel: &Path) -> Result<String, AuxError> {
+fn read_page(repo_root: &Path, rel: &Path) -> Result<String, HintError> {
     std::fs::read_to_string(repo_root.join(rel))
-        .map_err(|source| AuxError::GuideMissing { path: rel.to_path_buf(), source })
+        .map_err(|source| HintError::GuideMissing { path: rel.to_path_buf(), source })
 }
 
 /// The text under `heading` up to the next heading of the same or a higher level,

@@ -1,11 +1,9 @@
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use checker_aux::Mirror;
-use common::Scratch;
+use fashion_mirror::Mirror;
+use tempfile::tempdir;
 
 /// Sends one raw request and returns (status code, body).
 fn request(mirror: &Mirror, method: &str, target: &str) -> (u16, Vec<u8>) {
@@ -36,8 +34,8 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 
 #[test]
 fn labkit_downloads_each_file_once_from_the_mirror() {
-    let served = Scratch::new("served");
-    let target = Scratch::new("target");
+    let served = tempdir().unwrap();
+    let target = tempdir().unwrap();
     let options = labkit::GenerateOptions { train: 500, test: 100, seed: 3 };
     let manifest = labkit::generate(served.path(), &options).unwrap();
     let mirror = Mirror::serve(served.path()).unwrap();
@@ -67,7 +65,7 @@ fn labkit_downloads_each_file_once_from_the_mirror() {
 
 #[test]
 fn serves_concurrent_clients_and_counts_each() {
-    let dir = Scratch::new("concurrent");
+    let dir = tempdir().unwrap();
     let content: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(dir.path().join("big.bin"), &content).unwrap();
     let mirror = Mirror::serve(dir.path()).unwrap();
@@ -84,7 +82,7 @@ fn serves_concurrent_clients_and_counts_each() {
 
 #[test]
 fn only_files_of_the_directory_are_served_and_only_full_gets_count() {
-    let dir = Scratch::new("errors");
+    let dir = tempdir().unwrap();
     std::fs::create_dir(dir.path().join("sub")).unwrap();
     std::fs::write(dir.path().join("sub/inner.txt"), "inner").unwrap();
     std::fs::write(dir.path().join("a.txt"), "hello").unwrap();
@@ -108,7 +106,7 @@ fn only_files_of_the_directory_are_served_and_only_full_gets_count() {
 
 #[test]
 fn serving_a_missing_directory_fails_and_drop_frees_the_port() {
-    let dir = Scratch::new("missing");
+    let dir = tempdir().unwrap();
     let err = Mirror::serve(&dir.path().join("nope")).err().expect("no such directory");
     assert!(err.to_string().contains("is not a directory"), "{err}");
 

@@ -1,15 +1,18 @@
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use checker_aux::{reset, AuxError, ResetOutcome};
-use common::{repo_root, Scratch};
-use coursegen::Version;
+use coursegen::{CourseError, Version};
+use step_reset::{reset, ResetError, ResetOutcome};
+use tempfile::TempDir;
+
+/// The repository this crate lives in.
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in crates/")
+}
 
 /// A repository root holding just what rendering the starters needs, plus `steps/step_03`.
-fn minimal_repo(name: &str) -> Scratch {
-    let scratch = Scratch::new(name);
+fn minimal_repo() -> TempDir {
+    let scratch = tempfile::tempdir().unwrap();
     let root = scratch.path();
     fs::create_dir_all(root.join("course/lab")).unwrap();
     for entry in fs::read_dir(repo_root().join("course/lab")).unwrap() {
@@ -39,7 +42,7 @@ fn tamper(root: &Path) -> String {
 
 #[test]
 fn declined_changes_nothing() {
-    let repo = minimal_repo("reset-declined");
+    let repo = minimal_repo();
     let root = repo.path();
     let edited = tamper(root);
     let mut questions = Vec::new();
@@ -62,7 +65,7 @@ fn declined_changes_nothing() {
 
 #[test]
 fn accepted_restores_the_starter_and_keeps_a_backup() {
-    let repo = minimal_repo("reset-accepted");
+    let repo = minimal_repo();
     let root = repo.path();
     let edited = tamper(root);
     let outcome = reset(root, 3, &mut |_| true).unwrap();
@@ -94,7 +97,7 @@ fn accepted_restores_the_starter_and_keeps_a_backup() {
 
 #[test]
 fn a_pristine_crate_asks_nothing() {
-    let repo = minimal_repo("reset-pristine");
+    let repo = minimal_repo();
     let outcome = reset(repo.path(), 3, &mut |q| panic!("asked {q:?}")).unwrap();
     assert_eq!(outcome, ResetOutcome::AlreadyPristine);
     assert!(!repo.path().join(".checker").exists());
@@ -102,7 +105,7 @@ fn a_pristine_crate_asks_nothing() {
 
 #[test]
 fn a_deleted_file_is_restored() {
-    let repo = minimal_repo("reset-deleted");
+    let repo = minimal_repo();
     let root = repo.path();
     fs::remove_file(root.join("steps/step_03/build.rs")).unwrap();
     let outcome = reset(root, 3, &mut |_| true).unwrap();
@@ -113,11 +116,11 @@ fn a_deleted_file_is_restored() {
 
 #[test]
 fn bad_steps_and_a_broken_course_are_errors() {
-    let repo = minimal_repo("reset-errors");
+    let repo = minimal_repo();
     let err = reset(repo.path(), 12, &mut |_| true).unwrap_err();
-    assert!(matches!(err, AuxError::NoSuchStep { step: 12 }), "{err:?}");
+    assert!(matches!(err, ResetError::NoSuchStep(CourseError::NoSuchStep { step: 12 })), "{err:?}");
     fs::remove_file(repo.path().join("course/lab/main.rs")).unwrap();
     let err = reset(repo.path(), 3, &mut |_| true).unwrap_err();
-    assert!(matches!(err, AuxError::Course { step: 3, .. }), "{err:?}");
+    assert!(matches!(err, ResetError::Course { step: 3, .. }), "{err:?}");
     assert!(err.to_string().contains("course/lab"), "{err}");
 }

@@ -1,0 +1,213 @@
+//! The command line: its subcommands and options (clap), and reading what they name
+//! (`step N`, `all`, the repository).
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, Subcommand};
+
+use crate::{sandbox, Failure};
+
+/// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
+/// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
+/// what the ranks really did: their shares of the data, their weights after every
+/// epoch, the reduced throughput, the averaged metrics.
+#[derive(Parser, Debug)]
+// `cargo checker` is how students run it (the workspace alias): usage lines say so.
+#[command(version, about, long_about = None, bin_name = "cargo checker")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Each step: done, failing or not tried (your last `verify`), and a bar of the steps done.
+    List {
+        /// Instead: every check of every step, and what it looks at.
+        #[arg(long)]
+        checks: bool,
+    },
+    /// What to change in a step and the common mistakes, from the lab guide: `cargo checker hint step 7`.
+    Hint {
+        /// `step N` (N from 0 to 11).
+        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+    },
+    /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `cargo checker reset step 7`.
+    Reset {
+        /// `step N` (N from 0 to 11).
+        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+        /// Do not ask (the backup is still made).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Points per step and a JSON report for an autograder: `cargo checker grade --json results.json`.
+    ///
+    /// The report has the shape of exercism's test-runner results (version 3): a status,
+    /// and per check its status, message and captured output. Each step is worth 10
+    /// points, shared by the checks it introduces. Exits 0 whenever the report was made.
+    Grade {
+        /// `step N` or `all` (the default).
+        #[arg(value_name = "step N | all", num_args = 0..=2)]
+        target: Vec<String>,
+        /// Grade the reference solutions (solutions/step_NN) instead of your steps.
+        #[arg(long)]
+        solutions: bool,
+        #[command(flatten)]
+        runs: RunArgs,
+        /// Also write the report here, as JSON (atomically: a temporary file, then a rename).
+        #[arg(long, value_name = "PATH")]
+        json: Option<PathBuf>,
+        /// Grade the src/main.rs of a handed-in crate as one step's program (`grade step 7
+        /// --crate DIR`): only that file is taken, built with the step's own manifest, in
+        /// a sandbox.
+        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        krate: Option<PathBuf>,
+        /// Grade every handed-in crate in DIR (each subdirectory holding src/main.rs) as
+        /// one step's program, one after the other: `grade step 7 --crates handed-in
+        /// --json-dir results` writes results/<name>.json per submission.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json"], requires = "json_dir")]
+        crates: Option<PathBuf>,
+        /// With --crates: where each submission's report goes, as <name>.json.
+        #[arg(long, value_name = "DIR", requires = "crates")]
+        json_dir: Option<PathBuf>,
+    },
+    /// Verify a step (and every earlier step's checks): `cargo checker verify step 7`, or `cargo checker verify all`.
+    Verify {
+        /// `step N` (N from 0 to 11) or `all`.
+        #[arg(value_name = "step N | all", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+        /// Check the reference solutions (solutions/step_NN) instead of your steps.
+        #[arg(long)]
+        solutions: bool,
+        #[command(flatten)]
+        runs: RunArgs,
+        /// Keep the run's files (outputs, trace) and print where they are.
+        #[arg(long)]
+        keep: bool,
+        /// Check the src/main.rs of a crate elsewhere (a copy handed in for grading)
+        /// instead of steps/step_NN; it is built with the step's own manifest.
+        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        krate: Option<PathBuf>,
+    },
+    /// Verify a step, then again each time you save a file of its src/: `cargo checker watch step 7`.
+    ///
+    /// Keep it running in a second terminal while you edit; Ctrl-C stops it. One seed
+    /// serves the whole session, so a check fails or passes because of your edit, not
+    /// because of a new hidden variation.
+    Watch {
+        /// `step N` (N from 0 to 11).
+        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        target: Vec<String>,
+        #[command(flatten)]
+        runs: RunArgs,
+        /// Watch and check the crate in DIR instead of steps/step_NN.
+        #[arg(long = "crate", value_name = "DIR")]
+        krate: Option<PathBuf>,
+        /// Stop after this many verifications (scripts and tests); the exit status is the last one's.
+        #[arg(long, value_name = "N", hide = true)]
+        max_runs: Option<usize>,
+    },
+}
+
+/// How the programs are run: shared by `verify`, `watch` and `grade`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The seed of the hidden variations (default: a new one, printed, so that a run can
+    /// be repeated exactly; `watch` keeps one for its session).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Longest time one run of the program may take, in seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+    /// Build and run the program in a sandbox (bubblewrap: no network beyond its own
+    /// loopback, nothing of yours visible or writable, limits on memory, processes, files
+    /// and output). Always on for `grade` and `--crate`, which run handed-in code.
+    #[arg(long, conflicts_with = "unsandboxed")]
+    sandbox: bool,
+    /// Run handed-in code with all of your rights, no sandbox (where bubblewrap cannot
+    /// work); the report then says "sandbox": "none".
+    #[arg(long)]
+    unsandboxed: bool,
+    /// Memory a sandboxed run may use, all its processes together, in MiB.
+    #[arg(long, value_name = "MiB", default_value_t = 6144, value_parser = clap::value_parser!(u64).range(64..))]
+    memory_limit: u64,
+}
+
+impl RunArgs {
+    pub fn seed(&self) -> u64 {
+        self.seed.unwrap_or_else(new_seed)
+    }
+
+    pub fn limit(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+
+    /// The sandbox the runs go into: required for handed-in code (`untrusted`) unless
+    /// `--unsandboxed`, asked for with `--sandbox`; an error (exit 2) when wanted and
+    /// impossible here.
+    pub fn sandbox(&self, untrusted: bool) -> Result<Option<sandbox::Sandbox>, Failure> {
+        if self.unsandboxed {
+            if untrusted {
+                eprintln!(
+                    "warning: --unsandboxed: the handed-in code runs with all of your rights \
+                     (your files, your network, your environment)"
+                );
+            }
+            return Ok(None);
+        }
+        if !(self.sandbox || untrusted) {
+            return Ok(None);
+        }
+        let limits = sandbox::Limits { memory: self.memory_limit << 20, ..Default::default() };
+        sandbox::Sandbox::probe(limits).map(Some).map_err(|why| Failure::CannotRun(why.to_string()))
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    // The checker runs from the repository (cargo run -p checker), or names it.
+    if let Ok(dir) = std::env::var(checker::ROOT_ENV) {
+        return PathBuf::from(dir);
+    }
+    let mut dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    loop {
+        if dir.join("course/lab/main.rs").is_file() {
+            return dir;
+        }
+        if !dir.pop() {
+            return PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        }
+    }
+}
+
+fn new_seed() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
+}
+
+/// `["step", "7"]` or `["7"]`.
+pub fn one_step(target: &[String]) -> Result<u8, String> {
+    if target.len() == 1 && target[0] == "all" {
+        return Err("name one step: `step N` (N from 0 to 11)".into());
+    }
+    parse_target(target).map(|steps| steps[0])
+}
+
+/// `["step", "7"]`, `["7"]` or `["all"]`.
+pub fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
+    let words: Vec<&str> = target.iter().map(String::as_str).collect();
+    let number = match words.as_slice() {
+        ["all"] => return Ok((0..12).collect()),
+        ["step", n] | [n] => n,
+        _ => {
+            return Err(format!(
+                "`verify {}`: write `verify step N` (N from 0 to 11) or `verify all`",
+                words.join(" ")
+            ))
+        }
+    };
+    match number.parse::<u8>() {
+        Ok(n) if n <= 11 => Ok(vec![n]),
+        _ => Err(format!("there is no step {number}: the steps are 0 to 11")),
+    }
+}
