@@ -55,6 +55,40 @@ fn record_every_case() {
     }
 }
 
+/// The recorded runs are of today's programs: each case's recorded program text is
+/// the crate's `src/main.rs` as it is now (a variant's: its solution with the edit).
+/// A change to the lab's programs (course/lab/main.rs) means re-recording.
+#[test]
+fn every_case_recorded_todays_program() {
+    let read = |path: String| std::fs::read_to_string(common::repo().join(path)).unwrap();
+    let mut programs: Vec<(String, String)> = (0..12u8)
+        .flat_map(|s| {
+            [
+                (format!("solution-{s:02}"), read(format!("solutions/step_{s:02}/src/main.rs"))),
+                (format!("starter-{s:02}"), read(format!("steps/step_{s:02}/src/main.rs"))),
+            ]
+        })
+        .collect();
+    for v in VARIANTS {
+        programs.push((v.case(), read(v.crate_dir().join("src/main.rs").display().to_string())));
+    }
+    let stale: Vec<&str> = programs
+        .iter()
+        .filter(|(case, program)| {
+            let file = fixtures().join(case).join("observation.json");
+            let recorded: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            recorded["source"].as_str() != Some(program.as_str())
+        })
+        .map(|(case, _)| case.as_str())
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "recorded of another program than today's: {stale:?}; re-record them: \
+         cargo test -p checker --test record_fixtures -- --ignored"
+    );
+}
+
 /// Each variant's edit still applies to its solution (the recorded run was of that
 /// edit), and every case has both its files.
 #[test]
