@@ -49,17 +49,18 @@ fn a_missing_crate_is_a_usage_error() {
         .assert()
         .code(2)
         .stderr(contains("--crate /nonexistent/crate: no such directory"));
-    let empty = std::env::temp_dir().join(format!("checker-empty-crate-{}", std::process::id()));
-    std::fs::create_dir_all(&empty).unwrap();
+    // Removed when the test ends, passed or not.
+    let scratch = tempfile::tempdir().unwrap();
+    let empty = scratch.path();
     cmd()
         .args(["verify", "step", "3", "--crate"])
-        .arg(&empty)
+        .arg(empty)
         .assert()
         .code(2)
         .stderr(contains("the directory must hold the step's src/main.rs"));
     cmd()
         .args(["verify", "all", "--crate"])
-        .arg(&empty)
+        .arg(empty)
         .assert()
         .code(2)
         .stderr(contains("--crate checks one step"));
@@ -183,7 +184,8 @@ fn grade_crates_writes_one_report_per_submission() {
 
 #[test]
 fn grade_writes_an_exercism_style_report() {
-    let json = std::env::temp_dir().join(format!("checker-grade-{}.json", std::process::id()));
+    let scratch = tempfile::tempdir().unwrap();
+    let json = scratch.path().join("grade.json");
     let sandboxed = sandbox_works();
     let how = if sandboxed { "--sandbox" } else { "--unsandboxed" };
     let v = checker_with(&["grade", "step", "0", "--solutions", "--seed", "5", how, "--json"], &[&json]);
@@ -214,7 +216,6 @@ fn grade_writes_an_exercism_style_report() {
     assert_eq!(report["status"], "fail");
     assert_eq!(report["points"], 0.0);
     assert!(report["tests"][0]["message"].as_str().unwrap().contains("hint:"));
-    let _ = std::fs::remove_file(json);
 }
 
 #[test]

@@ -28,8 +28,8 @@ fn verify(step: u8, solutions: bool) -> Verdict {
         }
     }
     // Keep the starters' verdicts out of the repository's own progress file.
-    let progress =
-        std::env::temp_dir().join(format!("checker-honesty-progress-{}-{step}.json", std::process::id()));
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let progress = scratch.path().join("progress.json");
     cmd.env(checker::PROGRESS_FILE_ENV, &progress);
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
     let out = launcher::output(cmd, None).expect("run the checker");
