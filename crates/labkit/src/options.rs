@@ -250,7 +250,7 @@ impl RunOptions {
     /// `train` and `test` take them from) and to `print_summary(&args.run, …)`.
     pub fn apply(&self) {
         // A spawned rank that finds bad input exits with 2, and so does the run.
-        tch_distributed::set_worker_exit_code(|e| i32::from(crate::lab::exit_code(e)));
+        tch_distributed::set_worker_exit_code(|e| i32::from(crate::exit::exit_code(e)));
         // DDP_LAB_TIMELINE: on before the program makes its process group and DDP model.
         crate::timeline::start_if_asked();
         if let Some(n) = self.threads {
