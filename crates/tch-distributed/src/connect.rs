@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::{DistError, Result};
 use crate::group::{next_group_number, Backend, GroupOptions, ProcessGroup};
+use crate::launch::restart_attempt;
 use crate::rendezvous::Rendezvous;
 use crate::store::{Store, TcpStoreOptions};
 
@@ -43,8 +44,7 @@ pub(crate) fn connect_with_store(
     // rank could read the previous attempt's Gloo addresses (refused connections); each
     // restart gets keys of its own. Python ranks only meet Rust ranks on the first
     // attempt.
-    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
-    let prefix = match attempt.trim() {
+    let prefix = match restart_attempt().as_str() {
         "" | "0" => DEFAULT_PG_PREFIX.to_string(),
         n => format!("tchd/attempt{n}/{DEFAULT_PG_PREFIX}"),
     };
@@ -82,8 +82,7 @@ const DEFAULT_PG_PREFIX: &str = "default_pg";
 /// (compare-and-set, so no rank waits for another: a Python rank in the job never
 /// writes this key); every later rank compares its own with it.
 fn check_same_world_size(store: &Store, rdzv: &Rendezvous) -> Result<()> {
-    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
-    let key = format!("tchd/world_size/{}", attempt.trim());
+    let key = format!("tchd/world_size/{}", restart_attempt());
     let mine = format!("{} {}", rdzv.world_size, rdzv.rank);
     let first = store.compare_set(&key, b"", mine.as_bytes())?;
     let first = String::from_utf8_lossy(&first).to_string();

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use crate::error::{DistError, Result};
 use crate::group::validate_rank;
-use crate::launch::{MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
+use crate::launch::{agent_hosts_store, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
 
 /// Where the ranks meet (PyTorch's `init_method`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +123,7 @@ impl Rendezvous {
             }
         };
         validate_rank(rank, world_size)?;
-        let agent_store = std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| v == "True");
+        let agent_store = agent_hosts_store();
         Ok(Rendezvous { host, port, world_size, rank, agent_store })
     }
 
