@@ -32,7 +32,7 @@ use tch::{Device, Tensor};
 use thiserror::Error;
 
 use crate::data::fsutil;
-use crate::error::Result;
+use crate::error::{Failure, Result};
 use crate::report::EarlyStopping;
 use crate::{probes, run, trace};
 
@@ -115,9 +115,11 @@ impl CheckpointError {
     fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         CheckpointError::Io { action, path: path.to_path_buf(), source }
     }
+}
 
+impl Failure for CheckpointError {
     /// 2 for a checkpoint that cannot be used (bad input), 1 for I/O failures.
-    pub fn exit_code(&self) -> i32 {
+    fn exit_code(&self) -> u8 {
         match self {
             CheckpointError::Invalid { .. } => 2,
             _ => 1,

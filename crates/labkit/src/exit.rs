@@ -8,7 +8,7 @@ use tch_distributed as dist;
 
 use crate::checkpoint::CheckpointError;
 use crate::data::DataError;
-use crate::error::BoxError;
+use crate::error::{BoxError, Failure};
 use crate::timeline;
 
 /// Ends `main`: prints the error, if any, and turns it into the exit code: 2 for bad
@@ -38,18 +38,72 @@ pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode
 /// that names the missing ranks (see [`dist::diagnostics::unresponsive_ranks`]).
 const ROLL_CALL_WAIT: Duration = Duration::from_secs(2);
 
-/// 2 for bad input, 1 for everything else.
+/// The exit code `e` ends a program with: what its type states ([`Failure`]), 2 for
+/// bad input, 1 for everything else; 1 for an error of no lab type.
 pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
-    if let Some(data) = e.downcast_ref::<DataError>() {
-        return data.exit_code() as u8;
+    failure(e).map_or(1, Failure::exit_code)
+}
+
+/// `e` as the lab's error type it is, if any. Stable Rust cannot ask a `dyn Error`
+/// whether its type implements a trait, only whether it is a given type: so each error
+/// type of labkit and tch-distributed is named once, here, and states its code where it
+/// is defined.
+fn failure<'e>(e: &'e (dyn Error + 'static)) -> Option<&'e dyn Failure> {
+    fn as_a<'e, F: Failure>(e: &'e (dyn Error + 'static)) -> Option<&'e dyn Failure> {
+        e.downcast_ref::<F>().map(|f| f as &dyn Failure)
     }
-    if let Some(c) = e.downcast_ref::<CheckpointError>() {
-        return c.exit_code() as u8;
+    type AsFailure = for<'a> fn(&'a (dyn Error + 'static)) -> Option<&'a dyn Failure>;
+    const LAB_ERRORS: [AsFailure; 3] = [as_a::<DataError>, as_a::<CheckpointError>, as_a::<dist::DistError>];
+    LAB_ERRORS.iter().find_map(|as_failure| as_failure(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    fn code(e: impl Into<BoxError>) -> u8 {
+        // As `finish` sees it: boxed.
+        let e: BoxError = e.into();
+        exit_code(e.as_ref())
     }
-    if let Some(d) = e.downcast_ref::<dist::DistError>() {
-        if d.kind() == dist::ErrorKind::InvalidArgument {
-            return 2;
+
+    #[test]
+    fn bad_data_or_options_exit_with_2_and_failed_downloads_with_1() {
+        assert_eq!(code(DataError::InvalidOption("--data-kind x".into())), 2);
+        let gone =
+            DataError::AllMirrorsFailed { file: "train-images-idx3-ubyte.gz".into(), failures: Vec::new() };
+        assert_eq!(code(gone), 1);
+    }
+
+    #[test]
+    fn unusable_checkpoints_exit_with_2_and_unwritable_ones_with_1() {
+        let invalid = CheckpointError::Invalid {
+            path: PathBuf::from("ckpt/checkpoint.json"),
+            dir: PathBuf::from("ckpt"),
+            reason: "the width differs".into(),
+        };
+        assert_eq!(code(invalid), 2);
+        let io = CheckpointError::Io {
+            action: "create",
+            path: PathBuf::from("ckpt"),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(code(io), 1);
+    }
+
+    #[test]
+    fn refused_arguments_exit_with_2_and_communication_failures_with_1() {
+        assert_eq!(code(dist::DistError::new(dist::ErrorKind::InvalidArgument, "rank 2 of 2")), 2);
+        for kind in [dist::ErrorKind::Timeout, dist::ErrorKind::Network, dist::ErrorKind::RankFailed] {
+            assert_eq!(code(dist::DistError::new(kind, "a rank is gone")), 1, "{kind:?}");
         }
     }
-    1
+
+    #[test]
+    fn errors_of_no_lab_type_exit_with_1() {
+        assert_eq!(code("a message"), 1);
+        assert_eq!(code(std::io::Error::from(std::io::ErrorKind::NotFound)), 1);
+    }
 }

@@ -36,7 +36,7 @@ pub use data::{
     DatasetReady, DownloadOptions, EpochBatches, FashionMnist, GenerateOptions, Manifest, Split,
 };
 pub use dataset::{load_dataset, prepare_dataset};
-pub use error::{BoxError, Result};
+pub use error::{BoxError, Failure, Result};
 pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
