@@ -48,6 +48,26 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
 /// backward pass also averages the gradients over all ranks.
 ///
 /// Shows a progress bar on rank 0 when standard error is a terminal.
+///
+/// ```
+/// use labkit::data::Split;
+/// use labkit::{DataLoader, LoaderOptions, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
+/// use tch::nn::{self, OptimizerConfig};
+///
+/// // 20 blank images of class 3, in batches of 8.
+/// let data = Split::from_raw(&vec![0u8; 20 * 784], &[3u8; 20]);
+/// let vs = nn::VarStore::new(tch::Device::Cpu);
+/// let model = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
+/// let mut optimizer = nn::Sgd::default().build(&vs, 0.1)?;
+/// let options = LoaderOptions { batch_size: 8, ..Default::default() };
+/// let mut train_loader = DataLoader::new(&data, RandomSampler::new(data.len()), options);
+/// labkit::train(&model, &mut optimizer, &mut train_loader)?;
+///
+/// let mut test_loader = DataLoader::new(&data, SequentialSampler::new(data.len()), options);
+/// let (accuracy, loss) = labkit::test(&model, &mut test_loader)?;
+/// assert!((0.0..=1.0).contains(&accuracy) && loss > 0.0);
+/// # Ok::<(), labkit::BoxError>(())
+/// ```
 pub fn train<M: Model, S: Sampler>(
     model: &M,
     optimizer: &mut nn::Optimizer,
@@ -101,6 +121,22 @@ pub fn train<M: Model, S: Sampler>(
 /// The sums stay on the device and are read once at the end (the lab's Python reads
 /// them per batch, a GPU synchronisation each): the loss sum in float64, adding the
 /// same float32 batch losses in the same order, so the result is the same to the bit.
+///
+/// ```
+/// use labkit::data::Split;
+/// use labkit::{DataLoader, LoaderOptions, Norm, SequentialSampler, WideResNet, Widths};
+///
+/// // 10 blank images of class 0: accuracy is what the untrained model makes of them.
+/// let data = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
+/// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+/// let model = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
+/// let options = LoaderOptions { batch_size: 4, ..Default::default() };
+/// let mut loader = DataLoader::new(&data, SequentialSampler::new(data.len()), options);
+/// let (accuracy, loss) = labkit::test(&model, &mut loader)?;
+/// assert!(accuracy == 0.0 || accuracy == 1.0); // the same answer for identical images
+/// assert!(loss.is_finite());
+/// # Ok::<(), labkit::BoxError>(())
+/// ```
 pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> Result<(f64, f64)> {
     let indices = loader.sampler.epoch_indices();
     let device = loader.device;
@@ -177,6 +213,7 @@ fn progress_bar(batches: u64, epoch: usize) -> ProgressBar {
 mod tests {
     use super::*;
     use crate::data::{Split, HOST_INDEX_TENSORS};
+    use crate::loader::LoaderOptions;
     use tch::nn::{Module, OptimizerConfig};
     use tch::Device;
 
@@ -224,7 +261,8 @@ mod tests {
         reference_vs.copy(&vs).unwrap();
         let mut optimizer = nn::Sgd::default().build(&vs, 0.05).unwrap();
         let mut reference_optimizer = nn::Sgd::default().build(&reference_vs, 0.05).unwrap();
-        let mut loader = DataLoader::new(&data, 5, sampler(), Device::Cpu);
+        let mut loader =
+            DataLoader::new(&data, sampler(), LoaderOptions { batch_size: 5, device: Device::Cpu });
 
         for epoch in 0..2 {
             loader.sampler.set_epoch(epoch);
@@ -253,7 +291,8 @@ mod tests {
         let data = split(50);
         let vs = nn::VarStore::new(Device::Cpu);
         let model = linear(&vs);
-        let mut loader = DataLoader::new(&data, 5, sampler(), Device::Cpu);
+        let mut loader =
+            DataLoader::new(&data, sampler(), LoaderOptions { batch_size: 5, device: Device::Cpu });
 
         let before = host_index_tensors();
         let (accuracy, loss) = test(&model, &mut loader).unwrap();

@@ -29,7 +29,9 @@ pub mod timeline;
 pub mod trace;
 mod widths;
 
-pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start};
+pub use checkpoint::{
+    resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start, TrainingState,
+};
 pub use console::{announce_world, worker_started};
 pub use data::{
     download, ensure_dataset, generate, load_ready, DataError, DatasetAction, DatasetKind, DatasetOptions,
@@ -39,7 +41,7 @@ pub use dataset::{load_dataset, prepare_dataset};
 pub use error::{BoxError, Failure, Result};
 pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
-pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
+pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, ModelSettings, Norm, WideResNet};
 pub use options::{check_gpus, check_node_id, DeviceChoice, RunOptions};
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};

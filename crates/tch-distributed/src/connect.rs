@@ -29,7 +29,7 @@ pub(crate) fn connect_with_store(
         timeout,
     })?;
     check_same_world_size(&store, rdzv)?;
-    let mut opts = GroupOptions { timeout, ..GroupOptions::default() };
+    let mut opts = GroupOptions { backend, timeout, ..GroupOptions::default() };
     if let Ok(iface) = std::env::var("GLOO_SOCKET_IFNAME") {
         opts.gloo_interface = Some(iface);
     } else if rdzv.is_loopback() {
@@ -53,7 +53,6 @@ pub(crate) fn connect_with_store(
         &prefix,
         next_group_number(),
         &[],
-        backend,
         rdzv.rank,
         rdzv.world_size,
         &opts,

@@ -20,12 +20,55 @@ pub(crate) struct World {
 
 pub(crate) static DEFAULT_GROUP: RwLock<Option<World>> = RwLock::new(None);
 
-/// Joins this process to the default group, as `dist.init_process_group` does.
+/// `init_process_group`'s keyword arguments, with PyTorch's defaults: `env://`, the
+/// world size and rank from the environment, a 30-minute timeout.
 ///
-/// * `backend`: [`Backend::Gloo`] for CPU ranks, [`Backend::Nccl`] for GPU ranks;
-/// * `init`: [`Init::Env`] (torchrun, or the lab's MASTER_ADDR/MASTER_PORT) or [`Init::Tcp`];
-/// * `world_size`, `rank`: `None` reads `WORLD_SIZE` / `RANK` from the environment;
-/// * `timeout`: the rendezvous and every collective fail after this instead of hanging.
+/// ```
+/// use tch_distributed::{InitOptions, Init};
+/// let options = InitOptions::default();
+/// assert_eq!(options.init_method, Init::Env);
+/// assert_eq!((options.world_size, options.rank), (None, None));
+/// assert_eq!(options.timeout, tch_distributed::DEFAULT_TIMEOUT);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitOptions {
+    /// Where the ranks meet: [`Init::Env`] (torchrun, or the lab's `MASTER_ADDR` /
+    /// `MASTER_PORT`; PyTorch's default) or [`Init::Tcp`].
+    pub init_method: Init,
+    /// How many ranks the job has; `None` (PyTorch's -1) reads `WORLD_SIZE`.
+    pub world_size: Option<usize>,
+    /// This process's global rank; `None` (PyTorch's -1) reads `RANK`.
+    pub rank: Option<usize>,
+    /// The rendezvous and every collective fail after this instead of hanging.
+    pub timeout: Duration,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        Self { init_method: Init::Env, world_size: None, rank: None, timeout: crate::DEFAULT_TIMEOUT }
+    }
+}
+
+/// Joins this process to the default group, as `dist.init_process_group` does:
+/// `backend` is [`Backend::Gloo`] for CPU ranks, [`Backend::Nccl`] for GPU ranks;
+/// `options` are PyTorch's keyword arguments ([`InitOptions`]).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tch_distributed as dist;
+///
+/// // dist.init_process_group("gloo", init_method="tcp://localhost:9956", world_size=2, rank=0)
+/// dist::init_process_group(
+///     dist::Backend::Gloo,
+///     dist::InitOptions {
+///         init_method: "tcp://localhost:9956".parse()?,
+///         world_size: Some(2),
+///         rank: Some(0),
+///         timeout: Duration::from_secs(60),
+///     },
+/// )?;
+/// # Ok::<(), dist::DistError>(())
+/// ```
 ///
 /// An NCCL group is bound to `cuda:<local rank>` (`LOCAL_RANK`, or the rank [`crate::spawn`]
 /// started), as PyTorch's `device_id=` argument binds it; [`ProcessGroup::new`] with
@@ -33,20 +76,15 @@ pub(crate) static DEFAULT_GROUP: RwLock<Option<World>> = RwLock::new(None);
 ///
 /// Returns once all `world_size` ranks have joined. Bad arguments fail before any
 /// network activity with [`ErrorKind::InvalidArgument`].
-pub fn init_process_group(
-    backend: Backend,
-    init: Init,
-    world_size: Option<usize>,
-    rank: Option<usize>,
-    timeout: Duration,
-) -> Result<()> {
+pub fn init_process_group(backend: Backend, options: InitOptions) -> Result<()> {
+    let InitOptions { init_method, world_size, rank, timeout } = options;
     if is_initialized() {
         return Err(DistError::new(
             ErrorKind::AlreadyInitialized,
             "the default process group is already initialized: call init_process_group once per process (or destroy_process_group first)",
         ));
     }
-    let rdzv = Rendezvous::resolve(&init, world_size, rank)?;
+    let rdzv = Rendezvous::resolve(&init_method, world_size, rank)?;
     let (group, store, opts) = connect_with_store(&rdzv, backend, timeout)?;
     let store = Arc::new(store);
     crate::diagnostics::keep_for_roll_call(store.clone(), rdzv.rank, rdzv.world_size, rdzv.hosts_store());

@@ -13,7 +13,8 @@
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE come from the environment.
-//!     dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, Duration::from_secs(60))?;
+//!     let options = dist::InitOptions { timeout: Duration::from_secs(60), ..Default::default() };
+//!     dist::init_process_group(dist::Backend::Gloo, options)?;
 //!     let (rank, world_size) = (dist::get_rank()?, dist::get_world_size()?);
 //!
 //!     let vs = nn::VarStore::new(Device::Cpu);
@@ -89,7 +90,7 @@ pub use connect::connect;
 pub use ddp::{broadcast_coalesced, DdpOptions, DistributedDataParallel};
 pub use default_group::{
     default_group, destroy_process_group, get_backend, get_rank, get_world_size, init_process_group,
-    is_initialized,
+    is_initialized, InitOptions,
 };
 pub use error::{DistError, ErrorKind, Result};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};

@@ -58,13 +58,13 @@ pub fn new_group(ranks: Option<&[usize]>, backend: Option<Backend>) -> Result<Op
     };
     // As Python's new_group without device_id: the new group is not bound to a GPU.
     opts.device_id = None;
+    opts.backend = backend;
     // Made from the default group: its keys nest under the default group's prefix.
     let group = ProcessGroup::create(
         &store,
         default.store_prefix(),
         id,
         &members,
-        backend,
         rank,
         members.len(),
         &opts,
