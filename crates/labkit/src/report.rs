@@ -180,7 +180,8 @@ impl Summary {
 
     /// The summary of `reports`, after the `restored` epochs of an earlier process.
     /// Images/sec comes from this process's epochs only: the checkpoint does not keep it.
-    pub fn of(
+    /// (Crate-only: programs use [`from_reports`](Self::from_reports).)
+    pub(crate) fn of(
         reports: &[EpochReport],
         restored: &Restored,
         target_accuracy: f64,
