@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use labkit::{DataLoader, RunOptions};
+use labkit::{DataLoader, LoaderOptions, RunOptions};
 use tch::nn::{self, OptimizerConfig};
 //@ step 0
 //@ step 2
@@ -154,10 +154,12 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     let backend = args.run.backend(local_rank);
     dist::init_process_group(
         backend,
-        args.rendezvous.clone(),
-        Some(args.world_size),
-        Some(global_rank),
-        args.run.timeout(),
+        dist::InitOptions {
+            init_method: args.rendezvous.clone(),
+            world_size: Some(args.world_size),
+            rank: Some(global_rank),
+            timeout: args.run.timeout(),
+        },
     )?;
     //@ todo
     //| // TODO Step 4: compute this process's global rank (from the node id, the ranks per
@@ -203,8 +205,9 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     //| let train_sampler = labkit::RandomSampler::new(train_set.len());
     //| let test_sampler = labkit::SequentialSampler::new(test_set.len());
     //@ end
-    let mut train_loader = DataLoader::new(&train_set, args.batch_size, train_sampler, device);
-    let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
+    let loader_options = LoaderOptions { batch_size: args.batch_size, device };
+    let mut train_loader = DataLoader::new(&train_set, train_sampler, loader_options);
+    let mut test_loader = DataLoader::new(&test_set, test_sampler, loader_options);
 
     let vs = nn::VarStore::new(device);
     //@ step 7
@@ -267,8 +270,15 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
         //| // accuracy and loss averaged over all ranks.
         //@ end
 
-        let report =
-            labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
+        let report = labkit::EpochReport {
+            epoch,
+            cumulative_time: total_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss: v_loss,
+            validation_accuracy: v_accuracy,
+        }
+        .record();
         //@ step 4
         if global_rank == 0 {
             report.print();
@@ -280,7 +290,13 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
         //@ end
         let stop = early_stopping.record(v_accuracy);
         // --save-every N: rank 0 snapshots the run every N epochs.
-        labkit::save_checkpoint(&args.run, &vs, epoch, total_time, args.base_lr, &early_stopping)?;
+        let state = labkit::TrainingState {
+            epoch,
+            total_time,
+            learning_rate: args.base_lr,
+            early_stopping: &early_stopping,
+        };
+        labkit::save_checkpoint(&args.run, &vs, state)?;
         if stop {
             break;
         }

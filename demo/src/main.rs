@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use labkit::DeviceChoice;
 use labrun::{
     finished_lab_binary, run_lab, steady_images_per_sec, workspace_root, write_atomically,
-    write_through_temp, Failure, LabSettings,
+    write_through_temp, Failure, LabRun, LabSettings,
 };
 use serde_json::json;
 
@@ -283,7 +283,8 @@ fn measure(plan: &Plan, world_sizes: &[usize], timeout: Duration) -> Result<Vec<
     let mut measured: Vec<(usize, f64, Vec<f64>)> = Vec::new();
     for &ws in world_sizes {
         progress.start(format!("training on {ws} rank{} ({} epochs)", plural(ws), plan.settings.epochs));
-        let out = run_lab(&lab, &[], &plan.settings, ws, timeout).map_err(|e| {
+        let run = LabRun { world_size: ws, timeout, ..Default::default() };
+        let out = run_lab(&lab, &plan.settings, run).map_err(|e| {
             progress.finish();
             Failure::Run(e)
         })?;

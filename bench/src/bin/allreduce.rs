@@ -140,10 +140,7 @@ fn rank_main(args: &Args) -> Res<()> {
     tch::set_num_threads(args.threads as i32);
     dist::init_process_group(
         dist::Backend::Gloo,
-        dist::Init::Env,
-        None,
-        None,
-        Duration::from_secs(args.timeout),
+        dist::InitOptions { timeout: Duration::from_secs(args.timeout), ..Default::default() },
     )?;
     let rank = dist::get_rank()?;
     let world = dist::get_world_size()?;

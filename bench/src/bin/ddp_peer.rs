@@ -93,7 +93,10 @@ fn show_state(what: &str, params: &[(String, Tensor)]) {
 
 fn run(args: &Args, device: Device) -> dist::Result<()> {
     let backend = if device.is_cuda() { dist::Backend::Nccl } else { dist::Backend::Gloo };
-    dist::init_process_group(backend, dist::Init::Env, None, None, Duration::from_secs(args.timeout))?;
+    dist::init_process_group(
+        backend,
+        dist::InitOptions { timeout: Duration::from_secs(args.timeout), ..Default::default() },
+    )?;
     let rank = dist::get_rank()?;
     println!("rust rank {rank} of {} on {device:?}", dist::get_world_size()?);
     tch::set_num_threads(1);

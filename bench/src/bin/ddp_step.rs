@@ -90,7 +90,7 @@ fn main() -> ExitCode {
 fn rank_main(args: &Args) -> Res<()> {
     tch::set_num_threads(args.threads as i32);
     let timeout = Duration::from_secs(args.timeout);
-    dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, timeout)?;
+    dist::init_process_group(dist::Backend::Gloo, dist::InitOptions { timeout, ..Default::default() })?;
     let rank = dist::get_rank()? as i64;
     tch::manual_seed(rank);
     let vs = nn::VarStore::new(Device::Cpu);

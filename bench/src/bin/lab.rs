@@ -30,7 +30,7 @@ use ddp_bench::labbench::{
 };
 use labrun::{
     finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, workspace_root, write_atomically,
-    Failure, LabSettings,
+    Failure, LabRun, LabSettings,
 };
 use serde_json::json;
 
@@ -105,7 +105,8 @@ fn run(a: &Args, gpus: usize) -> Result<(), Failure> {
             for &c in &order {
                 let program = if columns[c] == Column::Rust { &lab } else { &env.python };
                 let prefix = column_prefix(columns[c], &env.script, a.compile.as_deref());
-                let out = run_lab(program, &prefix, &settings, ws, timeout).map_err(Failure::Run)?;
+                let run = LabRun { prefix: &prefix, world_size: ws, timeout };
+                let out = run_lab(program, &settings, run).map_err(Failure::Run)?;
                 let ips = steady_images_per_sec(&out.epochs).unwrap_or(f64::NAN);
                 done += 1;
                 eprintln!(

@@ -239,8 +239,16 @@ struct Param {
 pub fn bucket_layout() -> Result<BucketLayout, String> {
     let port = launcher::free_port().map_err(|e| format!("no free port for the one-rank group: {e}"))?;
     let init = dist::Init::Tcp { host: "127.0.0.1".to_string(), port };
-    dist::init_process_group(dist::Backend::Gloo, init, Some(1), Some(0), Duration::from_secs(60))
-        .map_err(|e| format!("cannot start a one-rank Gloo group: {e}"))?;
+    dist::init_process_group(
+        dist::Backend::Gloo,
+        dist::InitOptions {
+            init_method: init,
+            world_size: Some(1),
+            rank: Some(0),
+            timeout: Duration::from_secs(60),
+        },
+    )
+    .map_err(|e| format!("cannot start a one-rank Gloo group: {e}"))?;
     let widths = labkit::Widths::LAB;
     let vs = nn::VarStore::new(tch::Device::Cpu);
     let model = labkit::WideResNet::new(&vs.root(), widths, labkit::Norm::BatchNorm);

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use labkit::data::{DatasetKind, DatasetOptions, GenerateOptions, Split};
-use labkit::{ensure_dataset, FashionMnist, Norm, WideResNet, Widths};
+use labkit::{ensure_dataset, Failure, FashionMnist, Norm, WideResNet, Widths};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
 
@@ -120,13 +120,13 @@ fn main() {
     })
     .unwrap_or_else(|e| {
         eprintln!("error: {e}");
-        std::process::exit(e.exit_code())
+        std::process::exit(e.exit_code().into())
     });
     println!("{} in {:.2} s", ready.summary(), t0.elapsed().as_secs_f64());
     let t0 = Instant::now();
     let set = FashionMnist::load(&ready.dir).unwrap_or_else(|e| {
         eprintln!("error: {e}");
-        std::process::exit(e.exit_code())
+        std::process::exit(e.exit_code().into())
     });
     println!("loaded (with checksums) in {:.2} s", t0.elapsed().as_secs_f64());
     let (train, test) = (set.train.subset(args.train), set.test.subset(args.test));

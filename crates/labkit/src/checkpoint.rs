@@ -32,7 +32,7 @@ use tch::{Device, Tensor};
 use thiserror::Error;
 
 use crate::data::fsutil;
-use crate::error::Result;
+use crate::error::{Failure, Result};
 use crate::report::EarlyStopping;
 use crate::{probes, run, trace};
 
@@ -115,9 +115,11 @@ impl CheckpointError {
     fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         CheckpointError::Io { action, path: path.to_path_buf(), source }
     }
+}
 
+impl Failure for CheckpointError {
     /// 2 for a checkpoint that cannot be used (bad input), 1 for I/O failures.
-    pub fn exit_code(&self) -> i32 {
+    fn exit_code(&self) -> u8 {
         match self {
             CheckpointError::Invalid { .. } => 2,
             _ => 1,
@@ -315,6 +317,29 @@ pub fn load_weights(dir: &Path, checkpoint: &Checkpoint, vs: &VarStore) -> Resul
 /// `--resume`: loads the last checkpoint of `--checkpoint-dir` into `vs` (on every
 /// rank, onto that rank's device) and `early_stopping`, and says where to start.
 /// Without `--resume`, or without a checkpoint yet, starts at epoch 0.
+///
+/// ```
+/// use labkit::{CheckpointOptions, EarlyStopping, TrainingState};
+/// use tch::nn::{self, VarStore};
+///
+/// let dir = std::env::temp_dir().join(format!("labkit-doc-resume-{}", std::process::id()));
+/// let options = CheckpointOptions { save_every: Some(1), checkpoint_dir: dir.clone(), resume: true };
+/// let vs = VarStore::new(tch::Device::Cpu);
+/// let _layer = nn::linear(vs.root() / "fc", 4, 2, Default::default());
+/// let mut early_stopping = EarlyStopping::new(0.9, 2);
+///
+/// // Nothing saved yet: start at epoch 0.
+/// assert_eq!(labkit::resume(&options, &vs, &mut early_stopping)?.epoch, 0);
+/// early_stopping.record(0.8);
+/// let state =
+///     TrainingState { epoch: 0, total_time: 1.5, learning_rate: 0.1, early_stopping: &early_stopping };
+/// labkit::save_checkpoint(&options, &vs, state)?;
+/// // A restart continues after the saved epoch.
+/// let start = labkit::resume(&options, &vs, &mut EarlyStopping::new(0.9, 2))?;
+/// assert_eq!((start.epoch, start.total_time), (1, 1.5));
+/// # std::fs::remove_dir_all(dir)?;
+/// # Ok::<(), labkit::BoxError>(())
+/// ```
 pub fn resume(
     options: &impl AsRef<CheckpointOptions>,
     vs: &VarStore,
@@ -367,16 +392,26 @@ pub fn resume(
     Ok(start)
 }
 
-/// Rank 0 saves a checkpoint after `epoch` when `--save-every N` divides the number of
-/// epochs done; every other rank, and runs without `--save-every`, do nothing.
-pub fn save(
-    options: &impl AsRef<CheckpointOptions>,
-    vs: &VarStore,
-    epoch: usize,
-    total_time: f64,
-    learning_rate: f64,
-    early_stopping: &EarlyStopping,
-) -> Result<()> {
+/// Where training stands after an epoch: what [`save`] records besides the weights (the
+/// fields of PyTorch's `torch.save({"epoch": ..., ...})` checkpoint dictionary). No
+/// `Default`: every field is the run's own.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainingState<'a> {
+    /// The epoch just finished (0-based).
+    pub epoch: usize,
+    /// Seconds of training so far, this epoch included.
+    pub total_time: f64,
+    /// The optimizer's learning rate (SGD without momentum keeps no other state).
+    pub learning_rate: f64,
+    /// The early stop, whose accuracy history the checkpoint keeps.
+    pub early_stopping: &'a EarlyStopping,
+}
+
+/// Rank 0 saves a checkpoint after `state.epoch` when `--save-every N` divides the
+/// number of epochs done; every other rank, and runs without `--save-every`, do nothing.
+/// See [`resume`] for an example.
+pub fn save(options: &impl AsRef<CheckpointOptions>, vs: &VarStore, state: TrainingState<'_>) -> Result<()> {
+    let TrainingState { epoch, total_time, learning_rate, early_stopping } = state;
     let options = options.as_ref();
     let Some(every) = options.save_every else { return Ok(()) };
     if !(epoch + 1).is_multiple_of(every) || !run::is_rank_zero() {

@@ -1,8 +1,6 @@
-//! The lab's ready-made pieces of the training program: `train` and `test` (which the
-//! lab never changes), loading the data, the messages a run prints, and the exit code.
-use std::error::Error;
+//! The lab's training loop, which the lab never changes: `train` (one epoch) and `test`
+//! (accuracy and loss), for the plain WideResNet and the WideResNet under DDP alike.
 use std::io::IsTerminal;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -11,9 +9,7 @@ use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 use tch_distributed as dist;
 
-use crate::checkpoint::CheckpointError;
-use crate::data::{ensure_dataset, load_ready, DataError, DatasetOptions, DatasetReady, Split};
-use crate::error::{BoxError, Result};
+use crate::error::Result;
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
 use crate::perf::{self, PerfSettings};
@@ -52,6 +48,26 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
 /// backward pass also averages the gradients over all ranks.
 ///
 /// Shows a progress bar on rank 0 when standard error is a terminal.
+///
+/// ```
+/// use labkit::data::Split;
+/// use labkit::{DataLoader, LoaderOptions, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
+/// use tch::nn::{self, OptimizerConfig};
+///
+/// // 20 blank images of class 3, in batches of 8.
+/// let data = Split::from_raw(&vec![0u8; 20 * 784], &[3u8; 20]);
+/// let vs = nn::VarStore::new(tch::Device::Cpu);
+/// let model = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
+/// let mut optimizer = nn::Sgd::default().build(&vs, 0.1)?;
+/// let options = LoaderOptions { batch_size: 8, ..Default::default() };
+/// let mut train_loader = DataLoader::new(&data, RandomSampler::new(data.len()), options);
+/// labkit::train(&model, &mut optimizer, &mut train_loader)?;
+///
+/// let mut test_loader = DataLoader::new(&data, SequentialSampler::new(data.len()), options);
+/// let (accuracy, loss) = labkit::test(&model, &mut test_loader)?;
+/// assert!((0.0..=1.0).contains(&accuracy) && loss > 0.0);
+/// # Ok::<(), labkit::BoxError>(())
+/// ```
 pub fn train<M: Model, S: Sampler>(
     model: &M,
     optimizer: &mut nn::Optimizer,
@@ -105,6 +121,22 @@ pub fn train<M: Model, S: Sampler>(
 /// The sums stay on the device and are read once at the end (the lab's Python reads
 /// them per batch, a GPU synchronisation each): the loss sum in float64, adding the
 /// same float32 batch losses in the same order, so the result is the same to the bit.
+///
+/// ```
+/// use labkit::data::Split;
+/// use labkit::{DataLoader, LoaderOptions, Norm, SequentialSampler, WideResNet, Widths};
+///
+/// // 10 blank images of class 0: accuracy is what the untrained model makes of them.
+/// let data = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
+/// let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+/// let model = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
+/// let options = LoaderOptions { batch_size: 4, ..Default::default() };
+/// let mut loader = DataLoader::new(&data, SequentialSampler::new(data.len()), options);
+/// let (accuracy, loss) = labkit::test(&model, &mut loader)?;
+/// assert!(accuracy == 0.0 || accuracy == 1.0); // the same answer for identical images
+/// assert!(loss.is_finite());
+/// # Ok::<(), labkit::BoxError>(())
+/// ```
 pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> Result<(f64, f64)> {
     let indices = loader.sampler.epoch_indices();
     let device = loader.device;
@@ -177,111 +209,11 @@ fn progress_bar(batches: u64, epoch: usize) -> ProgressBar {
     bar
 }
 
-/// Prints the world this program is about to form, e.g.
-/// `World size = 4; rank 0's rendezvous at localhost:9956`.
-///
-/// Printed once per node: not by the copies of `main` that `spawn` starts, nor by
-/// launched processes other than local rank 0.
-pub fn announce_world(world_size: usize, rendezvous: &dist::Init) {
-    let address = rendezvous.address();
-    if dist::spawned_rank().is_none() && dist::local_rank().ok().flatten().unwrap_or(0) == 0 {
-        println!("World size = {world_size}; rendezvous at {address}");
-    }
-    trace::record("world", json!({ "world_size": world_size, "rendezvous": address }));
-}
-
-/// Says that a worker started: `Worker started: local rank 1`.
-pub fn worker_started(local_rank: usize) {
-    println!("Worker started: local rank {local_rank} (pid {})", std::process::id());
-    trace::record("worker", json!({ "worker_local_rank": local_rank }));
-}
-
-/// The lab's "download" half: makes the data set ready on disk (verify, download or
-/// generate; see [`ensure_dataset`]) and prints what it did. Call it once per node,
-/// from local rank 0, before the barrier.
-pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
-    trace::record("prepare_dataset", json!({ "dir": options.dir, "kind": options.kind.to_string() }));
-    let ready = ensure_dataset(options)?;
-    println!("{}", ready.summary());
-    trace::record(
-        "dataset_ready",
-        json!({ "dir": ready.dir, "kind_used": ready.kind_used.to_string(),
-                "action": format!("{:?}", ready.action), "downloaded": ready.downloaded }),
-    );
-    Ok(ready)
-}
-
-/// The lab's "read" half: loads the data set [`prepare_dataset`] made ready (the same
-/// copy: see [`load_ready`]), without downloading anything, and keeps the first
-/// `train_subset` / `test_subset` samples.
-///
-/// Fails with a message saying the files are missing when nobody prepared them yet:
-/// that is what happens to a rank that does not wait at the barrier.
-pub fn load_dataset(
-    options: &DatasetOptions,
-    train_subset: Option<usize>,
-    test_subset: Option<usize>,
-) -> Result<(Split, Split), DataError> {
-    let (dir, data) = load_ready(options)?;
-    let train = match train_subset {
-        Some(n) => data.train.subset(n),
-        None => data.train,
-    };
-    let test = match test_subset {
-        Some(n) => data.test.subset(n),
-        None => data.test,
-    };
-    trace::record("dataset_loaded", json!({ "dir": dir, "train": train.len(), "test": test.len() }));
-    Ok((train, test))
-}
-
-/// Ends `main`: prints the error, if any, and turns it into the exit code: 2 for bad
-/// input (options, data files, arguments the process group refused), 1 otherwise.
-pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode {
-    // DDP_LAB_TIMELINE: this rank's timeline is complete (a spawned rank closes it
-    // on its way out of `spawn` instead).
-    timeline::finish();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let e: BoxError = e.into();
-            let code = exit_code(e.as_ref());
-            eprintln!("error: {e}");
-            if code != 2 && dist::is_initialized() && dist::diagnostics::is_communication_failure(e.as_ref())
-            {
-                if let Some(note) = dist::diagnostics::roll_call_note(ROLL_CALL_WAIT) {
-                    eprintln!("error: {note}");
-                }
-            }
-            ExitCode::from(code)
-        }
-    }
-}
-
-/// How long a failed rank waits for the other survivors to answer the roll call
-/// that names the missing ranks (see [`dist::diagnostics::unresponsive_ranks`]).
-const ROLL_CALL_WAIT: Duration = Duration::from_secs(2);
-
-/// 2 for bad input, 1 for everything else.
-pub fn exit_code(e: &(dyn Error + 'static)) -> u8 {
-    if let Some(data) = e.downcast_ref::<DataError>() {
-        return data.exit_code() as u8;
-    }
-    if let Some(c) = e.downcast_ref::<CheckpointError>() {
-        return c.exit_code() as u8;
-    }
-    if let Some(d) = e.downcast_ref::<dist::DistError>() {
-        if d.kind() == dist::ErrorKind::InvalidArgument {
-            return 2;
-        }
-    }
-    1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::HOST_INDEX_TENSORS;
+    use crate::data::{Split, HOST_INDEX_TENSORS};
+    use crate::loader::LoaderOptions;
     use tch::nn::{Module, OptimizerConfig};
     use tch::Device;
 
@@ -329,7 +261,8 @@ mod tests {
         reference_vs.copy(&vs).unwrap();
         let mut optimizer = nn::Sgd::default().build(&vs, 0.05).unwrap();
         let mut reference_optimizer = nn::Sgd::default().build(&reference_vs, 0.05).unwrap();
-        let mut loader = DataLoader::new(&data, 5, sampler(), Device::Cpu);
+        let mut loader =
+            DataLoader::new(&data, sampler(), LoaderOptions { batch_size: 5, device: Device::Cpu });
 
         for epoch in 0..2 {
             loader.sampler.set_epoch(epoch);
@@ -358,7 +291,8 @@ mod tests {
         let data = split(50);
         let vs = nn::VarStore::new(Device::Cpu);
         let model = linear(&vs);
-        let mut loader = DataLoader::new(&data, 5, sampler(), Device::Cpu);
+        let mut loader =
+            DataLoader::new(&data, sampler(), LoaderOptions { batch_size: 5, device: Device::Cpu });
 
         let before = host_index_tensors();
         let (accuracy, loss) = test(&model, &mut loader).unwrap();

@@ -5,12 +5,16 @@
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
-//! `lab` (`train`, `test`); `options` (`RunOptions::apply`).
+//! `lab` (`train`, `test`), `console` (the lines about processes), `dataset` (the lab's
+//! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
 #![warn(missing_docs)]
 pub mod checkpoint;
+mod console;
 pub mod data;
+mod dataset;
 pub mod dropout;
 mod error;
+mod exit;
 mod lab;
 pub mod loader;
 pub mod model;
@@ -25,18 +29,21 @@ pub mod timeline;
 pub mod trace;
 mod widths;
 
-pub use checkpoint::{resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start};
+pub use checkpoint::{
+    resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start, TrainingState,
+};
+pub use console::{announce_world, worker_started};
 pub use data::{
     download, ensure_dataset, generate, load_ready, DataError, DatasetAction, DatasetKind, DatasetOptions,
     DatasetReady, DownloadOptions, EpochBatches, FashionMnist, GenerateOptions, Manifest, Split,
 };
-pub use error::{BoxError, Result};
-pub use lab::{
-    announce_world, exit_code, finish, load_dataset, prepare_dataset, test, train, worker_started, Model,
-};
-pub use loader::{DataLoader, RandomSampler, Sampler, SequentialSampler};
+pub use dataset::{load_dataset, prepare_dataset};
+pub use error::{BoxError, Failure, Result};
+pub use exit::{exit_code, finish};
+pub use lab::{test, train, Model};
+pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, ModelSettings, Norm, WideResNet};
-pub use options::{check_gpus, check_node_id, DeviceChoice, RunOptions};
+pub use options::{check_gpus, check_node_id, DeviceChoice, GpuRequest, RunOptions};
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
 pub use probes::{

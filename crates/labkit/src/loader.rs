@@ -111,10 +111,45 @@ pub struct DataLoader<'a, S> {
     pub device: Device,
 }
 
+/// [`DataLoader::new`]'s keyword arguments, with PyTorch's defaults: batches of 1, on
+/// the CPU.
+///
+/// ```
+/// let options = labkit::LoaderOptions::default();
+/// assert_eq!((options.batch_size, options.device), (1, tch::Device::Cpu));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoaderOptions {
+    /// Images per batch (the last batch of an epoch may be smaller).
+    pub batch_size: usize,
+    /// Where the batches' tensors are put.
+    pub device: Device,
+}
+
+impl Default for LoaderOptions {
+    fn default() -> Self {
+        LoaderOptions { batch_size: 1, device: Device::Cpu }
+    }
+}
+
 impl<'a, S: Sampler> DataLoader<'a, S> {
+    /// Batches of `split` in the order `sampler` gives, as PyTorch's
+    /// `DataLoader(split, batch_size=..., sampler=...)`.
+    ///
+    /// ```
+    /// use labkit::{DataLoader, LoaderOptions, SequentialSampler};
+    /// use labkit::data::Split;
+    ///
+    /// let split = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
+    /// let options = LoaderOptions { batch_size: 4, ..Default::default() };
+    /// let loader = DataLoader::new(&split, SequentialSampler::new(10), options);
+    /// assert_eq!(loader.len(), 3);
+    /// ```
+    ///
     /// # Panics
-    /// When `batch_size` is 0.
-    pub fn new(split: &'a Split, batch_size: usize, sampler: S, device: Device) -> Self {
+    /// When `options.batch_size` is 0.
+    pub fn new(split: &'a Split, sampler: S, options: LoaderOptions) -> Self {
+        let LoaderOptions { batch_size, device } = options;
         assert!(batch_size > 0, "the batch size must be at least 1");
         DataLoader { split, sampler, batch_size, device }
     }
@@ -162,10 +197,11 @@ mod tests {
     #[test]
     fn loader_length_counts_the_partial_batch() {
         let split = Split::from_raw(&vec![0u8; 10 * 784], &[0u8; 10]);
-        let loader = DataLoader::new(&split, 4, SequentialSampler::new(10), Device::Cpu);
+        let options = LoaderOptions { batch_size: 4, device: Device::Cpu };
+        let loader = DataLoader::new(&split, SequentialSampler::new(10), options);
         assert_eq!(loader.len(), 3);
         let sampler = dist::DistributedSampler::new(10, 3, 2, dist::SamplerOptions::default()).unwrap();
-        let loader = DataLoader::new(&split, 4, sampler, Device::Cpu);
+        let loader = DataLoader::new(&split, sampler, options);
         assert_eq!(loader.len(), 1);
     }
 }

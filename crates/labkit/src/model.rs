@@ -179,6 +179,17 @@ pub struct WideResNet {
 
 impl WideResNet {
     /// `settings`: `&args.run` in a step program, or bare [`Widths`].
+    ///
+    /// ```
+    /// use labkit::{Norm, WideResNet, Widths};
+    /// use tch::nn::{ModuleT, VarStore};
+    /// use tch::{Device, Kind, Tensor};
+    ///
+    /// let vs = VarStore::new(Device::Cpu);
+    /// let model = WideResNet::new(&vs.root(), Widths::NARROW, Norm::BatchNorm);
+    /// let images = Tensor::zeros([2, 1, 28, 28], (Kind::Float, Device::Cpu));
+    /// assert_eq!(model.forward_t(&images, false).size(), [2, 10]); // ten classes
+    /// ```
     pub fn new(p: &nn::Path, settings: impl Into<ModelSettings>, norm: Norm) -> WideResNet {
         let ModelSettings { seed, perf } = settings.into();
         probes::seed_before_model(seed);

@@ -175,10 +175,37 @@ pub fn check_node_id(node_id: usize, num_nodes: usize) {
     }
 }
 
-/// Whether `ranks` ranks of one node can run on `device` with `gpus` GPUs: the
+/// What one node asks of its GPUs, for [`check_gpus`]: `--device`, `--share-gpus`, and
+/// how many ranks it runs. The defaults are the options' (`auto`, not shared) and one
+/// rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuRequest {
+    /// `--device`.
+    pub device: DeviceChoice,
+    /// `--share-gpus`: ranks may share a GPU.
+    pub share_gpus: bool,
+    /// The ranks of this node.
+    pub ranks: usize,
+}
+
+impl Default for GpuRequest {
+    fn default() -> Self {
+        GpuRequest { device: DeviceChoice::Auto, share_gpus: false, ranks: 1 }
+    }
+}
+
+/// Whether the ranks of one node can run as `request` asks with `gpus` GPUs: the
 /// problem and what to do when they cannot. Too few GPUs is bad input unless the ranks
 /// may share them (`--share-gpus`).
-pub fn check_gpus(device: DeviceChoice, share_gpus: bool, gpus: usize, ranks: usize) -> Result<(), String> {
+///
+/// ```
+/// use labkit::{check_gpus, DeviceChoice, GpuRequest};
+/// let two_ranks = GpuRequest { device: DeviceChoice::Cuda, ranks: 2, ..Default::default() };
+/// assert!(check_gpus(two_ranks, 1).is_err()); // NCCL needs a GPU per rank
+/// assert!(check_gpus(GpuRequest { share_gpus: true, ..two_ranks }, 1).is_ok());
+/// ```
+pub fn check_gpus(request: GpuRequest, gpus: usize) -> Result<(), String> {
+    let GpuRequest { device, share_gpus, ranks } = request;
     if device != DeviceChoice::Cuda || ranks <= gpus && gpus > 0 {
         return Ok(());
     }
@@ -217,7 +244,8 @@ impl RunOptions {
     /// before it starts any rank.
     fn check_gpus_or_exit(&self, ranks: usize) {
         let gpus = tch::Cuda::device_count().max(0) as usize;
-        if let Err(problem) = check_gpus(self.device, self.share_gpus, gpus, ranks) {
+        let request = GpuRequest { device: self.device, share_gpus: self.share_gpus, ranks };
+        if let Err(problem) = check_gpus(request, gpus) {
             eprintln!("error: {problem}");
             std::process::exit(2);
         }
@@ -250,7 +278,7 @@ impl RunOptions {
     /// `train` and `test` take them from) and to `print_summary(&args.run, …)`.
     pub fn apply(&self) {
         // A spawned rank that finds bad input exits with 2, and so does the run.
-        tch_distributed::set_worker_exit_code(|e| i32::from(crate::lab::exit_code(e)));
+        tch_distributed::set_worker_exit_code(|e| i32::from(crate::exit::exit_code(e)));
         // DDP_LAB_TIMELINE: on before the program makes its process group and DDP model.
         crate::timeline::start_if_asked();
         if let Some(n) = self.threads {
@@ -261,9 +289,10 @@ impl RunOptions {
         if tch_distributed::spawned_rank().is_none() {
             self.check_gpus_or_exit(ranks_on_this_node().unwrap_or(1));
         }
-        let (device, share) = (self.device, self.share_gpus);
+        let (device, share_gpus) = (self.device, self.share_gpus);
         tch_distributed::set_spawn_check(move |nprocs| {
-            check_gpus(device, share, tch::Cuda::device_count().max(0) as usize, nprocs)
+            let request = GpuRequest { device, share_gpus, ranks: nprocs };
+            check_gpus(request, tch::Cuda::device_count().max(0) as usize)
         });
         // Seeds libtorch's generators (CPU and CUDA), as torch.manual_seed(seed) at the
         // top of a PyTorch script; the plain sampler draws its seed from them.
@@ -304,7 +333,7 @@ impl From<&RunOptions> for PerfSettings {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_gpus, Amp, DatasetKind, DeviceChoice, RunOptions};
+    use super::{check_gpus, Amp, DatasetKind, DeviceChoice, GpuRequest, RunOptions};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -349,19 +378,21 @@ mod tests {
 
     #[test]
     fn more_ranks_than_gpus_is_refused_unless_shared() {
-        let refused = check_gpus(DeviceChoice::Cuda, false, 1, 2).unwrap_err();
+        let cuda = |share_gpus, ranks| GpuRequest { device: DeviceChoice::Cuda, share_gpus, ranks };
+        let refused = check_gpus(cuda(false, 2), 1).unwrap_err();
         for part in ["2 ranks", "1 GPU", "--num-gpus 1", "--share-gpus"] {
             assert!(refused.contains(part), "{refused}");
         }
-        assert_eq!(check_gpus(DeviceChoice::Cuda, true, 1, 2), Ok(()));
-        assert_eq!(check_gpus(DeviceChoice::Cuda, false, 2, 2), Ok(()));
-        assert_eq!(check_gpus(DeviceChoice::Cuda, false, 8, 1), Ok(()));
+        assert_eq!(check_gpus(cuda(true, 2), 1), Ok(()));
+        assert_eq!(check_gpus(cuda(false, 2), 2), Ok(()));
+        assert_eq!(check_gpus(cuda(false, 1), 8), Ok(()));
     }
 
     #[test]
     fn no_gpu_at_all_is_refused_even_when_shared() {
         for share in [false, true] {
-            let refused = check_gpus(DeviceChoice::Cuda, share, 0, 1).unwrap_err();
+            let request = GpuRequest { device: DeviceChoice::Cuda, share_gpus: share, ranks: 1 };
+            let refused = check_gpus(request, 0).unwrap_err();
             assert!(refused.contains("no GPU") && refused.contains("--device cpu"), "{refused}");
         }
     }
@@ -369,7 +400,7 @@ mod tests {
     #[test]
     fn cpu_and_auto_need_no_gpu() {
         for device in [DeviceChoice::Cpu, DeviceChoice::Auto] {
-            assert_eq!(check_gpus(device, false, 0, 4), Ok(()));
+            assert_eq!(check_gpus(GpuRequest { device, share_gpus: false, ranks: 4 }, 0), Ok(()));
         }
     }
 }

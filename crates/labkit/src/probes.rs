@@ -6,8 +6,6 @@
 //! `train` sees one line per point.
 use std::time::Duration;
 
-use tch_distributed as dist;
-
 use crate::error::Result;
 use crate::trace;
 
@@ -39,7 +37,7 @@ fn hook_targets_me(var: &str) -> bool {
     let Some(target) = std::env::var(var).ok().and_then(|v| v.trim().parse::<usize>().ok()) else {
         return false;
     };
-    let me = dist::get_rank().ok().or_else(trace::local_rank).unwrap_or(0);
+    let me = trace::rank().unwrap_or(0);
     me == target
 }
 

@@ -6,8 +6,9 @@ use serde_json::json;
 
 use crate::perf::PerfSettings;
 
-/// One epoch's figures, as rank 0 reports them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One epoch's figures, as rank 0 reports them: written as a struct with its fields
+/// named, then [`record`](Self::record)ed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EpochReport {
     /// The epoch, from 0.
     pub epoch: usize,
@@ -24,32 +25,39 @@ pub struct EpochReport {
 }
 
 impl EpochReport {
-    /// The figures of `epoch` as this rank holds them. Every rank builds its report
-    /// (the checker compares them); rank 0 [`print`](Self::print)s it.
-    pub fn new(
-        epoch: usize,
-        cumulative_time: f64,
-        epoch_time: f64,
-        images_per_sec: f64,
-        validation_loss: f64,
-        validation_accuracy: f64,
-    ) -> EpochReport {
-        let report = EpochReport {
+    /// Records these figures as this rank's report of its epoch (the trace, the run's
+    /// history for the summary) and returns them. Every rank records its report (the
+    /// checker compares them); rank 0 [`print`](Self::print)s it.
+    ///
+    /// ```
+    /// let report = labkit::EpochReport {
+    ///     epoch: 0,
+    ///     cumulative_time: 12.5,
+    ///     epoch_time: 12.5,
+    ///     images_per_sec: 640.0,
+    ///     validation_loss: 0.52,
+    ///     validation_accuracy: 0.81,
+    /// }
+    /// .record();
+    /// assert_eq!(report.epoch, 0);
+    /// ```
+    pub fn record(self) -> EpochReport {
+        let EpochReport {
             epoch,
             cumulative_time,
             epoch_time,
             images_per_sec,
             validation_loss,
             validation_accuracy,
-        };
+        } = self;
         crate::trace::record(
             "epoch_report",
             json!({ "epoch": epoch, "cumulative_time": cumulative_time, "epoch_time": epoch_time,
                     "images_per_sec": images_per_sec, "validation_loss": validation_loss,
                     "validation_accuracy": validation_accuracy }),
         );
-        history().push(report);
-        report
+        history().push(self);
+        self
     }
 
     /// Reads an epoch line back (what the bench, the demo and the checker read from rank
@@ -92,7 +100,14 @@ impl EpochReport {
     /// Images/sec is printed in full, as Python's `{}` prints a float.
     ///
     /// ```
-    /// let report = labkit::EpochReport::new(1, 24.5, 12.25, 652.5, 0.4123, 0.8512);
+    /// let report = labkit::EpochReport {
+    ///     epoch: 1,
+    ///     cumulative_time: 24.5,
+    ///     epoch_time: 12.25,
+    ///     images_per_sec: 652.5,
+    ///     validation_loss: 0.4123,
+    ///     validation_accuracy: 0.8512,
+    /// };
     /// assert_eq!(
     ///     report.line(),
     ///     "Epoch =  1: Cumulative Time = 24.500, Epoch Time = 12.250, Images/sec = 652.5, \
@@ -165,7 +180,8 @@ impl Summary {
 
     /// The summary of `reports`, after the `restored` epochs of an earlier process.
     /// Images/sec comes from this process's epochs only: the checkpoint does not keep it.
-    pub fn of(
+    /// (Crate-only: programs use [`from_reports`](Self::from_reports).)
+    pub(crate) fn of(
         reports: &[EpochReport],
         restored: &Restored,
         target_accuracy: f64,

@@ -8,8 +8,6 @@
 //! for the whole process (besides the report's epoch history).
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tch_distributed as dist;
-
 use crate::trace;
 
 /// The epoch the next `train` call runs (0-based).
@@ -28,8 +26,5 @@ pub(crate) fn continue_at(epoch: usize) {
 /// Rank 0 of the job: the global rank once the process group exists, the local rank
 /// before that (a single-process program is rank 0).
 pub(crate) fn is_rank_zero() -> bool {
-    match dist::get_rank() {
-        Ok(rank) => rank == 0,
-        Err(_) => trace::local_rank().unwrap_or(0) == 0,
-    }
+    trace::rank().unwrap_or(0) == 0
 }

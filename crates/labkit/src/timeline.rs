@@ -110,12 +110,6 @@ struct RankFile {
 
 static FILE: Mutex<Option<RankFile>> = Mutex::new(None);
 
-/// The global rank once the process group exists; before that, the local rank (a
-/// single-process program is rank 0).
-fn my_rank() -> Option<usize> {
-    dist::get_rank().ok().or_else(trace::local_rank)
-}
-
 /// Appends what was recorded since the last flush to this rank's file (opened on first
 /// use, once the rank is known). A failed write prints one warning; training goes on.
 pub(crate) fn flush() {
@@ -131,7 +125,7 @@ fn write_out(last: bool) {
     let mut guard = FILE.lock().unwrap_or_else(|p| p.into_inner());
     let mut events = timeline::take();
     if guard.is_none() {
-        let rank = my_rank().or((last && !events.is_empty()).then_some(0));
+        let rank = trace::rank().or((last && !events.is_empty()).then_some(0));
         let (Some(rank), Some(dir)) = (rank, dir()) else {
             // Kept for later (the process that spawns the ranks never has one).
             events.into_iter().for_each(timeline::record);

@@ -70,6 +70,12 @@ pub fn local_rank() -> Option<usize> {
     dist::local_rank().ok().flatten()
 }
 
+/// This process's rank: the global rank once the process group exists, the local rank
+/// before that; `None` when neither is known (a single-process program is rank 0).
+pub(crate) fn rank() -> Option<usize> {
+    dist::get_rank().ok().or_else(local_rank)
+}
+
 /// Appends one event. `fields` must be a JSON object.
 pub fn record(event: &str, fields: Value) {
     let Some(sink) = sink() else { return };

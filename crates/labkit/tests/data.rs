@@ -14,6 +14,7 @@ use labkit::data::{
     self, idx, DataError, DatasetAction, DatasetKind, DatasetOptions, DownloadOptions, FashionMnist,
     GenerateOptions, Manifest, FILES, MANIFEST_FILE,
 };
+use labkit::Failure;
 use tch::{Device, Kind};
 
 // ---------------------------------------------------------------- fixtures

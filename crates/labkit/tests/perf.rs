@@ -4,9 +4,14 @@
 //! test binary of their own.
 use clap::Parser;
 use labkit::perf::{self, Amp, PerfSettings};
-use labkit::{DataLoader, Model, ModelSettings, Norm, RandomSampler, SequentialSampler, WideResNet, Widths};
+use labkit::{
+    DataLoader, LoaderOptions, Model, ModelSettings, Norm, RandomSampler, SequentialSampler, WideResNet,
+    Widths,
+};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
+
+const BATCHES_OF_16: LoaderOptions = LoaderOptions { batch_size: 16, device: Device::Cpu };
 
 #[derive(Parser)]
 struct Cli {
@@ -82,12 +87,12 @@ fn speed_options_on_cpu() {
     let before: Vec<Tensor> = vs.trainable_variables().iter().map(|t| t.copy()).collect();
     let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
     let data = split(64);
-    let mut train_loader = DataLoader::new(&data, 16, RandomSampler::new(data.len()), Device::Cpu);
+    let mut train_loader = DataLoader::new(&data, RandomSampler::new(data.len()), BATCHES_OF_16);
     labkit::train(&net, &mut opt, &mut train_loader).unwrap();
     let after = vs.trainable_variables();
     assert!(after.iter().all(|t| t.kind() == Kind::Float));
     assert!(before.iter().zip(&after).any(|(b, a)| !b.equal(a)), "training changed nothing");
-    let mut test_loader = DataLoader::new(&data, 16, SequentialSampler::new(data.len()), Device::Cpu);
+    let mut test_loader = DataLoader::new(&data, SequentialSampler::new(data.len()), BATCHES_OF_16);
     let (accuracy, loss) = labkit::test(&net, &mut test_loader).unwrap();
     assert!((0.0..=1.0).contains(&accuracy));
     assert!(loss.is_finite() && loss > 0.0, "{loss}");
@@ -96,7 +101,7 @@ fn speed_options_on_cpu() {
     let trained = |amp| {
         let (vs, net) = model(9, settings(amp, false));
         let mut opt = nn::Sgd::default().build(&vs, 0.05).unwrap();
-        let mut loader = DataLoader::new(&data, 16, SequentialSampler::new(data.len()), Device::Cpu);
+        let mut loader = DataLoader::new(&data, SequentialSampler::new(data.len()), BATCHES_OF_16);
         tch::manual_seed(10);
         labkit::train(&net, &mut opt, &mut loader).unwrap();
         vs.variables()["fc.weight"].copy()

@@ -15,6 +15,7 @@ use labkit::data::{
     self, idx, DataError, DatasetAction, DatasetKind, DatasetOptions, DownloadOptions, FashionMnist,
     GenerateOptions, Manifest, FILES, SYSTEM_DIR,
 };
+use labkit::Failure;
 
 /// The system's copy, when installed.
 fn system_copy() -> Option<PathBuf> {

@@ -122,17 +122,31 @@ pub struct LabOutput {
     pub stdout: String,
 }
 
+/// How [`run_lab`] runs a program: what goes before the lab's options, on how many
+/// ranks, for how long at most. The defaults: nothing before them (the Rust lab), one
+/// rank, 30 minutes (the demo's `--timeout`, and PyTorch's process-group timeout).
+#[derive(Debug, Clone, Copy)]
+pub struct LabRun<'a> {
+    /// Arguments before the lab's options (the reference's script, for `python`).
+    pub prefix: &'a [OsString],
+    /// Ranks on this node (`--num-gpus`).
+    pub world_size: usize,
+    /// The run's whole process group is killed after this.
+    pub timeout: Duration,
+}
+
+impl Default for LabRun<'_> {
+    fn default() -> Self {
+        LabRun { prefix: &[], world_size: 1, timeout: Duration::from_secs(30 * 60) }
+    }
+}
+
 /// Runs `program prefix… settings.args(world_size)` with its rendezvous on a free
 /// loopback port and `OMP_NUM_THREADS` matching `--threads`; fails when it exits
 /// non-zero, runs past `timeout` (then its whole process group is killed), or prints
 /// fewer epoch lines than asked for.
-pub fn run_lab(
-    program: &Path,
-    prefix: &[OsString],
-    settings: &LabSettings,
-    world_size: usize,
-    timeout: Duration,
-) -> Result<LabOutput, String> {
+pub fn run_lab(program: &Path, settings: &LabSettings, run: LabRun<'_>) -> Result<LabOutput, String> {
+    let LabRun { prefix, world_size, timeout } = run;
     let port = launcher::free_port().map_err(|e| format!("no free port: {e}"))?;
     let mut cmd = Command::new(program);
     cmd.args(prefix)

@@ -50,10 +50,12 @@ fn main() -> ExitCode {
 fn rank_main(local_rank: usize, args: &Args) -> dist::Result<()> {
     dist::init_process_group(
         dist::Backend::Gloo,
-        dist::Init::Env,
-        Some(args.world_size),
-        Some(local_rank),
-        Duration::from_secs(args.timeout),
+        dist::InitOptions {
+            world_size: Some(args.world_size),
+            rank: Some(local_rank),
+            timeout: Duration::from_secs(args.timeout),
+            ..Default::default()
+        },
     )?;
     let rank = dist::get_rank()?;
     let world = dist::get_world_size()?;

@@ -66,7 +66,10 @@ fn worker(local_rank: usize, rank: usize, world_size: usize, args: &Args) -> dis
         std::process::exit(3);
     }
     let timeout = Duration::from_secs(args.timeout);
-    dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, Some(world_size), Some(rank), timeout)?;
+    dist::init_process_group(
+        dist::Backend::Gloo,
+        dist::InitOptions { world_size: Some(world_size), rank: Some(rank), timeout, ..Default::default() },
+    )?;
     let mut t = Tensor::from_slice(&[rank as f32 + 1.0]);
     dist::all_reduce(&mut t, dist::ReduceOp::Sum)?;
     println!(

@@ -186,16 +186,11 @@ impl<M: ModuleT> DistributedDataParallel<M> {
             })
             .collect();
         let params: Vec<String> = buckets.iter().map(|b| b.len().to_string()).collect();
-        timeline::instant(
-            "DDP buckets",
-            "ddp",
-            timeline::Lane::Bucket(0),
-            vec![
-                ("buckets", timeline::Arg::Int(buckets.len() as i64)),
-                ("params", timeline::Arg::Text(params.join(","))),
-                ("bytes", timeline::Arg::Text(bytes.join(","))),
-            ],
-        );
+        timeline::instant("DDP buckets", "ddp", timeline::Lane::Bucket(0))
+            .arg("buckets", timeline::Arg::Int(buckets.len() as i64))
+            .arg("params", timeline::Arg::Text(params.join(",")))
+            .arg("bytes", timeline::Arg::Text(bytes.join(",")))
+            .record();
     }
 
     /// The forward pass, with DDP's bookkeeping before and after it.

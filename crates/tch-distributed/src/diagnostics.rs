@@ -6,6 +6,7 @@ use std::error::Error;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::launch::{agent_hosts_store, restart_attempt};
 use crate::{get_rank, DistError, Store};
 
 /// The default group's store, kept for [`unresponsive_ranks`].
@@ -70,12 +71,11 @@ pub fn roll_call_note(wait: Duration) -> Option<String> {
 pub fn unresponsive_ranks(wait: Duration) -> Option<Vec<usize>> {
     let guard = DEFAULT_STORE.read().unwrap_or_else(|p| p.into_inner());
     let call = guard.as_ref()?;
-    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
-    let key = |rank: usize| format!("tchd/roll_call/{}/{rank}", attempt.trim());
+    let attempt = restart_attempt();
+    let key = |rank: usize| format!("tchd/roll_call/{attempt}/{rank}");
     if call.store.add(&key(call.rank), 1).is_err() {
         // The store lives in rank 0's process, unless torchrun's agent hosts it.
-        return (!call.hosts_store && std::env::var("TORCHELASTIC_USE_AGENT_STORE").as_deref() != Ok("True"))
-            .then(|| vec![0]);
+        return (!call.hosts_store && !agent_hosts_store()).then(|| vec![0]);
     }
     std::thread::sleep(wait);
     let mut missing = Vec::new();

@@ -66,6 +66,16 @@ impl DistError {
         &self.message
     }
 
+    /// The exit code a program that ends with this error should return: 2 for bad input
+    /// ([`ErrorKind::InvalidArgument`], the user has to fix an argument or the
+    /// environment), 1 for every other failure.
+    pub fn exit_code(&self) -> u8 {
+        match self.kind {
+            ErrorKind::InvalidArgument => 2,
+            _ => 1,
+        }
+    }
+
     /// Whether a collective or the rendezvous ran out of time.
     pub fn is_timeout(&self) -> bool {
         self.kind == ErrorKind::Timeout
@@ -146,6 +156,15 @@ fn classify(status: c_int, message: &str) -> ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bad_input_exits_with_2_and_every_other_failure_with_1() {
+        assert_eq!(DistError::invalid("rank 2 of 2").exit_code(), 2);
+        for kind in [ErrorKind::Timeout, ErrorKind::Network, ErrorKind::RankFailed, ErrorKind::NotInitialized]
+        {
+            assert_eq!(DistError::new(kind, "x").exit_code(), 1, "{kind:?}");
+        }
+    }
 
     #[test]
     fn classifies_c10d_messages() {

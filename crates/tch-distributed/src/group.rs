@@ -121,9 +121,18 @@ impl ReduceOp {
     }
 }
 
-/// Options for [`ProcessGroup::new`].
+/// Options for [`ProcessGroup::new`]: everything but the store, the rank and the
+/// world size, which every group needs.
+///
+/// ```
+/// let options = tch_distributed::GroupOptions::default();
+/// assert_eq!(options.backend, tch_distributed::Backend::Gloo);
+/// assert_eq!(options.timeout, tch_distributed::DEFAULT_TIMEOUT);
+/// ```
 #[derive(Debug, Clone)]
 pub struct GroupOptions {
+    /// Gloo (the default: it runs on every machine) or NCCL. Every member passes the same.
+    pub backend: Backend,
     /// Collectives that do not finish within this fail instead of hanging.
     pub timeout: Duration,
     /// Where Gloo binds its sockets: an address or host name of this machine.
@@ -139,7 +148,13 @@ pub struct GroupOptions {
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        Self { timeout: crate::DEFAULT_TIMEOUT, gloo_hostname: None, gloo_interface: None, device_id: None }
+        Self {
+            backend: Backend::Gloo,
+            timeout: crate::DEFAULT_TIMEOUT,
+            gloo_hostname: None,
+            gloo_interface: None,
+            device_id: None,
+        }
     }
 }
 
@@ -178,19 +193,14 @@ pub(crate) fn reset_group_numbers() {
 }
 
 impl ProcessGroup {
-    /// Creates a group over `store`. Every member calls this with the same backend and
-    /// world size; it returns once all of them have connected (or fails on timeout).
-    /// Its keys are PyTorch's for a group over this store: `<number>/<device>/...`.
-    pub fn new(
-        store: &Store,
-        backend: Backend,
-        rank: usize,
-        world_size: usize,
-        opts: &GroupOptions,
-    ) -> Result<Self> {
+    /// Creates a group over `store` in which this process is `rank` of `world_size`.
+    /// Every member calls this with the same world size and options' backend; it
+    /// returns once all of them have connected (or fails on timeout). Its keys are
+    /// PyTorch's for a group over this store: `<number>/<device>/...`.
+    pub fn new(store: &Store, rank: usize, world_size: usize, opts: &GroupOptions) -> Result<Self> {
         validate_rank(rank, world_size)?;
-        backend.check_available()?;
-        Self::create(store, "", next_group_number(), &[], backend, rank, world_size, opts, None)
+        opts.backend.check_available()?;
+        Self::create(store, "", next_group_number(), &[], rank, world_size, opts, None)
     }
 
     /// A group named `id` whose keys live under `store_prefix` (PyTorch's PrefixStore
@@ -203,7 +213,6 @@ impl ProcessGroup {
         store_prefix: &str,
         id: u64,
         global_ranks: &[usize],
-        backend: Backend,
         rank: usize,
         world_size: usize,
         opts: &GroupOptions,
@@ -211,6 +220,7 @@ impl ProcessGroup {
     ) -> Result<Self> {
         // Nested PrefixStores join with "/": PrefixStore("1/", PrefixStore("default_pg"))
         // is PrefixStore("default_pg/1/").
+        let backend = opts.backend;
         let prefix = if store_prefix.is_empty() { format!("{id}/") } else { format!("{store_prefix}/{id}/") };
         let cprefix = cstring(&prefix)?;
         let name = cstring(&id.to_string())?;

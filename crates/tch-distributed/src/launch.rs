@@ -153,6 +153,19 @@ pub fn local_rank() -> Result<Option<usize>> {
     }
 }
 
+/// `TORCHELASTIC_RESTART_COUNT` as torchrun set it (trimmed; empty when unset). The
+/// store keys of one restart attempt carry it: torchrun's agent keeps its store across
+/// restarts, and a restarted rank must not read the previous attempt's keys.
+pub(crate) fn restart_attempt() -> String {
+    std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default().trim().to_string()
+}
+
+/// `TORCHELASTIC_USE_AGENT_STORE=True`: torchrun's agent hosts the rendezvous store, so
+/// every rank, rank 0 too, connects to it as a client.
+pub(crate) fn agent_hosts_store() -> bool {
+    std::env::var("TORCHELASTIC_USE_AGENT_STORE").is_ok_and(|v| v == "True")
+}
+
 fn count(name: &str, text: &str) -> Result<usize> {
     text.parse::<usize>()
         .map_err(|_| DistError::invalid(format!("{name} = {text:?} is not a whole number >= 0")))

@@ -13,7 +13,8 @@
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE come from the environment.
-//!     dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, Duration::from_secs(60))?;
+//!     let options = dist::InitOptions { timeout: Duration::from_secs(60), ..Default::default() };
+//!     dist::init_process_group(dist::Backend::Gloo, options)?;
 //!     let (rank, world_size) = (dist::get_rank()?, dist::get_world_size()?);
 //!
 //!     let vs = nn::VarStore::new(Device::Cpu);
@@ -59,14 +60,19 @@
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
 #![warn(missing_docs)]
 mod amp;
+mod collectives;
+mod color;
+mod connect;
 mod ddp;
 pub mod debug;
+mod default_group;
 pub mod diagnostics;
 mod error;
 mod ffi;
 mod group;
-mod init;
 mod launch;
+mod new_group;
+mod rendezvous;
 mod sampler;
 mod spawn;
 mod store;
@@ -76,18 +82,24 @@ pub mod timeline;
 use std::time::Duration;
 
 pub use amp::autocast_bf16;
+pub use collectives::{
+    all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
+    broadcast_async, reduce, reduce_async,
+};
+pub use connect::connect;
 pub use ddp::{broadcast_coalesced, DdpOptions, DistributedDataParallel};
+pub use default_group::{
+    default_group, destroy_process_group, get_backend, get_rank, get_world_size, init_process_group,
+    is_initialized, InitOptions,
+};
 pub use error::{DistError, ErrorKind, Result};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
-pub use init::{
-    all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
-    broadcast_async, connect, default_group, destroy_process_group, get_backend, get_rank, get_world_size,
-    init_process_group, is_initialized, new_group, reduce, reduce_async, Init, Rendezvous,
-};
 pub use launch::{
     local_rank, LaunchEnv, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV, LOCAL_WORLD_SIZE_ENV,
     MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };
+pub use new_group::new_group;
+pub use rendezvous::{Init, Rendezvous};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
     set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank,

@@ -190,7 +190,7 @@ impl Drop for Store {
 /// (IPv4 first), otherwise the first address `host` resolves to, which must be one of
 /// this machine's.
 pub(crate) fn server_bind_address(host: &str, port: u16) -> Result<SocketAddr> {
-    if crate::init::is_loopback(host) && host.parse::<IpAddr>().is_err() {
+    if crate::rendezvous::is_loopback(host) && host.parse::<IpAddr>().is_err() {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
     let addrs: Vec<SocketAddr> = (host, port)

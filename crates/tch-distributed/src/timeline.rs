@@ -124,18 +124,21 @@ pub struct Span {
     event: Option<Event>,
 }
 
+/// An event starting now on `lane`, if the timeline is recording.
+fn event_now(name: impl Into<String>, category: &'static str, lane: Lane) -> Option<Event> {
+    is_recording().then(|| Event {
+        name: name.into(),
+        category,
+        lane,
+        start_us: now_us(),
+        dur_us: None,
+        args: Vec::new(),
+    })
+}
+
 /// Starts timing a span on `lane` (nothing is timed when the timeline is off).
 pub fn span(name: impl Into<String>, category: &'static str, lane: Lane) -> Span {
-    Span {
-        event: is_recording().then(|| Event {
-            name: name.into(),
-            category,
-            lane,
-            start_us: now_us(),
-            dur_us: None,
-            args: Vec::new(),
-        }),
-    }
+    Span { event: event_now(name, category, lane) }
 }
 
 impl Span {
@@ -171,10 +174,33 @@ impl Drop for Span {
     }
 }
 
-/// Records an instant.
-pub fn instant(name: impl Into<String>, category: &'static str, lane: Lane, args: Vec<(&'static str, Arg)>) {
-    if is_recording() {
-        record(Event { name: name.into(), category, lane, start_us: now_us(), dur_us: None, args });
+/// An instant, taken when [`instant`] was called, recorded by [`record`](Mark::record).
+#[derive(Debug)]
+#[must_use = "an instant is recorded by .record()"]
+pub struct Mark {
+    event: Option<Event>,
+}
+
+/// Marks an instant on `lane`: attach values with [`Mark::arg`], as to a [`Span`], then
+/// [`record`](Mark::record) it (nothing is recorded when the timeline is off).
+pub fn instant(name: impl Into<String>, category: &'static str, lane: Lane) -> Mark {
+    Mark { event: event_now(name, category, lane) }
+}
+
+impl Mark {
+    /// Attaches a value to the instant.
+    pub fn arg(mut self, key: &'static str, value: Arg) -> Self {
+        if let Some(e) = &mut self.event {
+            e.args.push((key, value));
+        }
+        self
+    }
+
+    /// Records the instant.
+    pub fn record(self) {
+        if let Some(e) = self.event {
+            record(e);
+        }
     }
 }
 
@@ -211,7 +237,7 @@ mod tests {
         let on = span("forward", "compute", Lane::Compute).arg("batch", Arg::Int(3));
         std::thread::sleep(std::time::Duration::from_millis(2));
         on.end();
-        instant("mark", "ddp", Lane::Collectives, vec![]);
+        instant("mark", "ddp", Lane::Collectives).record();
         bucket_reduced(1, 4, 64, 10.0, 25.0);
         stop();
         span("after", "compute", Lane::Compute).end();

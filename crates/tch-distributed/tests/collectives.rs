@@ -149,7 +149,11 @@ fn explicit_init_scenario() {
     let init: Init = std::env::var("TCHD_INIT_URL").unwrap().parse().unwrap();
     let world = env_usize("TCHD_WORLD");
     let rank = test_rank();
-    dist::init_process_group(Backend::Gloo, init, Some(world), Some(rank), TIMEOUT).unwrap();
+    dist::init_process_group(
+        Backend::Gloo,
+        dist::InitOptions { init_method: init, world_size: Some(world), rank: Some(rank), timeout: TIMEOUT },
+    )
+    .unwrap();
     assert_eq!(dist::get_rank().unwrap(), rank);
     let mut t = Tensor::from_slice(&[rank as f64]);
     dist::all_reduce(&mut t, ReduceOp::Max).unwrap();
@@ -165,7 +169,9 @@ fn lifecycle_scenario() {
     assert_eq!(dist::barrier().unwrap_err().kind(), ErrorKind::NotInitialized);
     init_env();
     assert!(dist::is_initialized());
-    let e = dist::init_process_group(Backend::Gloo, Init::Env, None, None, TIMEOUT).unwrap_err();
+    let e =
+        dist::init_process_group(Backend::Gloo, dist::InitOptions { timeout: TIMEOUT, ..Default::default() })
+            .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::AlreadyInitialized);
     dist::barrier().unwrap();
     dist::destroy_process_group().unwrap();

@@ -25,11 +25,12 @@ fn rank_entry() {
 fn join_scenario() {
     let timeout = Duration::from_millis(env_usize("TCHD_TIMEOUT_MS") as u64);
     let started = Instant::now();
-    let result = dist::init_process_group(Backend::Gloo, Init::Env, None, None, timeout).and_then(|()| {
-        let mut t = Tensor::from_slice(&[1.0f32]);
-        dist::all_reduce(&mut t, ReduceOp::Sum)?;
-        Ok(t.double_value(&[0]))
-    });
+    let result = dist::init_process_group(Backend::Gloo, dist::InitOptions { timeout, ..Default::default() })
+        .and_then(|()| {
+            let mut t = Tensor::from_slice(&[1.0f32]);
+            dist::all_reduce(&mut t, ReduceOp::Sum)?;
+            Ok(t.double_value(&[0]))
+        });
     match result {
         Ok(sum) => println!("JOINED sum={sum}"),
         Err(e) => {
@@ -122,8 +123,16 @@ fn invalid_rank_or_world_size_is_rejected_before_the_network() {
     ];
     for (world, rank, text) in cases {
         let started = Instant::now();
-        let e = dist::init_process_group(Backend::Gloo, init.clone(), world, rank, Duration::from_secs(30))
-            .unwrap_err();
+        let e = dist::init_process_group(
+            Backend::Gloo,
+            dist::InitOptions {
+                init_method: init.clone(),
+                world_size: world,
+                rank,
+                timeout: Duration::from_secs(30),
+            },
+        )
+        .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
         assert!(e.message().contains(text), "{e}");
         assert!(started.elapsed() < Duration::from_secs(5), "validation must not wait on anything");

@@ -43,7 +43,11 @@ fn mixed_scenario() {
     } else {
         Init::Env
     };
-    dist::init_process_group(Backend::Gloo, init, Some(n), Some(rank), TIMEOUT).expect("init_process_group");
+    dist::init_process_group(
+        Backend::Gloo,
+        dist::InitOptions { init_method: init, world_size: Some(n), rank: Some(rank), timeout: TIMEOUT },
+    )
+    .expect("init_process_group");
     println!("rust rank {rank} of {n}");
     let r = rank as i64;
     let f = rank as f64;

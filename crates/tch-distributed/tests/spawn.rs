@@ -508,8 +508,11 @@ fn torchrun() -> Option<PathBuf> {
 fn torchrun_entry() {
     let launch = LaunchEnv::from_env().unwrap().expect("started by torchrun");
     assert_eq!(dist::local_rank().unwrap(), Some(launch.local_rank));
-    dist::init_process_group(dist::Backend::Gloo, dist::Init::Env, None, None, Duration::from_secs(60))
-        .unwrap();
+    dist::init_process_group(
+        dist::Backend::Gloo,
+        dist::InitOptions { timeout: Duration::from_secs(60), ..Default::default() },
+    )
+    .unwrap();
     assert_eq!(dist::get_rank().unwrap(), launch.rank);
     assert_eq!(dist::get_world_size().unwrap(), launch.world_size);
     let mut t = Tensor::from_slice(&[launch.rank as f32 + 1.0]);

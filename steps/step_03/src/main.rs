@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use labkit::{DataLoader, RunOptions};
+use labkit::{DataLoader, LoaderOptions, RunOptions};
 use tch::nn::{self, OptimizerConfig};
 use tch_distributed as dist;
 
@@ -78,8 +78,9 @@ fn training(args: Args) -> labkit::Result<()> {
 
     let train_sampler = labkit::RandomSampler::new(train_set.len());
     let test_sampler = labkit::SequentialSampler::new(test_set.len());
-    let mut train_loader = DataLoader::new(&train_set, args.batch_size, train_sampler, device);
-    let mut test_loader = DataLoader::new(&test_set, args.batch_size, test_sampler, device);
+    let loader_options = LoaderOptions { batch_size: args.batch_size, device };
+    let mut train_loader = DataLoader::new(&train_set, train_sampler, loader_options);
+    let mut test_loader = DataLoader::new(&test_set, test_sampler, loader_options);
 
     let vs = nn::VarStore::new(device);
     let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
@@ -98,12 +99,25 @@ fn training(args: Args) -> labkit::Result<()> {
 
         let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
 
-        let report =
-            labkit::EpochReport::new(epoch, total_time, epoch_time, images_per_sec, v_loss, v_accuracy);
+        let report = labkit::EpochReport {
+            epoch,
+            cumulative_time: total_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss: v_loss,
+            validation_accuracy: v_accuracy,
+        }
+        .record();
         report.print();
         let stop = early_stopping.record(v_accuracy);
         // --save-every N: rank 0 snapshots the run every N epochs.
-        labkit::save_checkpoint(&args.run, &vs, epoch, total_time, args.base_lr, &early_stopping)?;
+        let state = labkit::TrainingState {
+            epoch,
+            total_time,
+            learning_rate: args.base_lr,
+            early_stopping: &early_stopping,
+        };
+        labkit::save_checkpoint(&args.run, &vs, state)?;
         if stop {
             break;
         }

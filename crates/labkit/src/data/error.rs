@@ -10,6 +10,8 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use crate::error::Failure;
+
 /// What one mirror answered when a file could not be fetched from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MirrorFailure {
@@ -152,13 +154,11 @@ fn damaged_kept_message(path: &std::path::Path, problem: &str, failures: &[Mirro
     s
 }
 
-impl DataError {
-    /// The process exit code a program should end with for this error.
-    ///
+impl Failure for DataError {
     /// 2 means "bad input": a data file, manifest or option that is wrong and that the
     /// user has to fix (delete the file, correct the option). 1 means the environment
     /// failed (network, disk) and running again later may succeed.
-    pub fn exit_code(&self) -> i32 {
+    fn exit_code(&self) -> u8 {
         match self {
             DataError::Io { .. } | DataError::AllMirrorsFailed { .. } => 1,
             DataError::Missing { .. }
@@ -169,7 +169,9 @@ impl DataError {
             | DataError::InvalidOption(_) => 2,
         }
     }
+}
 
+impl DataError {
     /// True for errors that [`exit_code`](Self::exit_code) maps to 2.
     pub fn is_bad_input(&self) -> bool {
         self.exit_code() == 2

@@ -275,8 +275,8 @@ impl Manifest {
         }
     }
 
-    /// Reads `dir/file`, checks it (see [`check`](Self::check)), and returns its
-    /// decompressed content.
+    /// Reads `dir/file`, checks it against this manifest (its MD5, as stored or of its
+    /// decompressed content), and returns its decompressed content.
     pub fn verified_content(&self, dir: &Path, file: &str) -> Result<Vec<u8>, DataError> {
         match self.read_checked(dir, file)? {
             (_, Some(content)) => Ok(content),

@@ -34,10 +34,7 @@ pub fn run_scenario(scenarios: &[(&str, fn())]) {
 pub fn init_env(timeout: std::time::Duration) {
     tch_distributed::init_process_group(
         tch_distributed::Backend::Gloo,
-        tch_distributed::Init::Env,
-        None,
-        None,
-        timeout,
+        tch_distributed::InitOptions { timeout, ..Default::default() },
     )
     .expect("init_process_group(env://)");
 }
@@ -217,6 +214,11 @@ pub fn single_rank_group(device_id: Option<tch::Device>) -> tch_distributed::Pro
         timeout: Duration::from_secs(30),
     })
     .expect("a one-rank store");
-    let opts = GroupOptions { gloo_hostname: Some("127.0.0.1".into()), device_id, ..GroupOptions::default() };
-    ProcessGroup::new(&store, Backend::Gloo, 0, 1, &opts).expect("a one-rank Gloo group")
+    let opts = GroupOptions {
+        backend: Backend::Gloo,
+        gloo_hostname: Some("127.0.0.1".into()),
+        device_id,
+        ..GroupOptions::default()
+    };
+    ProcessGroup::new(&store, 0, 1, &opts).expect("a one-rank Gloo group")
 }

@@ -1,0 +1,57 @@
+//! The collectives of `torch.distributed` that take no group: each runs on the default
+//! group.
+use tch::Tensor;
+
+use crate::default_group::default_group;
+use crate::error::Result;
+use crate::group::{ReduceOp, Work};
+
+/// [`ProcessGroup::all_reduce`](crate::ProcessGroup::all_reduce) on the default group.
+pub fn all_reduce(tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
+    default_group()?.all_reduce(tensor, op)
+}
+
+/// [`ProcessGroup::all_reduce_async`](crate::ProcessGroup::all_reduce_async) on the default group.
+pub fn all_reduce_async(tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
+    default_group()?.all_reduce_async(tensor, op)
+}
+
+/// [`ProcessGroup::reduce`](crate::ProcessGroup::reduce) on the default group.
+pub fn reduce(tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<()> {
+    default_group()?.reduce(tensor, dst, op)
+}
+
+/// [`ProcessGroup::reduce_async`](crate::ProcessGroup::reduce_async) on the default group.
+pub fn reduce_async(tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<Work> {
+    default_group()?.reduce_async(tensor, dst, op)
+}
+
+/// [`ProcessGroup::broadcast`](crate::ProcessGroup::broadcast) on the default group.
+pub fn broadcast(tensor: &mut Tensor, src: usize) -> Result<()> {
+    default_group()?.broadcast(tensor, src)
+}
+
+/// [`ProcessGroup::broadcast_async`](crate::ProcessGroup::broadcast_async) on the default group.
+pub fn broadcast_async(tensor: &mut Tensor, src: usize) -> Result<Work> {
+    default_group()?.broadcast_async(tensor, src)
+}
+
+/// [`ProcessGroup::all_gather`](crate::ProcessGroup::all_gather) on the default group.
+pub fn all_gather(outputs: &mut [Tensor], input: &Tensor) -> Result<()> {
+    default_group()?.all_gather(outputs, input)
+}
+
+/// [`ProcessGroup::all_gather_async`](crate::ProcessGroup::all_gather_async) on the default group.
+pub fn all_gather_async(outputs: &mut [Tensor], input: &Tensor) -> Result<Work> {
+    default_group()?.all_gather_async(outputs, input)
+}
+
+/// [`ProcessGroup::barrier`](crate::ProcessGroup::barrier) on the default group.
+pub fn barrier() -> Result<()> {
+    default_group()?.barrier()
+}
+
+/// [`ProcessGroup::barrier_async`](crate::ProcessGroup::barrier_async) on the default group.
+pub fn barrier_async() -> Result<Work> {
+    default_group()?.barrier_async()
+}
