@@ -13,14 +13,20 @@ pub fn repo() -> PathBuf {
 /// The solution of `step` with `from` (which must occur exactly once) replaced by
 /// `to`, as a crate directory holding only `src/main.rs`.
 pub fn variant(step: u8, name: &str, from: &str, to: &str) -> PathBuf {
-    let source =
-        std::fs::read_to_string(repo().join(format!("solutions/step_{step:02}/src/main.rs"))).unwrap();
-    assert_eq!(source.matches(from).count(), 1, "solution {step} must contain `{from}` exactly once");
     // A stable place per variant: the checker reuses its build next time.
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("variants").join(name);
     std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::write(dir.join("src/main.rs"), source.replace(from, to)).unwrap();
+    std::fs::write(dir.join("src/main.rs"), variant_source(step, from, to)).unwrap();
     dir
+}
+
+/// The program text of that variant, without writing it anywhere (tests that only
+/// read it must not race one that writes its crate).
+pub fn variant_source(step: u8, from: &str, to: &str) -> String {
+    let source =
+        std::fs::read_to_string(repo().join(format!("solutions/step_{step:02}/src/main.rs"))).unwrap();
+    assert_eq!(source.matches(from).count(), 1, "solution {step} must contain `{from}` exactly once");
+    source.replace(from, to)
 }
 
 pub struct Verdict {

@@ -17,6 +17,11 @@ impl Variant {
         super::variant(self.step, self.name, self.from, self.to)
     }
 
+    /// The variant's program text (nothing written).
+    pub fn program(&self) -> String {
+        super::variant_source(self.step, self.from, self.to)
+    }
+
     /// Its fixture's name: `step-08-reduce-max`.
     pub fn case(&self) -> String {
         format!("step-{:02}-{}", self.step, self.name)
