@@ -136,6 +136,13 @@ fn event_now(name: impl Into<String>, category: &'static str, lane: Lane) -> Opt
     })
 }
 
+/// Attaches a value to a span's or an instant's event (none when the timeline is off).
+fn attach(event: &mut Option<Event>, key: &'static str, value: Arg) {
+    if let Some(e) = event {
+        e.args.push((key, value));
+    }
+}
+
 /// Starts timing a span on `lane` (nothing is timed when the timeline is off).
 pub fn span(name: impl Into<String>, category: &'static str, lane: Lane) -> Span {
     Span { event: event_now(name, category, lane) }
@@ -144,9 +151,7 @@ pub fn span(name: impl Into<String>, category: &'static str, lane: Lane) -> Span
 impl Span {
     /// Attaches a value to the span.
     pub fn arg(mut self, key: &'static str, value: Arg) -> Self {
-        if let Some(e) = &mut self.event {
-            e.args.push((key, value));
-        }
+        attach(&mut self.event, key, value);
         self
     }
 
@@ -190,9 +195,7 @@ pub fn instant(name: impl Into<String>, category: &'static str, lane: Lane) -> M
 impl Mark {
     /// Attaches a value to the instant.
     pub fn arg(mut self, key: &'static str, value: Arg) -> Self {
-        if let Some(e) = &mut self.event {
-            e.args.push((key, value));
-        }
+        attach(&mut self.event, key, value);
         self
     }
 
