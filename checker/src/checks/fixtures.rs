@@ -18,8 +18,7 @@ use crate::observe::Observation;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Expected {
-    /// What was run, in words.
-    #[allow(dead_code)]
+    /// What was run, in words (shown when the case is judged otherwise).
     about: String,
     /// The checks that fail; every other check of the run passes.
     #[serde(default)]
@@ -99,7 +98,8 @@ fn every_recorded_case_is_judged_as_expected() {
         .iter()
         .filter_map(|case| {
             let found = differences(case, &judge(&case.observation));
-            (!found.is_empty()).then(|| format!("{}:\n  {}", case.name, found.join("\n  ")))
+            (!found.is_empty())
+                .then(|| format!("{} ({}):\n  {}", case.name, case.expected.about, found.join("\n  ")))
         })
         .collect();
     assert!(
