@@ -14,3 +14,7 @@ pub const ROOT_ENV: &str = "DDP_LAB_ROOT";
 /// A file to write each observation to, as JSON, before it is judged: how the judges'
 /// fixtures (checker/fixtures/observations) are recorded.
 pub const RECORD_OBSERVATION_ENV: &str = "DDP_LAB_RECORD_OBSERVATION";
+
+/// Set (to anything): each phase of a verification (building, each run) prints its wall
+/// time to stderr, for finding where grading's time goes (`bench`'s grading throughput).
+pub const TIMINGS_ENV: &str = "DDP_LAB_TIMINGS";
