@@ -109,6 +109,17 @@ fn setup_and_build_without_root_with_the_system_gloo_headers_hidden() {
     setup.env("DDP_LAB_PYTHON", &python);
     let setup = run(setup, Duration::from_secs(600));
     assert_eq!(setup.code, Some(0), "setup without root failed:\n{}", setup.shown());
+
+    // A real build of the crate that compiles against the headers, as a user's first
+    // `cargo build` would, from nothing.
+    let target = scratch.path("target").display().to_string();
+    let mut build = sandboxed(&scratch, "cargo", &["build", "--offline", "-p", "tch-distributed"]);
+    build.env("CARGO_TARGET_DIR", &target);
+    let build = run(build, Duration::from_secs(2400));
+    assert_eq!(build.code, Some(0), "cargo build -p tch-distributed failed without root:\n{}", build.shown());
+
+    // How it got there: the headers were downloaded into the fresh cache, and no venv
+    // was made.
     assert!(
         setup.stderr.contains("no root needed"),
         "setup should say it downloaded the headers:\n{}",
@@ -124,12 +135,4 @@ fn setup_and_build_without_root_with_the_system_gloo_headers_hidden() {
         setup.shown()
     );
     assert!(!scratch.cache.join("venv").exists(), "DDP_LAB_PYTHON was given: no venv\n{}", setup.shown());
-
-    // A real build of the crate that compiles against the headers, as a user's first
-    // `cargo build` would, from nothing.
-    let target = scratch.path("target").display().to_string();
-    let mut build = sandboxed(&scratch, "cargo", &["build", "--offline", "-p", "tch-distributed"]);
-    build.env("CARGO_TARGET_DIR", &target);
-    let build = run(build, Duration::from_secs(2400));
-    assert_eq!(build.code, Some(0), "cargo build -p tch-distributed failed without root:\n{}", build.shown());
 }
