@@ -42,7 +42,7 @@ why_no_apt() {
     if ! command -v apt-get >/dev/null; then
         echo "no apt-get here"
     elif ! as_root >/dev/null; then
-        echo "installing needs root or password-less sudo"
+        echo "installing it needs root or password-less sudo"
     else
         return 1
     fi
@@ -55,7 +55,7 @@ apt_install() {
     local what=$1 lost=$2 why sudo
     shift 2
     if why=$(why_no_apt); then
-        say "skipped $what ($why): $lost"
+        say "skipped $what: $why. Without it: $lost"
         return 1
     fi
     sudo=$(as_root)
@@ -67,7 +67,7 @@ apt_install() {
           $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >>"$APT_LOG" 2>&1; }; then
         return 0
     fi
-    say "skipped $what (apt-get install $* failed: no Debian mirror? log: $APT_LOG): $lost"
+    say "skipped $what: 'apt-get install $*' failed (no Debian mirror? log: $APT_LOG). Without it: $lost"
     return 1
 }
 

@@ -39,7 +39,7 @@ gloo_setup() {
 # As root (or with password-less sudo): Debian's package, system-wide, as before.
 gloo_install_system() {
     why_no_apt >/dev/null && return 1
-    apt_install "the gloo headers (libgloo-dev)" "downloading them into the cache instead" libgloo-dev &&
+    apt_install "the gloo headers (libgloo-dev)" "setup downloads them into the cache instead" libgloo-dev &&
         [ -f "/usr/include/$GLOO_HEADER" ]
 }
 

@@ -50,7 +50,7 @@ mdbook_setup() {
             rm -rf "$root" && mv -T "$root.tmp" "$root"
         else
             rm -rf "$root.tmp"
-            say "skipped mdBook $MDBOOK_VERSION (cargo install failed: crates.io unreachable? log: $log): 'bash scripts/book.sh' and the tests, which check the book, fail (the lab does not need it)"
+            say "skipped mdBook $MDBOOK_VERSION: 'cargo install' failed (crates.io unreachable? log: $log). Without it: 'bash scripts/book.sh' and the tests, which check the book, fail (the lab does not need it)"
         fi
     fi
     if [ -x "$root/bin/mdbook" ]; then

@@ -5,8 +5,8 @@
 //! The run happens in a bubblewrap sandbox that makes this true whoever runs the test:
 //! uid 1000 (so setup takes the unprivileged path, and sudo cannot elevate under
 //! no_new_privs), the whole system read-only (apt-get cannot install; the dpkg
-//! database cannot change), the system's gloo headers hidden under an empty tmpfs,
-//! and only the scratch directory writable (copy, fresh cache, target directory).
+//! database cannot change), the system's gloo headers (and Debian's copy of the data
+//! set) hidden under an empty tmpfs, and only the scratch directory writable (copy, fresh cache, target directory).
 //! The network stays: `apt-get download` needs a Debian mirror. DDP_LAB_PYTHON names
 //! the torch setup already installed, so nothing of 4.6 GB is downloaded.
 //!
@@ -22,6 +22,9 @@ use setup_tests::{on_path, repo, run, Scratch};
 
 /// Directories whose gloo headers the compiler would find on its own.
 const SYSTEM_GLOO: [&str; 2] = ["/usr/include/gloo", "/usr/local/include/gloo"];
+/// Debian's copy of the real data set, hidden too: setup must skip installing it in
+/// one line and go on.
+const SYSTEM_DATA: &str = "/usr/share/datasets/fashion-mnist";
 
 /// bubblewrap's arguments for a user without root on this system (see the crate docs
 /// above), `scratch` writable.
@@ -30,7 +33,7 @@ fn no_root(scratch: &Path) -> Vec<String> {
         ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
             .map(String::from)
             .into();
-    for dir in SYSTEM_GLOO.iter().filter(|d| Path::new(d).is_dir()) {
+    for dir in SYSTEM_GLOO.iter().chain([&SYSTEM_DATA]).filter(|d| Path::new(d).is_dir()) {
         args.extend(["--tmpfs".into(), dir.to_string()]);
     }
     let scratch = scratch.display().to_string();
@@ -135,4 +138,18 @@ fn setup_and_build_without_root_with_the_system_gloo_headers_hidden() {
         setup.shown()
     );
     assert!(!scratch.cache.join("venv").exists(), "DDP_LAB_PYTHON was given: no venv\n{}", setup.shown());
+    // The data set's package could not be installed: one line says so and what is lost.
+    let skipped: Vec<&str> = setup
+        .stderr
+        .lines()
+        .filter(|l| l.contains("Fashion-MNIST") || l.contains("dataset-fashion-mnist"))
+        .collect();
+    assert!(
+        skipped.len() == 1
+            && skipped[0].starts_with("setup: skipped the real Fashion-MNIST")
+            && skipped[0].contains("needs root")
+            && skipped[0].contains("Without it:"),
+        "setup should skip the data set in one line saying why and what is lost:\n{}",
+        setup.shown()
+    );
 }
