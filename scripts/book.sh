@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The lab guide (lab-guide/) as a book: HTML with search, built by mdBook, which
-# scripts/setup.sh installs (the link `.mdbook`; MDBOOK=/path/to/mdbook overrides it).
+# `scripts/setup.sh --for-tests` installs (the link `.mdbook`; MDBOOK=/path/to/mdbook
+# overrides it).
 #
 #   bash scripts/book.sh build          build into target/book
 #   bash scripts/book.sh check          build, then fail on a page missing from SUMMARY.md,
@@ -14,15 +15,15 @@ cd "$ROOT"
 BOOK=target/book # lab-guide/book.toml's build-dir
 
 usage() {
-    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
 build() {
     local mdbook=${MDBOOK:-$ROOT/.mdbook}
     if ! [ -x "$mdbook" ]; then
-        echo "book: mdBook is not installed ($mdbook is missing): run 'bash scripts/setup.sh', which installs it" >&2
-        echo "book: (when setup could not, its log is /tmp/ddp-lab-mdbook.log)" >&2
+        echo "book: mdBook is not installed ($mdbook is missing): run 'bash scripts/setup.sh --for-tests', which installs it" >&2
+        echo "book: (when setup could not, its log is setup-mdbook.log in its cache, \$DDP_LAB_CACHE or ~/.cache/ddp-lab)" >&2
         exit 1
     fi
     # mdBook logs at INFO on success; a WARN (a chapter it could not read, a bad

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The main job: the finished lab's quick evaluation. Sets the machine up (once),
-# builds the finished lab (solutions/step_11), and trains the narrow WideResNet on 2
-# ranks (CPU processes over Gloo; one GPU each over NCCL when the node has 2 GPUs)
-# on 30,000 images of the real Fashion-MNIST until it reaches the lab's 0.85
-# validation accuracy twice in a row or 8 epochs pass (scripts/quick-evaluation.args;
-# the default --seed 0 makes the run repeatable: 5 epochs, about 3 minutes on 2 cores).
+# The main job: the finished lab's quick evaluation. Sets the machine up for the lab
+# (once; scripts/setup.sh without the test tools), builds the finished lab
+# (solutions/step_11), and trains the narrow WideResNet on 2 ranks (CPU processes
+# over Gloo; one GPU each over NCCL when the node has 2 GPUs) on 30,000 images of the
+# real Fashion-MNIST until it reaches the lab's 0.85 validation accuracy twice in a
+# row or 8 epochs pass (scripts/quick-evaluation.args; the default --seed 0 makes the
+# run repeatable: 5 epochs, about 3 minutes on 2 cores).
 #
 # Data: the real Fashion-MNIST from data/, else Debian's copy that setup installs
 # (/usr/share/datasets/fashion-mnist), else a download; the generated stand-in only

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Every test. Sets the machine up (once), then: formatting, clippy (warnings are
-# errors), the lab guide built as a book and checked, and the whole workspace's
-# tests, the multi-process ones included.
+# Every test. Sets the machine up for the tests (once: what the lab needs and the test
+# tools, `setup.sh --for-tests`), then: formatting, clippy (warnings are errors), the
+# lab guide built as a book and checked, and the whole workspace's tests, the
+# multi-process ones included.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --for-tests
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2

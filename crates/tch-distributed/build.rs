@@ -1,7 +1,9 @@
 //! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
 //! (shim/sync_batch_norm.cpp), and bf16 autocast (shim/amp.cpp).
 //!
-//! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`).
+//! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`);
+//! the gloo headers, which libtorch's ProcessGroupGloo.hpp includes, as `gloo_include`
+//! says.
 //! ProcessGroupNCCL is compiled in whenever libtorch ships its CUDA libraries and the
 //! CUDA/NCCL headers of the pip wheels are beside it, so machines without a GPU still
 //! compile (and so check) the NCCL path.
@@ -45,6 +47,9 @@ fn main() {
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .define("USE_C10D_GLOO", None)
         .define("GLOG_USE_GLOG_EXPORT", None);
+    if let Some(dir) = gloo_include() {
+        build.include(dir);
+    }
 
     let nccl_headers = nccl_headers(&root);
     let has_cuda_libs = lib.join("libtorch_cuda.so").exists();
@@ -84,6 +89,60 @@ fn main() {
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
     // Dependents read this as DEP_TCH_DISTRIBUTED_LIBTORCH_LIB to set their own rpath.
     println!("cargo:libtorch_lib={}", lib.display());
+}
+
+/// The directory that holds the gloo headers (`gloo/algorithm.h`), or None for the
+/// system's, which the compiler finds on its own. In this order: `DDP_LAB_GLOO_INCLUDE`
+/// (refused when it holds none), the link `.gloo-include` in the workspace root that
+/// scripts/setup.sh makes, then /usr/include and /usr/local/include. Anything else
+/// stops the build with the ways to get them.
+///
+/// Deliberately no `rerun-if-env-changed`: where the headers are does not change what
+/// is built, and the checker's build sandbox sees neither the variable nor the
+/// link's target, so it must reuse this build instead of running the script again.
+fn gloo_include() -> Option<PathBuf> {
+    const HEADER: &str = "gloo/algorithm.h";
+    let holds = |dir: &Path| dir.join(HEADER).is_file();
+    if let Some(dir) = std::env::var_os("DDP_LAB_GLOO_INCLUDE").filter(|d| !d.is_empty()) {
+        let dir = PathBuf::from(dir);
+        if holds(&dir) {
+            return Some(dir);
+        }
+        stop(&format!(
+            "DDP_LAB_GLOO_INCLUDE={} holds no {HEADER}: name the directory that holds the gloo/ folder of headers \
+             (for Debian's libgloo-dev, /usr/include), or unset it",
+            dir.display()
+        ));
+    }
+    let manifest =
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let link = manifest.join("../../.gloo-include");
+    if link.symlink_metadata().is_ok() {
+        if holds(&link) {
+            return Some(link);
+        }
+        stop(&format!(
+            "the link {} (made by scripts/setup.sh) leads to no {HEADER}: run `bash scripts/setup.sh` again",
+            link.display()
+        ));
+    }
+    if ["/usr/include", "/usr/local/include"].iter().any(|dir| holds(Path::new(dir))) {
+        return None;
+    }
+    stop(&format!(
+        "the gloo headers are missing ({HEADER}; libtorch's ProcessGroupGloo.hpp includes them and the torch \
+         wheel does not ship them). Any one of these gives them:\n  \
+         1. `bash scripts/setup.sh`, no root needed: on Debian/Ubuntu it downloads libgloo-dev into its cache \
+         and links .gloo-include;\n  \
+         2. as root, `apt-get install libgloo-dev` (into /usr/include/gloo);\n  \
+         3. `DDP_LAB_GLOO_INCLUDE=DIR`, a directory that holds {HEADER}."
+    ))
+}
+
+/// Ends the build script with `message`, which cargo shows under the failed build.
+fn stop(message: &str) -> ! {
+    eprintln!("error: {message}");
+    std::process::exit(1)
 }
 
 /// Makes every binary that depends on this crate load libtorch_cuda.so, so that it

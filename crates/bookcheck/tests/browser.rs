@@ -49,7 +49,7 @@ fn every_page_loads_cleanly_in_chromium_and_search_finds_set_epoch() {
     let Some(chromium) = chromium() else {
         return skip_unless_required(
             "DDP_LAB_REQUIRE_BROWSER",
-            "no Chromium here (Debian: apt-get install chromium; scripts/setup.sh does it as root)".into(),
+            "no Chromium here (Debian: apt-get install chromium; scripts/setup.sh --for-tests does it as root)".into(),
         );
     };
     let base = serve(book.clone());
