@@ -153,12 +153,10 @@ fn run_confined(
         .collect();
     env.push(("HOME".into(), dir.display().to_string()));
     env.push(("TMPDIR".into(), "/tmp".into()));
-    let mut cmd = sandbox.command(&checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts);
+    let cgroup = JobCgroup::create(sandbox.capping, &sandbox.limits)?;
+    let mut cmd =
+        sandbox.job_command(cgroup.as_ref(), &checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts)?;
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let cgroup = JobCgroup::create(sandbox)?;
-    if let Some(cgroup) = &cgroup {
-        cgroup.enter(&mut cmd)?;
-    }
     let spec = json!({
         "bin": bin,
         "dir": dir,
