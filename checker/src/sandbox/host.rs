@@ -149,13 +149,12 @@ impl Host {
             // `systempaths=unconfined` is docker/cli#1808).
             return Unavailable {
                 cause: format!("bubblewrap cannot make its namespaces inside {container}{seccomp}{words}"),
-                fix: format!(
-                    "start the container with `--security-opt seccomp=unconfined --security-opt \
-                     apparmor=unconfined --security-opt systempaths=unconfined` (namespaces and a \
-                     fresh /proc for each job), or grade outside the container; where the container \
-                     itself is all the isolation wanted, --unsandboxed runs the code in it with all of \
-                     the grader's rights there"
-                ),
+                fix: "start the container with `--security-opt seccomp=unconfined --security-opt \
+                      apparmor=unconfined --security-opt systempaths=unconfined` (namespaces and a \
+                      fresh /proc for each job), or grade outside the container; where the container \
+                      itself is all the isolation wanted, --unsandboxed runs the code in it with all of \
+                      the grader's rights there"
+                    .into(),
             };
         }
         let hint = if self.is_like("debian") {

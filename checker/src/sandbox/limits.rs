@@ -189,7 +189,10 @@ impl JobCgroup {
             Capping::Rlimits => return Ok(None),
             Capping::UserScope => {
                 let events = std::env::temp_dir().join(format!("{name}.events"));
+                // Made here, new and the checker's own, so that the wrapper's `>` writes
+                // into it and never through a link someone else left in /tmp.
                 let _ = std::fs::remove_file(&events);
+                std::fs::OpenOptions::new().write(true).create_new(true).open(&events)?;
                 JobCgroup::Scope { events }
             }
             Capping::CgroupV1 => {

@@ -162,10 +162,15 @@ impl Sandbox {
                 }
             },
         };
-        sandbox.capping = capping(&sandbox.limits);
-        if sandbox.capping == Capping::UserScope {
-            sandbox.systemd_run = systemd_run;
-        }
+        sandbox.capping = match (capping(&sandbox.limits), systemd_run) {
+            (Capping::UserScope, Some(systemd_run)) => {
+                sandbox.systemd_run = Some(systemd_run);
+                Capping::UserScope
+            }
+            // No scope without systemd-run to make it.
+            (Capping::UserScope, None) => Capping::Rlimits,
+            (capping, _) => capping,
+        };
         if !sandbox.tmpfs_size && !sandbox.capping.whole_job() {
             return Err(sandbox.uncapped_tmpfs());
         }

@@ -28,7 +28,7 @@ pub struct Insn {
 }
 
 // linux/bpf_common.h
-const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20; // BPF_LD | BPF_W | BPF_ABS
+const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS
 const JEQ: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
 const JGE: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
 const JSET: u16 = 0x05 | 0x40; // BPF_JMP | BPF_JSET | BPF_K

@@ -213,7 +213,14 @@ fn bubblewrap_0_6_runs_where_the_jobs_cgroup_caps_its_tmpfs() {
 fn bubblewrap_0_6_runs_in_a_systemd_user_scope() {
     // A systemd-run that runs what follows `--` as the real one does in the scope.
     let dir = tempfile::tempdir().unwrap();
-    let bwrap = fake_bwrap(dir.path(), "0.6.1", &["--size", "--disable-userns"], "exit 0");
+    // It fails unless the filter's descriptor came through systemd-run and the wrapper.
+    let bwrap = fake_bwrap(
+        dir.path(),
+        "0.6.1",
+        &["--size", "--disable-userns"],
+        "prev=; for a in \"$@\"; do if [ \"$prev\" = --seccomp ] && [ ! -e \"/proc/self/fd/$a\" ]; then \
+         echo \"bwrap: Can't read seccomp data\" >&2; exit 1; fi; prev=$a; done",
+    );
     let systemd_run =
         script(dir.path(), "systemd-run", "while [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"");
     let s = Sandbox::probe_at(
@@ -238,6 +245,9 @@ fn bubblewrap_0_6_runs_in_a_systemd_user_scope() {
     let cmd = s.job_command(Some(&job), Path::new("/bin/true"), &[], Path::new("/tmp"), &[], &[]).unwrap();
     assert_eq!(argv(&cmd)[dash + 5], events.display().to_string());
     assert!(s.describe()["capping"].as_str().unwrap().contains("systemd user scope"));
+    // Where systemd-run is gone, no scope is claimed.
+    let s = Sandbox::probe_at(&bwrap, &here(), Limits::default(), |_| Capping::UserScope, None);
+    assert!(s.is_err_and(|why| why.cause.contains("has no --size")), "rlimits cannot cap 0.6.1's tmpfs");
 }
 
 #[test]
