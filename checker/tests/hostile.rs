@@ -524,3 +524,49 @@ fn an_older_bubblewrap_still_grades_the_solution_and_says_what_stands_in() {
     assert!(sandbox["work_space"].as_str().unwrap().contains("job's memory limit"), "{sandbox}");
     assert_ne!(sandbox["capping"], "rlimits (RLIMIT_DATA, RLIMIT_NPROC per process)", "{sandbox}");
 }
+
+#[test]
+fn fills_its_work_directory_past_the_jobs_memory() {
+    let _one = serial();
+    if !sandbox_works() {
+        return;
+    }
+    let mut scene = Scene::new("tmpfs");
+    // 2 GB of files, 50 MB each (under the file size limit), in a job that may use 256 MiB:
+    // the work directory is a tmpfs, its pages the job's memory.
+    let source = r#"use std::io::Write;
+    fn main() {
+        let block = vec![1u8; 1 << 20];
+        for i in 0..40 {
+            let mut f = std::fs::File::create(format!("fill-{i}.bin")).unwrap();
+            for _ in 0..50 { f.write_all(&block).unwrap(); }
+            println!("wrote {} MiB", (i + 1) * 50);
+        }
+    }"#;
+    let krate = scene.submission(source).display().to_string();
+    let json = scene.dir.join("results.json").display().to_string();
+    let args =
+        ["grade", "step", "0", "--crate", &krate, "--seed", "1", "--memory-limit", "256", "--json", &json];
+    for old in [false, true] {
+        scene.bwrap = old.then(|| bubblewrap_0_6(&scene));
+        let seen = scene.checker(&args);
+        if old && refused_without_size(&seen) {
+            return;
+        }
+        assert_eq!(seen.code, Some(0), "{}", seen.output);
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let trains =
+            report["tests"].as_array().unwrap().iter().find(|t| t["name"] == "step 0: trains").unwrap();
+        let said = format!("{} {}", trains["message"], trains["output"]);
+        assert_eq!(trains["status"], "fail", "{said}");
+        let capping = report["sandbox"]["capping"].as_str().unwrap();
+        if capping.starts_with("rlimits") {
+            // Only bubblewrap's --size caps the tmpfs then (the old one was refused above).
+            assert!(said.contains("No space left on device"), "{said}");
+        } else {
+            assert!(said.contains("out of memory (the job may use 256 MiB)"), "{capping}, old={old}: {said}");
+        }
+        assert!(scene.survivors().is_empty());
+    }
+}

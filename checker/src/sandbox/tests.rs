@@ -382,3 +382,30 @@ fn the_filter_stops_a_nested_user_namespace_for_real_and_lets_threads_run() {
         assert!(said.contains("thread ran"), "{said}");
     }
 }
+
+#[test]
+fn a_user_scope_caps_a_real_job_and_its_verdict_says_out_of_memory() {
+    let Some(real) = real_bwrap() else { return };
+    let limits = Limits { memory: 64 << 20, ..Limits::default() };
+    let systemd_run = find_on_path("systemd-run").filter(|s| limits::scope_works(s, &limits));
+    let Some(systemd_run) = systemd_run else {
+        eprintln!(
+            "skipped: no systemd user manager here whose scopes get memory and tasks limits \
+             (`systemd-run --user --scope -p MemoryMax=…` must work: a login session on cgroup v2)"
+        );
+        return;
+    };
+    let s = Sandbox::probe_at(&real, &here(), limits, |_| Capping::UserScope, Some(systemd_run)).unwrap();
+    assert_eq!(s.capping, Capping::UserScope);
+    let job = JobCgroup::create(s.capping, &s.limits).unwrap().unwrap();
+    // 200 MB held in the shell's memory, in a job that may use 64 MiB.
+    let hog: Vec<OsString> =
+        ["-c", "a=$(head -c 200000000 /dev/zero | tr '\\0' x); echo survived"].map(OsString::from).to_vec();
+    let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+    let mounts = [Mount::Scratch("/job".into(), 1 << 20)];
+    let mut cmd =
+        s.job_command(Some(&job), Path::new("/bin/sh"), &hog, Path::new("/job"), &env, &mounts).unwrap();
+    let out = cmd.output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("survived"), "the scope did not cap the job");
+    assert!(job.limits_hit().out_of_memory, "the scope's counters did not come back: {out:?}");
+}
