@@ -409,3 +409,19 @@ fn a_user_scope_caps_a_real_job_and_its_verdict_says_out_of_memory() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("survived"), "the scope did not cap the job");
     assert!(job.limits_hit().out_of_memory, "the scope's counters did not come back: {out:?}");
 }
+
+#[test]
+fn this_machines_bubblewrap_is_probed_for_the_options_it_knows() {
+    let Some(real) = real_bwrap() else { return };
+    let s = probe(&real, Capping::Rlimits).unwrap();
+    let version = s.version.clone().expect("bwrap --version names one");
+    let release: Vec<u32> = version.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    // What the option history says this release knows.
+    assert_eq!(s.tmpfs_size, release >= vec![0, 7], "--size, bubblewrap {version}");
+    assert_eq!(
+        s.nested_userns == NestedUserns::Disabled,
+        release >= vec![0, 8],
+        "--disable-userns, bubblewrap {version}"
+    );
+    assert_eq!(s.describe()["bubblewrap"]["version"], version.as_str());
+}
