@@ -153,12 +153,10 @@ fn run_confined(
         .collect();
     env.push(("HOME".into(), dir.display().to_string()));
     env.push(("TMPDIR".into(), "/tmp".into()));
-    let mut cmd = sandbox.command(&checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts);
+    let cgroup = JobCgroup::create(sandbox.capping, &sandbox.limits)?;
+    let mut cmd =
+        sandbox.job_command(cgroup.as_ref(), &checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts)?;
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let cgroup = JobCgroup::create(sandbox)?;
-    if let Some(cgroup) = &cgroup {
-        cgroup.enter(&mut cmd)?;
-    }
     let spec = json!({
         "bin": bin,
         "dir": dir,
@@ -184,12 +182,25 @@ fn run_confined(
     let answer = answer.join().unwrap_or_default();
     let errors = String::from_utf8_lossy(&errors.join().unwrap_or_default()).into_owned();
     let hit = cgroup.as_ref().map(JobCgroup::limits_hit).unwrap_or_default();
+    let mut hit_limits = Vec::new();
+    if hit.out_of_memory {
+        hit_limits.push(format!("killed: out of memory (the job may use {})", bytes(sandbox.limits.memory)));
+    }
+    if hit.process_limit {
+        hit_limits.push(format!(
+            "the job reached its limit of {} processes (a fork was refused)",
+            sandbox.limits.processes
+        ));
+    }
     drop(relay);
     let parsed: Option<Value> = serde_json::from_slice(&answer).ok();
     let Some(parsed) = parsed else {
+        // The supervisor itself was killed: by the kernel at the job's memory limit when
+        // the job's tmpfs holds it (freeing nothing by killing ranks), so say which limit.
         return Err(std::io::Error::other(format!(
-            "the sandbox ended ({}) without an answer{}{}",
+            "the sandbox ended ({}) without an answer{}{}{}",
             launcher::describe(status),
+            hit_limits.iter().map(|l| format!("; {l}")).collect::<String>(),
             if errors.trim().is_empty() { "" } else { ": " },
             errors.trim()
         )));
@@ -219,18 +230,8 @@ fn run_confined(
             stderr: text(&format!("{}.stderr", launch.name)),
             elapsed: Duration::from_millis(got["elapsed_ms"].as_u64().unwrap_or(0)),
             left_behind: got["left_behind"].as_bool().unwrap_or(false),
-            limits: vec![],
+            limits: hit_limits.clone(),
         };
-        if hit.out_of_memory {
-            e.limits
-                .push(format!("killed: out of memory (the job may use {})", bytes(sandbox.limits.memory)));
-        }
-        if hit.process_limit {
-            e.limits.push(format!(
-                "the job reached its limit of {} processes (a fork was refused)",
-                sandbox.limits.processes
-            ));
-        }
         if e.status.and_then(|s| s.signal()) == Some(libc::SIGXFSZ) {
             e.limits.push(format!("killed: a file reached the limit of {}", bytes(sandbox.limits.file_size)));
         }

@@ -37,6 +37,8 @@ struct Scene {
     secret_file: PathBuf,
     token: String,
     mark: String,
+    /// Another bubblewrap than the one on PATH (`DDP_LAB_BWRAP`).
+    bwrap: Option<PathBuf>,
 }
 
 impl Scene {
@@ -48,7 +50,7 @@ impl Scene {
         let token = format!("TOKEN{nanos}X{name}");
         let secret_file = dir.join("secret.txt");
         std::fs::write(&secret_file, &token).unwrap();
-        Scene { dir, secret_file, token, mark: format!("{name}-{nanos}") }
+        Scene { dir, secret_file, token, mark: format!("{name}-{nanos}"), bwrap: None }
     }
 
     /// A crate holding only `src/main.rs` = `source`, with `@SECRET@`, `@DIR@` and
@@ -74,6 +76,9 @@ impl Scene {
             .env(checker::PROGRESS_FILE_ENV, &progress)
             .env(MARK, &self.mark)
             .env(GRADER_SECRET, &self.token);
+        if let Some(bwrap) = &self.bwrap {
+            cmd.env(checker::BWRAP_ENV, bwrap);
+        }
         let out = launcher::output(cmd, Some(Duration::from_secs(600))).expect("run the checker");
         let output = format!("{}{}", out.stdout, out.stderr);
         let kept =
@@ -160,6 +165,40 @@ fn read_all(dir: &Path) -> String {
         }
     }
     text
+}
+
+/// This machine's bubblewrap made to answer as bubblewrap 0.6.1 (Ubuntu 22.04's) does:
+/// no `--size` (0.7.0), no `--disable-userns` (0.8.0).
+fn bubblewrap_0_6(scene: &Scene) -> PathBuf {
+    let real = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file())
+        .expect("bwrap on PATH");
+    let path = scene.dir.join("bwrap-0.6.1");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'bubblewrap 0.6.1'; exit 0; fi\n\
+             for a in \"$@\"; do case \"$a\" in --size|--disable-userns) echo \"bwrap: Unknown option $a\" >&2; exit 1;; esac; done\n\
+             exec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+/// Whether the checker refused bubblewrap 0.6.1 because nothing caps a job's tmpfs
+/// here (not root, no systemd user scope): then it must say so, and the test stops.
+fn refused_without_size(seen: &Seen) -> bool {
+    if seen.code != Some(2) {
+        return false;
+    }
+    assert!(seen.output.contains("bubblewrap 0.6.1 has no --size"), "{}", seen.output);
+    assert!(seen.output.contains("0.8.0 or later"), "{}", seen.output);
+    eprintln!("skipped the rest: nothing caps a job's memory here, so bubblewrap 0.6.1 is refused");
+    true
 }
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -422,4 +461,112 @@ fn kills_its_parent_and_every_process_it_can() {
     let _ = sentinel.kill();
     let _ = sentinel.wait();
     assert!(scene.survivors().is_empty());
+}
+
+#[test]
+fn makes_a_user_namespace_of_its_own() {
+    let _one = serial();
+    if !sandbox_works() || !Path::new("/usr/bin/unshare").exists() {
+        return;
+    }
+    let mut scene = Scene::new("userns");
+    let source = r#"fn main() {
+        let made = std::process::Command::new("unshare").args(["--user", "true"]).status();
+        let made = made.map(|s| s.success()).unwrap_or(false);
+        println!("USERNS-{}", if made { "MADE" } else { "REFUSED" });
+    }"#;
+    // This machine's bubblewrap refuses it with --disable-userns.
+    let seen = scene.verify(source, true, &[]);
+    seen.assert_ran();
+    assert!(seen.shows("USERNS-REFUSED") && !seen.shows("USERNS-MADE"), "{}\n{}", seen.output, seen.files);
+    // An older one, without the option, refuses it with the seccomp filter.
+    scene.bwrap = Some(bubblewrap_0_6(&scene));
+    let seen = scene.verify(source, true, &[]);
+    if refused_without_size(&seen) {
+        return;
+    }
+    seen.assert_ran();
+    assert!(seen.shows("USERNS-REFUSED") && !seen.shows("USERNS-MADE"), "{}\n{}", seen.output, seen.files);
+    assert!(scene.survivors().is_empty());
+    scene.bwrap = None;
+    let open = scene.verify(source, false, &[]);
+    assert!(open.shows("USERNS-MADE"), "without the sandbox the attack must work:\n{}", open.files);
+}
+
+#[test]
+fn an_older_bubblewrap_still_grades_the_solution_and_says_what_stands_in() {
+    let _one = serial();
+    if !sandbox_works() {
+        return;
+    }
+    let mut scene = Scene::new("oldbwrap");
+    scene.bwrap = Some(bubblewrap_0_6(&scene));
+    let json = scene.dir.join("results.json");
+    let seen = scene.checker(&[
+        "grade",
+        "step",
+        "0",
+        "--solutions",
+        "--seed",
+        "1",
+        "--json",
+        &json.display().to_string(),
+    ]);
+    if refused_without_size(&seen) {
+        return;
+    }
+    assert_eq!(seen.code, Some(0), "{}", seen.output);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["status"], "pass", "the honest solution passes in the stand-ins too: {report}");
+    let sandbox = &report["sandbox"];
+    assert_eq!(sandbox["bubblewrap"]["version"], "0.6.1", "{sandbox}");
+    assert!(sandbox["nested_user_namespaces"].as_str().unwrap().contains("seccomp filter"), "{sandbox}");
+    assert!(sandbox["work_space"].as_str().unwrap().contains("job's memory limit"), "{sandbox}");
+    assert_ne!(sandbox["capping"], "rlimits (RLIMIT_DATA, RLIMIT_NPROC per process)", "{sandbox}");
+}
+
+#[test]
+fn fills_its_work_directory_past_the_jobs_memory() {
+    let _one = serial();
+    if !sandbox_works() {
+        return;
+    }
+    let mut scene = Scene::new("tmpfs");
+    // 2 GB of files, 50 MB each (under the file size limit), in a job that may use 256 MiB:
+    // the work directory is a tmpfs, its pages the job's memory.
+    let source = r#"use std::io::Write;
+    fn main() {
+        let block = vec![1u8; 1 << 20];
+        for i in 0..40 {
+            let mut f = std::fs::File::create(format!("fill-{i}.bin")).unwrap();
+            for _ in 0..50 { f.write_all(&block).unwrap(); }
+            println!("wrote {} MiB", (i + 1) * 50);
+        }
+    }"#;
+    let krate = scene.submission(source).display().to_string();
+    let json = scene.dir.join("results.json").display().to_string();
+    let args =
+        ["grade", "step", "0", "--crate", &krate, "--seed", "1", "--memory-limit", "256", "--json", &json];
+    for old in [false, true] {
+        scene.bwrap = old.then(|| bubblewrap_0_6(&scene));
+        let seen = scene.checker(&args);
+        if old && refused_without_size(&seen) {
+            return;
+        }
+        assert_eq!(seen.code, Some(0), "{}", seen.output);
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let trains =
+            report["tests"].as_array().unwrap().iter().find(|t| t["name"] == "step 0: trains").unwrap();
+        let said = format!("{} {}", trains["message"], trains["output"]);
+        assert_eq!(trains["status"], "fail", "{said}");
+        let capping = report["sandbox"]["capping"].as_str().unwrap();
+        if capping.starts_with("rlimits") {
+            // Only bubblewrap's --size caps the tmpfs then (the old one was refused above).
+            assert!(said.contains("No space left on device"), "{said}");
+        } else {
+            assert!(said.contains("out of memory (the job may use 256 MiB)"), "{capping}, old={old}: {said}");
+        }
+        assert!(scene.survivors().is_empty());
+    }
 }
