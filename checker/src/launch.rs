@@ -108,6 +108,15 @@ fn sandboxed_cargo(
     if let Ok(torch) = root.join(".libtorch").canonicalize() {
         mounts.push(Mount::ReadOnly(torch.parent().map(Path::to_path_buf).unwrap_or(torch)));
     }
+    // The gloo headers where setup found them without root (the `.gloo-include` link
+    // into its cache, or DDP_LAB_GLOO_INCLUDE): tch-distributed's build script reads
+    // them whenever it runs again.
+    let gloo_named = std::env::var_os(GLOO_INCLUDE_ENV).filter(|dir| !dir.is_empty()).map(PathBuf::from);
+    for dir in gloo_named.iter().cloned().chain([root.join(".gloo-include")]) {
+        if let Ok(real) = dir.canonicalize() {
+            mounts.push(Mount::ReadOnly(real));
+        }
+    }
     // The mount point of the hidden `.checker` must exist: the repository is read-only
     // inside. (A fresh clone has none until the first run.)
     std::fs::create_dir_all(root.join(".checker"))?;
@@ -118,8 +127,15 @@ fn sandboxed_cargo(
         ("CARGO_TARGET_DIR".to_string(), target.display().to_string()),
         ("HOME".to_string(), "/tmp".to_string()),
     ];
+    let mut env = env;
+    if let Some(dir) = gloo_named {
+        env.push((GLOO_INCLUDE_ENV.to_string(), dir.display().to_string()));
+    }
     Ok(sandbox.command(&cargo, args, workdir, &env, &mounts))
 }
+
+/// Where setup's gloo headers are when the system has none (tch-distributed's build.rs).
+const GLOO_INCLUDE_ENV: &str = "DDP_LAB_GLOO_INCLUDE";
 
 fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"))
@@ -383,5 +399,25 @@ mod millis {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sandboxed_build_sees_the_gloo_headers_setup_found_without_root() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(cache.path(), root.path().join(".gloo-include")).unwrap();
+        let target = root.path().join("target");
+        let cmd = sandboxed_cargo(&crate::sandbox::stand_in(), root.path(), &target, None, &[]).unwrap();
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let real = cache.path().canonicalize().unwrap().display().to_string();
+        assert!(
+            args.windows(3).any(|w| w[0] == "--ro-bind-try" && w[1] == real && w[2] == real),
+            "{real} (behind .gloo-include) is not visible in the build's sandbox: {args:?}"
+        );
     }
 }

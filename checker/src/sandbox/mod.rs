@@ -89,7 +89,7 @@ impl Sandbox {
             Some(path) => path,
             None => find_on_path("bwrap").ok_or_else(|| Unavailable {
                 cause: "bubblewrap (`bwrap`) is not installed".into(),
-                fix: "run `bash scripts/setup.sh` (it installs Debian's `bubblewrap`), or \
+                fix: "run `bash scripts/setup.sh --for-tests` (it installs Debian's `bubblewrap`), or \
                       `sudo apt-get install bubblewrap`; or pass --unsandboxed to run the \
                       submitted code with all of your rights"
                     .into(),
@@ -114,7 +114,8 @@ impl Sandbox {
     ) -> Result<Sandbox, Unavailable> {
         let version = bubblewrap::version(bwrap).map_err(|e| Unavailable {
             cause: format!("cannot run {}: {e}", bwrap.display()),
-            fix: "install Debian's `bubblewrap` (`bash scripts/setup.sh`), or pass --unsandboxed".into(),
+            fix: "install Debian's `bubblewrap` (`bash scripts/setup.sh --for-tests`), or pass --unsandboxed"
+                .into(),
         })?;
         let mut sandbox = Sandbox {
             bwrap: bwrap.to_path_buf(),
@@ -198,7 +199,8 @@ impl Sandbox {
         let cmd = self.command(program, &[], workdir, &[], &mounts);
         bubblewrap::run(cmd).map_err(|e| Unavailable {
             cause: format!("cannot run {}: {e}", self.bwrap.display()),
-            fix: "install Debian's `bubblewrap` (`bash scripts/setup.sh`), or pass --unsandboxed".into(),
+            fix: "install Debian's `bubblewrap` (`bash scripts/setup.sh --for-tests`), or pass --unsandboxed"
+                .into(),
         })
     }
 
@@ -257,6 +259,21 @@ impl Sandbox {
 fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// A sandbox as probed on a machine with bubblewrap 0.8 and rlimits, for tests of the
+/// command lines made with it.
+#[cfg(test)]
+pub(crate) fn stand_in() -> Sandbox {
+    Sandbox {
+        bwrap: PathBuf::from("/usr/bin/bwrap"),
+        version: Some("0.8.0".into()),
+        limits: Limits::default(),
+        capping: Capping::Rlimits,
+        systemd_run: None,
+        tmpfs_size: true,
+        nested_userns: NestedUserns::Disabled,
+    }
 }
 
 #[cfg(test)]

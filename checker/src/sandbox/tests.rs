@@ -10,15 +10,7 @@ use super::host::Host;
 use super::*;
 
 fn sandbox() -> Sandbox {
-    Sandbox {
-        bwrap: PathBuf::from("/usr/bin/bwrap"),
-        version: Some("0.8.0".into()),
-        limits: Limits::default(),
-        capping: Capping::Rlimits,
-        systemd_run: None,
-        tmpfs_size: true,
-        nested_userns: NestedUserns::Disabled,
-    }
+    stand_in()
 }
 
 fn argv(cmd: &Command) -> Vec<String> {

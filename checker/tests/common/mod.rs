@@ -88,7 +88,7 @@ pub fn sandbox_works() -> bool {
     if !works {
         assert!(
             std::env::var("DDP_LAB_REQUIRE_SANDBOX").is_err(),
-            "DDP_LAB_REQUIRE_SANDBOX is set but bubblewrap cannot make a sandbox here: run scripts/setup.sh"
+            "DDP_LAB_REQUIRE_SANDBOX is set but bubblewrap cannot make a sandbox here: run scripts/setup.sh --for-tests"
         );
         eprintln!("skipped: bubblewrap cannot make a sandbox on this machine (install Debian's bubblewrap)");
     }
