@@ -14,3 +14,11 @@ pub const ROOT_ENV: &str = "DDP_LAB_ROOT";
 /// A file to write each observation to, as JSON, before it is judged: how the judges'
 /// fixtures (checker/fixtures/observations) are recorded.
 pub const RECORD_OBSERVATION_ENV: &str = "DDP_LAB_RECORD_OBSERVATION";
+
+/// The course that Gradescope's `run_autograder` grades with (default
+/// `$AUTOGRADER_ROOT/source/ddp-lab`): a test points it at this repository.
+pub const COURSE_ENV: &str = "DDP_LAB_COURSE";
+
+/// The built checker `run_autograder` calls (default the course's
+/// `target/debug/checker`): a test points it at the one it built.
+pub const CHECKER_ENV: &str = "DDP_LAB_CHECKER";
