@@ -2,6 +2,8 @@
 //! model: the graded steps, per check its verdict, message and points, the seed and
 //! the sandbox. Every report format is rendered from it by a module of its own
 //! (`formats`); the points table `grade` prints is here.
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
@@ -192,7 +194,7 @@ impl StepGrade {
             not_run: Some(why),
             checks,
             output: String::new(),
-            started: 0,
+            started: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             seconds: 0.0,
         }
     }
