@@ -90,7 +90,7 @@ pub fn exercism_v3(report: &Value) -> Vec<String> {
             problems.push(format!("{what}: test_code missing"));
         }
         if let Some(id) = t.get("task_id") {
-            if !id.as_u64().is_some_and(|n| n >= 1) {
+            if id.as_u64().is_none_or(|n| n < 1) {
                 problems.push(format!("{what}: task_id must be a task's number (from 1), is {id}"));
             }
         }
