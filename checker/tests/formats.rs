@@ -203,6 +203,16 @@ fn a_submission_without_a_program_gets_reports_that_say_so() {
     assert_eq!(r.gradescope["score"], 0.0);
     assert!(r.gradescope["output"].as_str().unwrap().contains("no main.rs in it"));
     assert!(r.junit[0].cases.iter().all(|c| c.outcome.as_ref().is_some_and(|o| o.0 == "error")));
+    // A report that cannot be written: exit 2, and no report at all, not some of them.
+    let out = tempfile::tempdir().unwrap();
+    let written = out.path().join("e.json");
+    let v = checker_with(
+        &["grade", "step", "0", "--unsandboxed", "--crate"],
+        &[empty.path(), Path::new("--json"), &written, Path::new("--junit"), Path::new("/nonexistent/j.xml")],
+    );
+    assert_eq!(v.code, Some(2), "{}", v.output());
+    assert!(v.stderr.contains("cannot write the report /nonexistent/j.xml"), "{}", v.stderr);
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0, "nothing written, not even e.json");
     // Without a report to carry it, that is bad input: exit 2.
     let v = checker_with(&["grade", "step", "0", "--unsandboxed", "--crate"], &[empty.path()]);
     assert_eq!(v.code, Some(2), "{}", v.output());

@@ -2,6 +2,7 @@
 //! rendered from the one grade model ([`crate::grade::Grade`]) by a module of its own:
 //! exercism's test-runner results (`--json`), JUnit XML (`--junit`) and Gradescope's
 //! results.json (`--gradescope`).
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::grade::Grade;
@@ -23,8 +24,10 @@ impl Reports {
         self.json.is_some() || self.junit.is_some() || self.gradescope.is_some()
     }
 
-    /// Renders every report asked for, then writes each atomically (a temporary file,
-    /// then a rename): a report is whole or absent. Returns the paths written.
+    /// Renders every report asked for and writes them atomically: each to a temporary
+    /// file beside its path, and only when all are written, each renamed over its path.
+    /// A report is whole or absent, and a path that cannot be written leaves none of
+    /// them. Returns the paths written.
     pub fn write(&self, grade: &Grade, listing: junit::Listing) -> Result<Vec<PathBuf>, String> {
         let mut rendered: Vec<(&Path, String)> = Vec::new();
         if let Some(path) = &self.json {
@@ -36,11 +39,18 @@ impl Reports {
         if let Some(path) = &self.gradescope {
             rendered.push((path, json(&gradescope::render(grade))));
         }
+        let cannot = |path: &Path, e: std::io::Error| {
+            format!("cannot write the report {}: {e}; name a writable path", path.display())
+        };
+        let mut pending = Vec::new();
+        for (path, text) in &rendered {
+            let mut file = atomic_file::Writer::new().create(path).map_err(|e| cannot(path, e))?;
+            file.file().write_all(text.as_bytes()).map_err(|e| cannot(path, e))?;
+            pending.push((path, file));
+        }
         let mut written = Vec::new();
-        for (path, text) in rendered {
-            atomic_file::write_atomically(path, &text).map_err(|e| {
-                format!("cannot write the report {}: {e}; name a writable path", path.display())
-            })?;
+        for (path, file) in pending {
+            file.commit().map_err(|e| cannot(path, e))?;
             written.push(path.to_path_buf());
         }
         Ok(written)
