@@ -4,7 +4,7 @@
 //! `formats`'; the exit codes are `Failure`'s.
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use crate::cli::{parse_target, repo_root};
 use crate::formats::{junit::Listing, Reports};
@@ -54,7 +54,7 @@ fn timed_run(
     subject: Subject,
     options: StepRunOptions,
 ) -> Result<(StepRun, StepGrade), String> {
-    let started = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let started = grade::unix_now();
     let clock = Instant::now();
     let run = run_step(root, step, subject, options)?;
     let grade =

@@ -194,7 +194,7 @@ impl StepGrade {
             not_run: Some(why),
             checks,
             output: String::new(),
-            started: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            started: unix_now(),
             seconds: 0.0,
         }
     }
@@ -276,6 +276,11 @@ impl Grade {
         }
         Some(reasons.join("\n\n"))
     }
+}
+
+/// Now, in Unix seconds: when a step's grading began.
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 fn title(step: u8) -> &'static str {
