@@ -42,11 +42,12 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Points per step and a JSON report for an autograder: `cargo checker grade --json results.json`.
+    /// Points per step, and reports for autograders: `cargo checker grade --json results.json`.
     ///
-    /// The report has the shape of exercism's test-runner results (version 3): a status,
-    /// and per check its status, message and captured output. Each step is worth 10
-    /// points, shared by the checks it introduces. Exits 0 whenever the report was made.
+    /// Each step is worth 10 points, shared by the checks it introduces. Reports, each in
+    /// a published format and written atomically: --json (exercism's test-runner results,
+    /// version 3), --junit (JUnit XML, for a CI) and --gradescope (Gradescope's
+    /// results.json). Exits 0 whenever the reports were made.
     Grade {
         /// `step N` or `all` (the default).
         #[arg(value_name = "step N | all", num_args = 0..=2)]
@@ -56,22 +57,36 @@ pub enum Command {
         solutions: bool,
         #[command(flatten)]
         runs: RunArgs,
-        /// Also write the report here, as JSON (atomically: a temporary file, then a rename).
+        /// Write exercism's test-runner results (version 3) here: a status, and per check
+        /// its status, message, the program's output (its last 500 characters) and the
+        /// command that repeats it.
         #[arg(long, value_name = "PATH")]
         json: Option<PathBuf>,
-        /// Grade the src/main.rs of a handed-in crate as one step's program (`grade step 7
-        /// --crate DIR`): only that file is taken, built with the step's own manifest, in
-        /// a sandbox.
-        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        /// Write JUnit XML here: one testsuite per step, one testcase per check.
+        #[arg(long, value_name = "PATH")]
+        junit: Option<PathBuf>,
+        /// Write Gradescope's results.json here: the score, and per check a test with its
+        /// score, status and output.
+        #[arg(long, value_name = "PATH")]
+        gradescope: Option<PathBuf>,
+        /// Grade a handed-in program as one step's (`grade step 7 --crate PATH`): a crate
+        /// folder (src/main.rs), a main.rs, a folder holding one crate, or a .zip of any;
+        /// only the main.rs is taken, built with the step's own manifest, in a sandbox.
+        #[arg(long = "crate", value_name = "PATH", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
         /// Grade every handed-in crate in DIR (each subdirectory holding src/main.rs) as
         /// one step's program, one after the other: `grade step 7 --crates handed-in
         /// --json-dir results` writes results/<name>.json per submission.
-        #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json"], requires = "json_dir")]
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"], requires = "json_dir")]
         crates: Option<PathBuf>,
         /// With --crates: where each submission's report goes, as <name>.json.
         #[arg(long, value_name = "DIR", requires = "crates")]
         json_dir: Option<PathBuf>,
+    },
+    /// Write what a grading platform needs to grade a step: `cargo checker autograder gradescope --step 7 --out DIR`.
+    Autograder {
+        #[command(subcommand)]
+        platform: Platform,
     },
     /// Verify a step (and every earlier step's checks): `cargo checker verify step 7`, or `cargo checker verify all`.
     Verify {
@@ -86,10 +101,15 @@ pub enum Command {
         /// Keep the run's files (outputs, trace) and print where they are.
         #[arg(long)]
         keep: bool,
-        /// Check the src/main.rs of a crate elsewhere (a copy handed in for grading)
-        /// instead of steps/step_NN; it is built with the step's own manifest.
-        #[arg(long = "crate", value_name = "DIR", conflicts_with = "solutions")]
+        /// Check a program elsewhere (a copy handed in for grading: a crate folder, a
+        /// main.rs, or a .zip of one) instead of steps/step_NN; it is built with the
+        /// step's own manifest.
+        #[arg(long = "crate", value_name = "PATH", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
+        /// Also write the verdicts as JUnit XML here (one testsuite per step, one
+        /// testcase per check), for a CI.
+        #[arg(long, value_name = "PATH")]
+        junit: Option<PathBuf>,
     },
     /// Verify a step, then again each time you save a file of its src/: `cargo checker watch step 7`.
     ///
@@ -111,6 +131,26 @@ pub enum Command {
     },
 }
 
+/// The grading platforms `autograder` writes for.
+#[derive(Subcommand, Debug)]
+pub enum Platform {
+    /// Gradescope's autograder: setup.sh, run_autograder and the course, zipped as
+    /// DIR/autograder.zip to upload on the assignment's "Configure Autograder" page.
+    ///
+    /// run_autograder grades the student's submission (a crate folder, a main.rs, a
+    /// folder holding one crate, or a .zip of any) as step N's program and writes
+    /// results/results.json; in a sandbox where bubblewrap can make one, else
+    /// unsandboxed, which the results say.
+    Gradescope {
+        /// The step whose program students hand in (0 to 11).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
+        step: u8,
+        /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
 /// How the programs are run: shared by `verify`, `watch` and `grade`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -127,9 +167,14 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "unsandboxed")]
     sandbox: bool,
     /// Run handed-in code with all of your rights, no sandbox (where bubblewrap cannot
-    /// work); the report then says "sandbox": "none".
+    /// work); the reports then say so.
     #[arg(long)]
     unsandboxed: bool,
+    /// Where no sandbox can be made here, run handed-in code unsandboxed instead of
+    /// refusing, and say so in the reports: for a grading container that is itself the
+    /// isolation (Gradescope's: a fresh container per submission).
+    #[arg(long, conflicts_with = "unsandboxed")]
+    unsandboxed_fallback: bool,
     /// Memory a sandboxed run may use, all its processes together, in MiB.
     #[arg(long, value_name = "MiB", default_value_t = 6144, value_parser = clap::value_parser!(u64).range(64..))]
     memory_limit: u64,
@@ -146,8 +191,17 @@ impl RunArgs {
 
     /// The sandbox the runs go into: required for handed-in code (`untrusted`) unless
     /// `--unsandboxed`, asked for with `--sandbox`; an error (exit 2) when wanted and
-    /// impossible here.
+    /// impossible here, unless `--unsandboxed-fallback`.
     pub fn sandbox(&self, untrusted: bool) -> Result<Option<sandbox::Sandbox>, Failure> {
+        self.sandbox_or_why(untrusted).map(|(sandbox, _)| sandbox)
+    }
+
+    /// [`RunArgs::sandbox`], and why there is none when `--unsandboxed-fallback` had to
+    /// do without one (for the reports).
+    pub fn sandbox_or_why(
+        &self,
+        untrusted: bool,
+    ) -> Result<(Option<sandbox::Sandbox>, Option<String>), Failure> {
         if self.unsandboxed {
             if untrusted {
                 eprintln!(
@@ -155,13 +209,24 @@ impl RunArgs {
                      (your files, your network, your environment)"
                 );
             }
-            return Ok(None);
+            return Ok((None, None));
         }
-        if !(self.sandbox || untrusted) {
-            return Ok(None);
+        if !(self.sandbox || untrusted || self.unsandboxed_fallback) {
+            return Ok((None, None));
         }
         let limits = sandbox::Limits { memory: self.memory_limit << 20, ..Default::default() };
-        sandbox::Sandbox::probe(limits).map(Some).map_err(|why| Failure::CannotRun(why.to_string()))
+        match sandbox::Sandbox::probe(limits) {
+            Ok(sandbox) => Ok((Some(sandbox), None)),
+            Err(why) if self.unsandboxed_fallback => {
+                let cause = why.cause.clone();
+                eprintln!(
+                    "warning: --unsandboxed-fallback: no sandbox can be made here ({cause}); the \
+                     handed-in code runs with all of your rights, and the reports say so"
+                );
+                Ok((None, Some(cause)))
+            }
+            Err(why) => Err(Failure::CannotRun(why.to_string())),
+        }
     }
 }
 

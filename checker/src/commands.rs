@@ -1,33 +1,73 @@
 //! What each subcommand does, from parsed options to its outcome: `verify`, `watch`,
-//! `grade` (one crate or a folder of them) and `reset`. The checking itself is the
-//! pipeline's; the points and JSON are `grade`'s; the exit codes are `Failure`'s.
+//! `grade` (one crate or a folder of them), `reset` and `autograder`. The checking
+//! itself is the pipeline's; the points are the grade model's, the reports are
+//! `formats`'; the exit codes are `Failure`'s.
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::checks::Verdict;
 use crate::cli::{parse_target, repo_root};
-use crate::pipeline::{build_all, run_step, StepRunOptions, Subject};
+use crate::formats::{junit::Listing, Reports};
+use crate::grade::{Confinement, Grade, StepGrade};
+use crate::handed_in::{self, Refusal};
+use crate::pipeline::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
-use crate::{grade, sandbox, watch, Failure};
+use crate::{autograder, grade, sandbox, watch, Failure};
 
-/// `checker verify`: each step's report in turn; fails when a check of any failed.
+/// `checker verify`: each step's report in turn, and with `--junit` its verdicts as
+/// JUnit XML; fails when a check of any failed.
 pub fn verify(
     steps: Vec<u8>,
     subject: Subject,
     seed: u64,
     limit: Duration,
     keep: bool,
-    sandbox: Option<&sandbox::Sandbox>,
+    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
+    junit: Option<PathBuf>,
 ) -> Result<(), Failure> {
     let root = repo_root();
     let mut all_passed = true;
+    let submission = steps.first().and_then(|&step| found_in(subject, step));
     let built = build_all(&root, &steps, subject, sandbox);
+    let mut graded = Vec::new();
     for step in steps {
-        let run = run_step(&root, step, subject, StepRunOptions { seed, limit, keep, built, sandbox })?;
+        let (run, grade) =
+            timed_run(&root, step, subject, StepRunOptions { seed, limit, keep, built, sandbox })?;
         all_passed &= print_run(&root, step, seed, &run);
+        graded.push(grade);
+    }
+    if let Some(path) = junit {
+        let grade =
+            Grade { seed, confinement: Confinement::of(sandbox, why_none), submission, steps: graded };
+        let reports = Reports { junit: Some(path), ..Reports::default() };
+        for path in reports.write(&grade, Listing::EveryCheck)? {
+            println!("JUnit report written to {}", path.display());
+        }
     }
     Failure::unless_passed(all_passed)
+}
+
+/// Runs and judges one step, timed, and grades what it found.
+fn timed_run(
+    root: &Path,
+    step: u8,
+    subject: Subject,
+    options: StepRunOptions,
+) -> Result<(StepRun, StepGrade), String> {
+    let started = grade::unix_now();
+    let clock = Instant::now();
+    let run = run_step(root, step, subject, options)?;
+    let grade =
+        StepGrade::judged(step, &run.results, run.output.clone(), started, clock.elapsed().as_secs_f64());
+    Ok((run, grade))
+}
+
+/// Where a handed-in program was found (`--crate`), for the reports.
+fn found_in(subject: Subject, step: u8) -> Option<String> {
+    match subject {
+        Subject::Elsewhere(given) => handed_in::find(given, step).ok().map(|h| h.found),
+        Subject::Step | Subject::Solution => None,
+    }
 }
 
 /// `checker watch`: verify, wait for a saved change under the crate's src/, repeat.
@@ -90,47 +130,50 @@ pub fn watch_step(
     }
 }
 
-/// `checker grade`: the points table, and the JSON report with `--json`.
+/// `checker grade`: the points table, and the reports asked for.
 pub fn grade(
     target: &[String],
     subject: Subject,
     seed: u64,
     limit: Duration,
-    json: Option<PathBuf>,
-    sandbox: Option<&sandbox::Sandbox>,
+    reports: &Reports,
+    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
 ) -> Result<(), Failure> {
     let steps = if target.is_empty() { (0..12).collect() } else { parse_target(target)? };
-    let root = repo_root();
-    let mut graded = Vec::new();
-    let built = build_all(&root, &steps, subject, sandbox);
-    for step in steps {
-        let run =
-            run_step(&root, step, subject, StepRunOptions { seed, limit, keep: false, built, sandbox })?;
-        graded.push(grade::GradedStep {
-            step,
-            title: coursegen::STEPS[usize::from(step)],
-            results: run.results,
-            output: run.output,
-        });
+    let confinement = Confinement::of(sandbox, why_none);
+    let mut submission = None;
+    if let Subject::Elsewhere(given) = subject {
+        match handed_in::find(given, steps[0]) {
+            Ok(found) => submission = Some(found.found),
+            // What was handed in holds no program: a grade of nothing, which the
+            // reports say (Gradescope shows it to the student), made like any other.
+            Err(Refusal::Unusable(why)) if reports.any() => {
+                eprintln!("error: {why}");
+                let steps = steps.iter().map(|&step| StepGrade::not_run(step, why.clone())).collect();
+                return finish_grade(Grade { seed, confinement, submission, steps }, reports);
+            }
+            Err(refusal) => return Err(Failure::CannotRun(refusal.message().to_string())),
+        }
     }
-    print!("{}", grade::table(&graded));
+    let root = repo_root();
+    let built = build_all(&root, &steps, subject, sandbox);
+    let mut graded = Vec::new();
+    for step in steps {
+        let options = StepRunOptions { seed, limit, keep: false, built, sandbox };
+        graded.push(timed_run(&root, step, subject, options)?.1);
+    }
+    finish_grade(Grade { seed, confinement, submission, steps: graded }, reports)
+}
+
+/// The points table, then the reports.
+fn finish_grade(grade: Grade, reports: &Reports) -> Result<(), Failure> {
+    print!("{}", grade::table(&grade.steps));
+    let seed = grade.seed;
     println!("(seed {seed}; repeat with --seed {seed}; details: cargo checker verify step N --seed {seed})");
-    if let Some(path) = json {
-        write_report(&path, grade::report(&graded, seed), sandbox)?;
+    for path in reports.write(&grade, Listing::Graded)? {
         println!("report written to {}", path.display());
     }
     Ok(())
-}
-
-/// The JSON report at `path` (atomically), with the sandbox it was made in.
-fn write_report(
-    path: &Path,
-    mut report: serde_json::Value,
-    sandbox: Option<&sandbox::Sandbox>,
-) -> Result<(), String> {
-    report["sandbox"] = sandbox.map_or_else(|| serde_json::json!("none"), sandbox::Sandbox::describe);
-    let text = serde_json::to_string_pretty(&report).unwrap_or_default() + "\n";
-    atomic_file::write_atomically(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// `grade step N --crates DIR --json-dir OUT`: every submission in DIR, one report each.
@@ -140,7 +183,7 @@ pub fn grade_batch(
     out: &Path,
     seed: u64,
     limit: Duration,
-    sandbox: Option<&sandbox::Sandbox>,
+    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
 ) -> Result<(), Failure> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| format!("--crates {}: {e}; name the folder of handed-in crates", dir.display()))?;
@@ -155,32 +198,35 @@ pub fn grade_batch(
     }
     std::fs::create_dir_all(out).map_err(|e| format!("--json-dir {}: {e}", out.display()))?;
     let root = repo_root();
+    let confinement = Confinement::of(sandbox, why_none);
     println!("submission  points  status");
     for krate in &submissions {
         let name = krate.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox };
-        let (report, points, status) = match run_step(&root, step, Subject::Elsewhere(krate), options) {
-            Ok(run) => {
-                let graded = [grade::GradedStep {
-                    step,
-                    title: coursegen::STEPS[usize::from(step)],
-                    results: run.results,
-                    output: run.output,
-                }];
-                (grade::report(&graded, seed), graded[0].points(), graded[0].status())
-            }
+        let graded = match timed_run(&root, step, Subject::Elsewhere(krate), options) {
+            Ok((_, graded)) => graded,
             // One submission that cannot be graded does not stop the others.
-            Err(msg) => {
-                let status = Verdict::Error;
-                (serde_json::json!({"version": 3, "status": status, "message": msg}), 0.0, status)
-            }
+            Err(why) => StepGrade::not_run(step, why),
         };
-        let mut report = report;
-        report["submission"] = serde_json::json!(name);
-        write_report(&out.join(format!("{name}.json")), report, sandbox)?;
+        let (points, status) = (graded.points(), graded.status());
+        let grade = Grade {
+            seed,
+            confinement: confinement.clone(),
+            submission: Some(name.clone()),
+            steps: vec![graded],
+        };
+        let reports = Reports { json: Some(out.join(format!("{name}.json"))), ..Reports::default() };
+        reports.write(&grade, Listing::Graded)?;
         println!("{name}  {}/10  {status}", grade::fmt_points(points));
     }
     println!("(seed {seed}; one report per submission in {})", out.display());
+    Ok(())
+}
+
+/// `checker autograder gradescope --step N --out DIR`.
+pub fn autograder_gradescope(step: u8, out: &Path) -> Result<(), Failure> {
+    let written = autograder::gradescope(&repo_root(), step, out)?;
+    println!("{written}");
     Ok(())
 }
 

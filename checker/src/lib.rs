@@ -18,3 +18,11 @@ pub const RECORD_OBSERVATION_ENV: &str = "DDP_LAB_RECORD_OBSERVATION";
 /// Set (to anything): each phase of a verification (building, each run) prints its wall
 /// time to stderr, for finding where grading's time goes (`bench`'s grading throughput).
 pub const TIMINGS_ENV: &str = "DDP_LAB_TIMINGS";
+
+/// The course that Gradescope's `run_autograder` grades with (default
+/// `$AUTOGRADER_ROOT/source/ddp-lab`): a test points it at this repository.
+pub const COURSE_ENV: &str = "DDP_LAB_COURSE";
+
+/// The built checker `run_autograder` calls (default the course's
+/// `target/debug/checker`): a test points it at the one it built.
+pub const CHECKER_ENV: &str = "DDP_LAB_CHECKER";

@@ -4,11 +4,14 @@
 //! `cli` parses the command line, `commands` carries out each subcommand, `pipeline`
 //! builds, runs and judges one step, `report` prints the verdicts; this file maps every
 //! outcome to an exit code, in one place.
+mod autograder;
 mod checks;
 mod cli;
 mod commands;
 mod confined;
+mod formats;
 mod grade;
+mod handed_in;
 mod launch;
 mod observe;
 mod pipeline;
@@ -24,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{one_step, parse_target, repo_root, Cli, Command};
+use cli::{one_step, parse_target, repo_root, Cli, Command, Platform};
 use pipeline::Subject;
 
 /// Why a command did not succeed. [`Failure::exit_code`] is the checker's one table of
@@ -111,11 +114,12 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                     ))
                 }
             };
-            let sandbox = runs.sandbox(true)?;
+            let (sandbox, why_none) = runs.sandbox_or_why(true)?;
             let out = json_dir.unwrap_or_else(|| PathBuf::from("."));
-            commands::grade_batch(step, &crates, &out, runs.seed(), runs.limit(), sandbox.as_ref())
+            let confinement = (sandbox.as_ref(), why_none);
+            commands::grade_batch(step, &crates, &out, runs.seed(), runs.limit(), confinement)
         }
-        Command::Grade { target, solutions, runs, json, krate, crates: None, .. } => {
+        Command::Grade { target, solutions, runs, json, junit, gradescope, krate, crates: None, .. } => {
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
                 (None, true) => Subject::Solution,
@@ -123,12 +127,17 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             };
             if krate.is_some() && (target.is_empty() || parse_target(&target).is_ok_and(|s| s.len() > 1)) {
                 return Err(Failure::CannotRun(
-                    "--crate grades one step's program: `grade step N --crate DIR`".into(),
+                    "--crate grades one step's program: `grade step N --crate PATH`".into(),
                 ));
             }
             // Grading is for handed-in work: sandboxed unless told otherwise.
-            let sandbox = runs.sandbox(true)?;
-            commands::grade(&target, subject, runs.seed(), runs.limit(), json, sandbox.as_ref())
+            let (sandbox, why_none) = runs.sandbox_or_why(true)?;
+            let reports = formats::Reports { json, junit, gradescope };
+            let confinement = (sandbox.as_ref(), why_none);
+            commands::grade(&target, subject, runs.seed(), runs.limit(), &reports, confinement)
+        }
+        Command::Autograder { platform: Platform::Gradescope { step, out } } => {
+            commands::autograder_gradescope(step, &out)
         }
         Command::Watch { target, runs, krate, max_runs } => {
             let step = one_step(&target)?;
@@ -142,11 +151,11 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 sandbox.as_ref(),
             )
         }
-        Command::Verify { target, solutions, runs, keep, krate } => {
+        Command::Verify { target, solutions, runs, keep, krate, junit } => {
             let steps = parse_target(&target)?;
             if krate.is_some() && steps.len() > 1 {
                 return Err(Failure::CannotRun(
-                    "--crate checks one step: `verify step N --crate DIR`".into(),
+                    "--crate checks one step: `verify step N --crate PATH`".into(),
                 ));
             }
             let subject = match (&krate, solutions) {
@@ -155,8 +164,9 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 (None, false) => Subject::Step,
             };
             // A handed-in crate is sandboxed; your own steps only with --sandbox.
-            let sandbox = runs.sandbox(krate.is_some())?;
-            commands::verify(steps, subject, runs.seed(), runs.limit(), keep, sandbox.as_ref())
+            let (sandbox, why_none) = runs.sandbox_or_why(krate.is_some())?;
+            let confinement = (sandbox.as_ref(), why_none);
+            commands::verify(steps, subject, runs.seed(), runs.limit(), keep, confinement, junit)
         }
     }
 }

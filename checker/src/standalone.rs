@@ -1,38 +1,28 @@
-//! `checker verify step N --crate DIR`: checks a step's `src/main.rs` that lives
-//! outside the workspace (a copy handed in for grading, a test's broken variant).
+//! `checker verify step N --crate DIR`: checks a step's program that lives outside the
+//! workspace (a copy handed in for grading, a test's broken variant).
 //!
-//! Only `src/main.rs` is taken from DIR: it is built in a crate the checker makes
-//! under `target/checker-crates/`, with the step crate's own manifest and build
-//! script, so a copy cannot change its dependencies. That crate is its own workspace
+//! Only the program (the `main.rs` that `handed_in` finds) is taken from DIR: it is
+//! built in a crate the checker makes under `target/checker-crates/`, with the step
+//! crate's own manifest and build script, so a copy cannot change its dependencies. That crate is its own workspace
 //! and shares the repository's target directory, so dependencies build once.
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
+
+use crate::handed_in;
 
 /// A crate ready for `cargo build`.
 pub struct Standalone {
     /// Where its Cargo.toml is.
     pub dir: PathBuf,
     pub package: String,
-    /// The `src/main.rs` that was taken.
+    /// The program that was taken.
     pub source: String,
 }
 
-/// Makes the crate that builds `given/src/main.rs` as step `step`'s program.
+/// Makes the crate that builds the program in `given` (a crate folder, a `main.rs`,
+/// a `.zip`: see `handed_in`) as step `step`'s program.
 pub fn prepare(root: &Path, step: u8, given: &Path) -> Result<Standalone, String> {
-    let main_rs = given.join("src/main.rs");
-    if !given.is_dir() {
-        return Err(format!(
-            "--crate {}: no such directory; name the crate's directory (the one holding src/main.rs)",
-            given.display()
-        ));
-    }
-    let source = std::fs::read_to_string(&main_rs).map_err(|e| {
-        format!(
-            "--crate {}: cannot read {}: {e}; the directory must hold the step's src/main.rs",
-            given.display(),
-            main_rs.display()
-        )
-    })?;
+    let source = handed_in::find(given, step).map_err(|refusal| refusal.message().to_string())?.source;
     let step_dir = root.join(format!("steps/step_{step:02}"));
     let manifest = std::fs::read_to_string(step_dir.join("Cargo.toml"))
         .map_err(|e| format!("cannot read {}/Cargo.toml: {e}", step_dir.display()))?;

@@ -23,6 +23,7 @@ fn help_texts() {
         ("grade_help", &["grade", "--help"]),
         ("list_help", &["list", "--help"]),
         ("watch_help", &["watch", "--help"]),
+        ("autograder_gradescope_help", &["autograder", "gradescope", "--help"]),
         // The registry of checks, as `list --checks` shows it.
         ("list_checks", &["list", "--checks"]),
     ] {
@@ -48,7 +49,7 @@ fn a_missing_crate_is_a_usage_error() {
         .args(["verify", "step", "3", "--crate", "/nonexistent/crate"])
         .assert()
         .code(2)
-        .stderr(contains("--crate /nonexistent/crate: no such directory"));
+        .stderr(contains("--crate /nonexistent/crate: no such file or directory"));
     // Removed when the test ends, passed or not.
     let scratch = tempfile::tempdir().unwrap();
     let empty = scratch.path();
@@ -57,7 +58,7 @@ fn a_missing_crate_is_a_usage_error() {
         .arg(empty)
         .assert()
         .code(2)
-        .stderr(contains("the directory must hold the step's src/main.rs"));
+        .stderr(contains("no main.rs in it; looked for src/main.rs, main.rs"));
     cmd()
         .args(["verify", "all", "--crate"])
         .arg(empty)
@@ -75,7 +76,7 @@ fn verify_and_grade_end_alike_when_a_step_cannot_run() {
             .args([subcommand, "step", "3", "--unsandboxed", "--crate", "/nonexistent/crate"])
             .assert()
             .code(2)
-            .stderr(contains("--crate /nonexistent/crate: no such directory"));
+            .stderr(contains("--crate /nonexistent/crate: no such file or directory"));
     }
 }
 
@@ -174,8 +175,11 @@ fn grade_crates_writes_one_report_per_submission() {
     let report = |name: &str| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(results.join(format!("{name}.json"))).unwrap()).unwrap()
     };
+    for name in ["alice", "bob"] {
+        let problems = common::formats::exercism_v3(&report(name));
+        assert!(problems.is_empty(), "{name}.json is not exercism v3: {problems:#?}");
+    }
     assert_eq!(report("alice")["status"], "pass");
-    assert_eq!(report("alice")["submission"], "alice");
     assert_eq!(report("bob")["status"], "fail", "the untouched starter fails step 0");
     assert!(!results.join("notes.json").exists());
     let _ = std::fs::remove_dir_all(&handed_in);
@@ -183,38 +187,47 @@ fn grade_crates_writes_one_report_per_submission() {
 }
 
 #[test]
-fn grade_writes_an_exercism_style_report() {
+fn grade_reports_the_solutions_and_says_when_it_ran_unsandboxed() {
     let scratch = tempfile::tempdir().unwrap();
-    let json = scratch.path().join("grade.json");
+    let (json, gradescope) = (scratch.path().join("grade.json"), scratch.path().join("results.json"));
     let sandboxed = sandbox_works();
     let how = if sandboxed { "--sandbox" } else { "--unsandboxed" };
-    let v = checker_with(&["grade", "step", "0", "--solutions", "--seed", "5", how, "--json"], &[&json]);
+    let v = checker_with(
+        &["grade", "step", "0", "--solutions", "--seed", "5", how, "--json"],
+        &[&json, Path::new("--gradescope"), &gradescope],
+    );
     assert_eq!(v.code, Some(0), "{}", v.output());
     assert!(v.stdout.contains("   0   10/10  pass"), "{}", v.stdout);
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let read = |path: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let report = read(&json);
     assert_eq!(report["version"], 3);
     assert_eq!(report["status"], "pass");
-    assert_eq!(report["points"], 10.0);
-    let tests = report["tests"].as_array().unwrap();
-    let names: Vec<&str> = tests.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        report["tests"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["step 0: imports-dist", "step 0: trains"]);
-    assert!(tests.iter().all(|t| t["status"] == "pass"));
-    assert!(tests[1]["output"].as_str().unwrap().contains("Epoch ="), "{}", tests[1]["output"]);
+    let results = read(&gradescope);
+    assert_eq!(results["score"], 10.0);
     if sandboxed {
         // The report says how the code was confined.
-        assert_eq!(report["sandbox"]["tool"], "bubblewrap", "{report}");
-        assert_eq!(report["sandbox"]["limits"]["memory_bytes"], 6u64 << 30, "{report}");
+        assert_eq!(results["extra_data"]["sandbox"]["tool"], "bubblewrap", "{results}");
     }
 
     // The untouched starter of step 1 earns nothing for step 1, and still exits 0; run
-    // without the sandbox, which the report and a warning say.
-    let v = checker_with(&["grade", "step", "1", "--seed", "5", "--unsandboxed", "--json"], &[&json]);
+    // without the sandbox, which a warning and the reports say.
+    let v = checker_with(
+        &["grade", "step", "1", "--seed", "5", "--unsandboxed", "--json"],
+        &[&json, Path::new("--gradescope"), &gradescope],
+    );
     assert_eq!(v.code, Some(0), "{}", v.output());
     assert!(v.stderr.contains("warning: --unsandboxed"), "{}", v.stderr);
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    assert_eq!(report["sandbox"], "none");
+    let results = read(&gradescope);
+    assert_eq!(results["extra_data"]["sandbox"], "none");
+    assert!(results["output"].as_str().unwrap().contains("no sandbox (--unsandboxed)"), "{results}");
+    assert_eq!(results["score"], 0.0);
+    let report = read(&json);
     assert_eq!(report["status"], "fail");
-    assert_eq!(report["points"], 0.0);
     assert!(report["tests"][0]["message"].as_str().unwrap().contains("hint:"));
 }
 

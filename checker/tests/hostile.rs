@@ -347,7 +347,7 @@ fn tampers_with_the_results_file_after_the_grader_wrote_it() {
     let grade = |sandboxed: bool| {
         let krate = scene.submission(source).display().to_string();
         let json = results.display().to_string();
-        let mut args = vec!["grade", "step", "0", "--crate", &krate, "--seed", "1", "--json", &json];
+        let mut args = vec!["grade", "step", "0", "--crate", &krate, "--seed", "1", "--gradescope", &json];
         if !sandboxed {
             args.push("--unsandboxed");
         }
@@ -360,9 +360,9 @@ fn tampers_with_the_results_file_after_the_grader_wrote_it() {
     let (seen, text) = grade(true);
     assert_eq!(seen.code, Some(0), "grade exits 0 once the report is made:\n{}", seen.output);
     let report: serde_json::Value = serde_json::from_str(&text).expect("the checker's own report");
-    assert_eq!(report["status"], "fail");
-    assert_eq!(report["sandbox"]["tool"], "bubblewrap", "{report}");
-    assert!(report["sandbox"]["limits"]["memory_bytes"].as_u64().is_some(), "{report}");
+    assert_eq!(report["score"], 0.0, "{report}");
+    assert_eq!(report["extra_data"]["sandbox"]["tool"], "bubblewrap", "{report}");
+    assert!(report["extra_data"]["sandbox"]["limits"]["memory_bytes"].as_u64().is_some(), "{report}");
     assert!(scene.survivors().is_empty());
     let (_, text) = grade(false);
     scene.survivors();

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod formats;
 pub mod variants;
 
 pub fn repo() -> PathBuf {

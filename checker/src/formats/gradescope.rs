@@ -1,0 +1,254 @@
+//! `--gradescope`: the results.json a Gradescope autograder leaves in
+//! /autograder/results, as Gradescope's "Autograder Specifications" document it
+//! (gradescope/autograder_samples, docs/specs.md, read 2026-11-25):
+//!
+//! - top level, every key optional: `score` (overrides the tests' total), `execution_time`
+//!   (seconds), `output` (text for the whole submission), `output_format`,
+//!   `visibility`, `stdout_visibility`, `extra_data` (stored, not shown), `tests`;
+//! - per test: `score`, `max_score`, `status` (`passed` or `failed`), `name`, `number`,
+//!   `output`, `tags`, `visibility`.
+//!
+//! There is no top-level `max_score`: the assignment's total is set on Gradescope (10
+//! points per step graded); it is in `extra_data` for whoever reads the file.
+use serde::Serialize;
+
+use super::last_chars;
+use crate::checks::Verdict;
+use crate::grade::{fmt_points, CheckGrade, Confinement, Grade, StepGrade, STEP_POINTS};
+
+/// How much of a run's output a failed test shows (Gradescope collapses it).
+const OUTPUT_TAIL: usize = 4000;
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub score: f64,
+    pub execution_time: u64,
+    pub output: String,
+    /// "text": the output is compiler errors and program output, where `<` and `>`
+    /// are not HTML (the top level's default, "simple_format", renders HTML).
+    pub output_format: &'static str,
+    pub visibility: Visibility,
+    /// The autograder's stdout (the checker's table and warnings) is for the
+    /// instructor; everything a student needs is in `output` and the tests.
+    pub stdout_visibility: Visibility,
+    pub extra_data: ExtraData,
+    pub tests: Vec<Test>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Test {
+    pub name: String,
+    pub score: f64,
+    pub max_score: f64,
+    pub status: Status,
+    pub output: String,
+    pub visibility: Visibility,
+    /// "7.1": step 7, its first test.
+    pub number: String,
+    pub tags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Passed,
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Visibility {
+    Visible,
+    Hidden,
+}
+
+/// What Gradescope stores with the result without showing it.
+#[derive(Debug, Serialize)]
+pub struct ExtraData {
+    pub seed: u64,
+    /// The sandbox's description, or "none".
+    pub sandbox: serde_json::Value,
+    /// Why the code ran without a sandbox, when none could be made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsandboxed_because: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub submission: Option<String>,
+    pub max_score: f64,
+    pub steps: Vec<StepSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StepSummary {
+    pub step: u8,
+    pub status: Verdict,
+    pub points: f64,
+    pub max_points: f64,
+}
+
+pub fn render(grade: &Grade) -> Results {
+    let tests = grade
+        .steps
+        .iter()
+        .flat_map(|s| s.graded().enumerate().map(move |(i, c)| test(s, i + 1, c)))
+        .collect();
+    let unsandboxed_because = match &grade.confinement {
+        Confinement::Unconfined { why } => why.clone(),
+        Confinement::Sandboxed(_) => None,
+    };
+    Results {
+        score: grade.points(),
+        execution_time: grade.steps.iter().map(|s| s.seconds).sum::<f64>().ceil() as u64,
+        output: summary(grade),
+        output_format: "text",
+        visibility: Visibility::Visible,
+        stdout_visibility: Visibility::Hidden,
+        extra_data: ExtraData {
+            seed: grade.seed,
+            sandbox: grade.confinement.sandbox_json(),
+            unsandboxed_because,
+            submission: grade.submission.clone(),
+            max_score: grade.max_points(),
+            steps: grade
+                .steps
+                .iter()
+                .map(|s| StepSummary {
+                    step: s.step,
+                    status: s.status(),
+                    points: s.points(),
+                    max_points: STEP_POINTS,
+                })
+                .collect(),
+        },
+        tests,
+    }
+}
+
+fn test(step: &StepGrade, number: usize, check: &CheckGrade) -> Test {
+    let mut output = check.message.clone().unwrap_or_else(|| check.observed.clone());
+    if !check.passed() && step.not_run.is_none() && !step.output.is_empty() {
+        let tail = last_chars(&step.output, OUTPUT_TAIL);
+        let which = if tail.len() < step.output.len() {
+            format!("its last {OUTPUT_TAIL} characters")
+        } else {
+            "all of it".into()
+        };
+        output.push_str(&format!("\n\nWhat the program printed (rank 0, {which}):\n{tail}"));
+    }
+    Test {
+        name: step.test_name(check),
+        score: check.points,
+        max_score: check.max_points,
+        status: if check.passed() { Status::Passed } else { Status::Failed },
+        output,
+        visibility: Visibility::Visible,
+        number: format!("{}.{number}", step.step),
+        tags: vec![format!("step {}", check.step)],
+    }
+}
+
+/// The text above the tests: points per step, what was graded, a build failure's
+/// errors, how the code was confined, and how to repeat the runs.
+fn summary(grade: &Grade) -> String {
+    let mut out = String::new();
+    for s in &grade.steps {
+        out.push_str(&format!(
+            "Step {} ({}): {} of {} points.\n",
+            s.step,
+            s.title,
+            fmt_points(s.points()),
+            fmt_points(STEP_POINTS)
+        ));
+    }
+    if let Some(found) = &grade.submission {
+        out.push_str(&format!("Graded: {found}.\n"));
+    }
+    if let Some(error) = grade.error() {
+        out.push_str(&format!("\nNothing could be run, so no check passed:\n{error}\n\n"));
+    } else {
+        for s in grade.steps.iter().filter(|s| s.not_run.is_some()) {
+            out.push_str(&format!(
+                "\nStep {} did not run:\n{}\n\n",
+                s.step,
+                s.not_run.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    out.push_str(&format!("Ran in {}.\n", grade.confinement.describe()));
+    if let Some(s) = grade.steps.first() {
+        out.push_str(&format!(
+            "Hidden variations from seed {}: `{}` runs the same checks on your own copy.\n",
+            grade.seed,
+            s.repeat_command(grade.seed)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::id;
+    use crate::grade::tests::{check, grade_of, step_run};
+
+    #[test]
+    fn scores_are_the_points_and_statuses_gradescopes_words() {
+        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let r = render(&grade_of(vec![s]));
+        assert_eq!(r.score, 5.0);
+        assert_eq!(r.execution_time, 13);
+        assert_eq!(r.extra_data.max_score, 10.0);
+        let t: Vec<(&str, f64, f64, Status, &str)> = r
+            .tests
+            .iter()
+            .map(|t| (t.name.as_str(), t.score, t.max_score, t.status, t.number.as_str()))
+            .collect();
+        assert_eq!(
+            t,
+            [
+                ("step 8: throughput-reduced", 5.0, 5.0, Status::Passed, "8.1"),
+                ("step 8: epoch-barrier", 0.0, 5.0, Status::Failed, "8.2"),
+            ]
+        );
+        // A failed test says why and shows what the program printed.
+        assert!(r.tests[1].output.starts_with("observed: saw epoch-barrier\nexpected: want\nhint: do it"));
+        assert!(r.tests[1].output.ends_with("(rank 0, all of it):\nEpoch = 0 ..."), "{}", r.tests[1].output);
+        assert_eq!(r.tests[0].output, "saw throughput-reduced");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["tests"][0]["status"], "passed");
+        assert_eq!(json["visibility"], "visible");
+        assert_eq!(json["stdout_visibility"], "hidden");
+        assert!(r.output.starts_with("Step 8 ("), "{}", r.output);
+        assert!(r.output.contains(": 5 of 10 points.\n"), "{}", r.output);
+        assert!(r.output.contains("`cargo checker verify step 8 --seed 7`"), "{}", r.output);
+    }
+
+    #[test]
+    fn a_build_failure_scores_nothing_and_shows_the_compiler() {
+        let mut build = check(id::BUILDS, 0, false);
+        build.observed = "cargo build failed:\nerror[E0425]: cannot find value `y` in this scope".into();
+        let r = render(&grade_of(vec![step_run(1, vec![build])]));
+        assert_eq!(r.score, 0.0);
+        assert!(r.output.contains("Nothing could be run"), "{}", r.output);
+        assert!(r.output.contains("error[E0425]: cannot find value `y`"), "{}", r.output);
+        assert!(r.tests.iter().all(|t| t.status == Status::Failed && t.score == 0.0));
+        assert!(r.tests.iter().all(|t| t.output.contains("error[E0425]")));
+    }
+
+    #[test]
+    fn unsandboxed_grading_is_said_and_recorded() {
+        let mut g = grade_of(vec![step_run(0, vec![check(id::IMPORTS_DIST, 0, true)])]);
+        g.confinement =
+            Confinement::Unconfined { why: Some("bubblewrap cannot make namespaces here".into()) };
+        let r = render(&g);
+        assert!(
+            r.output.contains("Ran in no sandbox, since none can be made here (bubblewrap cannot"),
+            "{}",
+            r.output
+        );
+        assert_eq!(r.extra_data.sandbox, "none");
+        assert_eq!(
+            r.extra_data.unsandboxed_because.as_deref(),
+            Some("bubblewrap cannot make namespaces here")
+        );
+    }
+}
