@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 
-use crate::{sandbox, Failure};
+use crate::{commands, sandbox, Failure};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
 /// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
@@ -74,16 +74,40 @@ pub enum Command {
         /// only the main.rs is taken, built with the step's own manifest, in a sandbox.
         #[arg(long = "crate", value_name = "PATH", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
-        /// Grade every handed-in crate in DIR (each subdirectory holding src/main.rs) as
-        /// one step's program, one after the other: `grade step 7 --crates handed-in
-        /// --json-dir results` writes results/<name>.json per submission.
+        /// Grade every submission in DIR (a folder per student holding its program, or a
+        /// .zip), each in its own sandbox: `grade step 7 --crates handed-in --json-dir
+        /// results` writes results/<name>.json (exercism's format) per submission and
+        /// results/gradebook.csv (a row each, points per step). `grade all --crates`
+        /// grades finished programs on every check of steps 0-11.
         #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"], requires = "json_dir")]
         crates: Option<PathBuf>,
         /// With --crates: where each submission's report goes, as <name>.json.
         #[arg(long, value_name = "DIR", requires = "crates")]
         json_dir: Option<PathBuf>,
+        /// With --crates: grade this many submissions side by side (fewer when the
+        /// machine's memory does not hold that many runs at --memory-limit each). Each
+        /// run uses about 2 cores' worth of processes; on 2 cores, 2 jobs fill the gaps
+        /// where a run waits.
+        #[arg(long, value_name = "N", default_value_t = 1, requires = "crates", value_parser = clap::value_parser!(u64).range(1..=64))]
+        jobs: u64,
+        /// With --crates: grade only task I's share of N (every N-th submission, from the
+        /// I-th), as one task of a Slurm job array; `cargo checker gradebook` then
+        /// merges the tasks' reports (scripts/slurm/submit.sh does both).
+        #[arg(long, value_name = "I/N", requires = "crates")]
+        shard: Option<commands::Shard>,
     },
-    /// Write what a grading platform needs to grade a step: `cargo checker autograder gradescope --step 7 --out DIR`.
+    /// The gradebook (CSV, a row per submission) of the reports in a --json-dir:
+    /// `cargo checker gradebook results --crates handed-in`, after graded shards.
+    Gradebook {
+        /// The folder the reports were written to (--json-dir).
+        #[arg(value_name = "RESULTS")]
+        results: PathBuf,
+        /// The folder of submissions: each without a report shows as missing.
+        #[arg(long, value_name = "DIR")]
+        crates: Option<PathBuf>,
+    },
+    /// Write what a grading platform needs: `cargo checker autograder gradescope --step 7 --out DIR`,
+    /// `cargo checker autograder github-classroom --repository OWNER/NAME --out DIR`.
     Autograder {
         #[command(subcommand)]
         platform: Platform,
@@ -149,6 +173,26 @@ pub enum Platform {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+    /// GitHub Classroom's autograding workflow for the students' repositories,
+    /// DIR/.github/workflows/classroom.yml: a test per step (GitHub Classroom's command
+    /// grader, 10 points each), graded by the checker of OWNER/NAME at a pinned commit
+    /// that the students cannot edit.
+    ///
+    /// Put the file in the assignment's template repository (a copy of this course).
+    /// The repository must be readable by the students' workflows (public, or in the
+    /// same organisation with Actions access).
+    GithubClassroom {
+        /// The instructor's repository on GitHub that holds this course: OWNER/NAME.
+        #[arg(long, value_name = "OWNER/NAME")]
+        repository: String,
+        /// The commit the checker comes from (default: this checkout's HEAD, which must
+        /// be pushed to the repository).
+        #[arg(long, value_name = "COMMIT")]
+        revision: Option<String>,
+        /// Where to write .github/workflows/classroom.yml.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
 }
 
 /// How the programs are run: shared by `verify`, `watch` and `grade`.
@@ -183,6 +227,11 @@ pub struct RunArgs {
 impl RunArgs {
     pub fn seed(&self) -> u64 {
         self.seed.unwrap_or_else(new_seed)
+    }
+
+    /// `--memory-limit` in bytes: what one sandboxed run may use.
+    pub fn memory_limit_bytes(&self) -> u64 {
+        self.memory_limit << 20
     }
 
     pub fn limit(&self) -> Duration {

@@ -12,7 +12,7 @@ use crate::grade::{Confinement, Grade, StepGrade};
 use crate::handed_in::{self, Refusal};
 use crate::pipeline::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
-use crate::{autograder, grade, sandbox, watch, Failure};
+use crate::{autograder, classroom, grade, gradebook, sandbox, watch, Failure};
 
 /// `checker verify`: each step's report in turn, and with `--junit` its verdicts as
 /// JUnit XML; fails when a check of any failed.
@@ -31,8 +31,12 @@ pub fn verify(
     let built = build_all(&root, &steps, subject, sandbox);
     let mut graded = Vec::new();
     for step in steps {
-        let (run, grade) =
-            timed_run(&root, step, subject, StepRunOptions { seed, limit, keep, built, sandbox })?;
+        let (run, grade) = timed_run(
+            &root,
+            step,
+            subject,
+            StepRunOptions { seed, limit, keep, built, sandbox, quiet: false },
+        )?;
         all_passed &= print_run(&root, step, seed, &run);
         graded.push(grade);
     }
@@ -104,7 +108,7 @@ pub fn watch_step(
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
     loop {
-        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox };
+        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox, quiet: false };
         let verified = run_step(&root, step, subject, options).map(|run| print_run(&root, step, seed, &run));
         done += 1;
         if max_runs.is_some_and(|n| done >= n) {
@@ -130,7 +134,60 @@ pub fn watch_step(
     }
 }
 
-/// `checker grade`: the points table, and the reports asked for.
+/// What a handed-in program is graded on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Graded {
+    /// One step's program, on that step's checks (`grade step N --crate`).
+    Step(u8),
+    /// The finished lab's program on every check of steps 0-11 (`grade all --crate`):
+    /// one run as the last step judges them all, and each step gets its points from it.
+    Final,
+}
+
+impl Graded {
+    /// The step its program is run as.
+    fn run_as(self) -> u8 {
+        match self {
+            Graded::Step(step) => step,
+            Graded::Final => LAST_STEP,
+        }
+    }
+
+    /// The steps it earns points for.
+    fn steps(self) -> Vec<u8> {
+        match self {
+            Graded::Step(step) => vec![step],
+            Graded::Final => (0..=LAST_STEP).collect(),
+        }
+    }
+
+    pub fn max_points(self) -> f64 {
+        grade::STEP_POINTS * self.steps().len() as f64
+    }
+}
+
+/// The lab's last step: its program is the finished lab.
+const LAST_STEP: u8 = 11;
+
+/// Runs a program once as `graded` needs, and grades every step it earns points for.
+fn grade_program(
+    root: &Path,
+    graded: Graded,
+    subject: Subject,
+    options: StepRunOptions,
+) -> Result<Vec<StepGrade>, String> {
+    let (run, own) = timed_run(root, graded.run_as(), subject, options)?;
+    // The run's time is its own step's; the others were judged from the same run.
+    let of = |step: u8| StepGrade::judged(step, &run.results, run.output.clone(), own.started, 0.0);
+    Ok(graded
+        .steps()
+        .into_iter()
+        .map(|step| if step == graded.run_as() { own.clone() } else { of(step) })
+        .collect())
+}
+
+/// `checker grade`: the points table, and the reports asked for. `--crate` with `all`
+/// grades the handed-in program as the finished lab, on every check of steps 0-11.
 pub fn grade(
     target: &[String],
     subject: Subject,
@@ -139,11 +196,13 @@ pub fn grade(
     reports: &Reports,
     (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
 ) -> Result<(), Failure> {
-    let steps = if target.is_empty() { (0..12).collect() } else { parse_target(target)? };
+    let steps = if target.is_empty() { (0..=LAST_STEP).collect() } else { parse_target(target)? };
     let confinement = Confinement::of(sandbox, why_none);
     let mut submission = None;
+    let handed_in = matches!(subject, Subject::Elsewhere(_));
+    let graded = if steps.len() > 1 { Graded::Final } else { Graded::Step(steps[0]) };
     if let Subject::Elsewhere(given) = subject {
-        match handed_in::find(given, steps[0]) {
+        match handed_in::find(given, graded.run_as()) {
             Ok(found) => submission = Some(found.found),
             // What was handed in holds no program: a grade of nothing, which the
             // reports say (Gradescope shows it to the student), made like any other.
@@ -156,13 +215,18 @@ pub fn grade(
         }
     }
     let root = repo_root();
-    let built = build_all(&root, &steps, subject, sandbox);
-    let mut graded = Vec::new();
-    for step in steps {
-        let options = StepRunOptions { seed, limit, keep: false, built, sandbox };
-        graded.push(timed_run(&root, step, subject, options)?.1);
-    }
-    finish_grade(Grade { seed, confinement, submission, steps: graded }, reports)
+    let options = |built| StepRunOptions { seed, limit, keep: false, built, sandbox, quiet: false };
+    let graded_steps = if handed_in {
+        grade_program(&root, graded, subject, options(false))?
+    } else {
+        let built = build_all(&root, &steps, subject, sandbox);
+        let mut graded = Vec::new();
+        for step in steps {
+            graded.push(timed_run(&root, step, subject, options(built))?.1);
+        }
+        graded
+    };
+    finish_grade(Grade { seed, confinement, submission, steps: graded_steps }, reports)
 }
 
 /// The points table, then the reports.
@@ -176,57 +240,236 @@ fn finish_grade(grade: Grade, reports: &Reports) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `grade step N --crates DIR --json-dir OUT`: every submission in DIR, one report each.
-pub fn grade_batch(
-    step: u8,
-    dir: &Path,
-    out: &Path,
-    seed: u64,
-    limit: Duration,
-    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
-) -> Result<(), Failure> {
+/// Task `index` of `count` (`--shard I/N`): it grades the submissions whose place in
+/// the sorted list is `index` modulo `count`, as one task of a Slurm job array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Shard, String> {
+        let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+        match parsed {
+            Some((index, count)) if index < count => Ok(Shard { index, count }),
+            _ => Err(format!(
+                "`{text}` is not a shard: write I/N, task I (from 0) of N, e.g. \
+                 --shard \"$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\""
+            )),
+        }
+    }
+}
+
+/// How a folder of submissions is graded.
+pub struct Batch<'a> {
+    pub dir: &'a Path,
+    pub out: &'a Path,
+    pub graded: Graded,
+    pub seed: u64,
+    pub limit: Duration,
+    /// Submissions graded side by side.
+    pub jobs: usize,
+    /// Memory one job may use (its sandbox's limit), to fit the jobs in the machine's.
+    pub memory_per_job: u64,
+    pub shard: Option<Shard>,
+}
+
+/// The submissions in `dir`, sorted: each folder holding a program (a crate, a
+/// `main.rs`, a nested crate or a clone of the lab) and each `.zip`; other files and
+/// folders (notes, hidden ones) are not submissions. Returns (name, path) pairs.
+pub fn submissions_in(dir: &Path, step: u8) -> Result<Vec<(String, PathBuf)>, String> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| format!("--crates {}: {e}; name the folder of handed-in crates", dir.display()))?;
-    let mut submissions: Vec<PathBuf> =
-        entries.flatten().map(|e| e.path()).filter(|p| p.join("src/main.rs").is_file()).collect();
-    submissions.sort();
-    if submissions.is_empty() {
+    let mut found = Vec::new();
+    for path in entries.flatten().map(|e| e.path()) {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.starts_with('.') {
+            continue;
+        }
+        let zipped = path.is_file() && name.to_ascii_lowercase().ends_with(".zip");
+        if zipped {
+            found.push((name[..name.len() - 4].to_string(), path));
+        } else if path.is_dir() && handed_in::find(&path, step).is_ok() {
+            found.push((name, path));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// `grade step N --crates DIR --json-dir OUT` (or `grade all ...`): every submission
+/// in DIR, `--jobs` side by side; a report and a gradebook entry each, and the class's
+/// gradebook at the end (unless this is one shard of several).
+pub fn grade_batch(
+    batch: &Batch,
+    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
+) -> Result<(), Failure> {
+    let Batch { dir, out, graded, seed, limit, shard, .. } = *batch;
+    let everyone = submissions_in(dir, graded.run_as())?;
+    if everyone.is_empty() {
         return Err(Failure::CannotRun(format!(
-            "--crates {}: no submission in it (a subdirectory holding src/main.rs)",
+            "--crates {}: no submission in it (a folder per student holding its program, or a .zip)",
             dir.display()
         )));
     }
+    let mine: Vec<&(String, PathBuf)> = everyone
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.is_none_or(|s| i % s.count == s.index))
+        .map(|(_, submission)| submission)
+        .collect();
     std::fs::create_dir_all(out).map_err(|e| format!("--json-dir {}: {e}", out.display()))?;
+    let jobs = jobs_that_fit(batch.jobs, batch.memory_per_job, available_memory(), mine.len());
     let root = repo_root();
     let confinement = Confinement::of(sandbox, why_none);
+    let max = grade::fmt_points(graded.max_points());
     println!("submission  points  status");
-    for krate in &submissions {
-        let name = krate.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox };
-        let graded = match timed_run(&root, step, Subject::Elsewhere(krate), options) {
-            Ok((_, graded)) => graded,
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failure: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let grade_one = |name: &str, path: &Path| -> Result<(), String> {
+        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox, quiet: jobs > 1 };
+        let submission = handed_in::find(path, graded.run_as()).ok().map(|h| h.found);
+        let steps = match grade_program(&root, graded, Subject::Elsewhere(path), options) {
+            Ok(steps) => steps,
             // One submission that cannot be graded does not stop the others.
-            Err(why) => StepGrade::not_run(step, why),
+            Err(why) => {
+                graded.steps().into_iter().map(|step| StepGrade::not_run(step, why.clone())).collect()
+            }
         };
-        let (points, status) = (graded.points(), graded.status());
-        let grade = Grade {
-            seed,
-            confinement: confinement.clone(),
-            submission: Some(name.clone()),
-            steps: vec![graded],
-        };
+        let grade = Grade { seed, confinement: confinement.clone(), submission, steps };
         let reports = Reports { json: Some(out.join(format!("{name}.json"))), ..Reports::default() };
         reports.write(&grade, Listing::Graded)?;
-        println!("{name}  {}/10  {status}", grade::fmt_points(points));
+        gradebook::Entry::of(name, &grade).write(out)?;
+        println!("{name}  {}/{max}  {}", grade::fmt_points(grade.points()), grade.status());
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, path)) = mine.get(i) else { break };
+                if let Err(why) = grade_one(name, path) {
+                    // A report that cannot be written stops the batch: later ones would fail alike.
+                    failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
+                    next.store(mine.len(), std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    if let Some(why) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(Failure::CannotRun(why));
     }
-    println!("(seed {seed}; one report per submission in {})", out.display());
+    println!("(seed {seed}; a report per submission in {})", out.display());
+    match shard {
+        Some(Shard { index, count }) if count > 1 => println!(
+            "(shard {index} of {count}: once every shard has run, `cargo checker gradebook {} --crates {}` makes the gradebook)",
+            out.display(),
+            dir.display()
+        ),
+        _ => {
+            let names: Vec<String> = everyone.into_iter().map(|(name, _)| name).collect();
+            let (path, _) = gradebook::write(out, &names)?;
+            println!("gradebook written to {}", path.display());
+        }
+    }
     Ok(())
+}
+
+/// `checker gradebook OUT [--crates DIR]`: the gradebook of OUT's entries, a missing
+/// row for each submission of DIR without one.
+pub fn gradebook(out: &Path, handed_in: Option<&Path>) -> Result<(), Failure> {
+    let expected = match handed_in {
+        Some(dir) => submissions_in(dir, LAST_STEP)?.into_iter().map(|(name, _)| name).collect(),
+        None => Vec::new(),
+    };
+    let (path, rows) = gradebook::write(out, &expected)?;
+    let missing = rows.iter().filter(|r| matches!(r, gradebook::Row::Missing(_))).count();
+    println!("gradebook written to {} ({} submission(s), {missing} missing)", path.display(), rows.len());
+    Ok(())
+}
+
+/// How many jobs fit: at most `asked`, at most one per submission, and no more than
+/// the memory available holds at `per_job` each (at least one). Says so when fewer.
+fn jobs_that_fit(asked: usize, per_job: u64, available: Option<u64>, submissions: usize) -> usize {
+    let mut jobs = asked.clamp(1, submissions.max(1));
+    if let Some(available) = available {
+        let fit = usize::try_from(available / per_job.max(1)).unwrap_or(usize::MAX).max(1);
+        if fit < jobs {
+            eprintln!(
+                "warning: --jobs {asked} would need {} MiB ({} MiB per job, --memory-limit); {} MiB are \
+                 available here: grading {fit} at a time",
+                (per_job >> 20) * asked as u64,
+                per_job >> 20,
+                available >> 20
+            );
+            jobs = fit;
+        }
+    }
+    jobs
+}
+
+/// MemAvailable of /proc/meminfo, in bytes.
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// `checker autograder gradescope --step N --out DIR`.
 pub fn autograder_gradescope(step: u8, out: &Path) -> Result<(), Failure> {
     let written = autograder::gradescope(&repo_root(), step, out)?;
     println!("{written}");
+    Ok(())
+}
+
+/// `checker autograder github-classroom`: the workflow file of the students' repositories.
+pub fn autograder_github_classroom(
+    repository: &str,
+    revision: Option<&str>,
+    out: &Path,
+) -> Result<(), Failure> {
+    let root = repo_root();
+    let revision = match revision {
+        Some(revision) => revision.to_string(),
+        None => {
+            let head =
+                std::process::Command::new("git").current_dir(&root).args(["rev-parse", "HEAD"]).output();
+            match head {
+                Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+                _ => {
+                    return Err(Failure::CannotRun(format!(
+                        "{} is not a git checkout: name the commit to grade with, --revision COMMIT",
+                        root.display()
+                    )))
+                }
+            }
+        }
+    };
+    let grader = classroom::Grader::new(repository, &revision)?;
+    let steps: Vec<u8> = (0..=LAST_STEP).collect();
+    let text = classroom::workflow_file(&grader, &steps)?;
+    let path = out.join(classroom::WORKFLOW_FILE);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("--out {}: {e}; name a folder you can write", out.display()))?;
+    }
+    atomic_file::write_atomically(&path, text)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!(
+        "wrote {} ({} test(s), 10 points each; the checker of {} at {})",
+        path.display(),
+        steps.len(),
+        grader.repository,
+        grader.revision
+    );
+    println!(
+        "commit it in the assignment's template repository; that commit must be pushed to {}",
+        grader.repository
+    );
     Ok(())
 }
 
@@ -262,5 +505,49 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
             );
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_task_i_of_n() {
+        assert_eq!("0/3".parse::<Shard>(), Ok(Shard { index: 0, count: 3 }));
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { index: 2, count: 3 }));
+        for bad in ["3/3", "1", "a/b", "-1/2", "1/0"] {
+            let err = bad.parse::<Shard>().unwrap_err();
+            assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn no_more_jobs_than_the_memory_holds_or_the_submissions_need() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(jobs_that_fit(2, 6 * GIB, Some(20 * GIB), 10), 2);
+        // 4 runs of 6 GiB do not fit in 20 GiB: 3 do.
+        assert_eq!(jobs_that_fit(4, 6 * GIB, Some(20 * GIB), 10), 3);
+        // Always at least one, and never more than there are submissions.
+        assert_eq!(jobs_that_fit(4, 6 * GIB, Some(GIB), 10), 1);
+        assert_eq!(jobs_that_fit(8, 6 * GIB, None, 3), 3);
+    }
+
+    #[test]
+    fn submissions_are_folders_holding_a_program_and_zips() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |rel: &str| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "fn main() {}").unwrap();
+        };
+        write("bob/src/main.rs");
+        write("alice/step_07/src/main.rs");
+        write("carol.zip");
+        write("notes/readme.txt");
+        write(".git/config");
+        let found: Vec<String> = submissions_in(dir.path(), 7).unwrap().into_iter().map(|(n, _)| n).collect();
+        assert_eq!(found, ["alice", "bob", "carol"]);
+        assert!(submissions_in(&dir.path().join("nope"), 7).unwrap_err().contains("--crates"));
     }
 }

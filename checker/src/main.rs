@@ -6,11 +6,13 @@
 //! outcome to an exit code, in one place.
 mod autograder;
 mod checks;
+mod classroom;
 mod cli;
 mod commands;
 mod confined;
 mod formats;
 mod grade;
+mod gradebook;
 mod handed_in;
 mod launch;
 mod observe;
@@ -104,30 +106,44 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Reset { target, yes } => commands::reset(one_step(&target)?, yes),
-        Command::Grade { target, runs, crates: Some(crates), json_dir, .. } => {
-            let step = match one_step(&target) {
-                Ok(step) if !target.is_empty() => step,
-                _ => {
-                    return Err(Failure::CannotRun(
-                        "--crates grades one step's programs: `grade step N --crates DIR --json-dir OUT`"
-                            .into(),
-                    ))
-                }
+        Command::Grade { target, runs, crates: Some(crates), json_dir, jobs, shard, .. } => {
+            if target.is_empty() {
+                return Err(Failure::CannotRun(
+                    "--crates grades one step's programs, or finished ones on every check: \
+                     `grade step N --crates DIR --json-dir OUT` or `grade all --crates DIR --json-dir OUT`"
+                        .into(),
+                ));
+            }
+            let graded = match parse_target(&target)?.as_slice() {
+                [step] => commands::Graded::Step(*step),
+                _ => commands::Graded::Final,
             };
             let (sandbox, why_none) = runs.sandbox_or_why(true)?;
             let out = json_dir.unwrap_or_else(|| PathBuf::from("."));
-            let confinement = (sandbox.as_ref(), why_none);
-            commands::grade_batch(step, &crates, &out, runs.seed(), runs.limit(), confinement)
+            let batch = commands::Batch {
+                dir: &crates,
+                out: &out,
+                graded,
+                seed: runs.seed(),
+                limit: runs.limit(),
+                jobs: usize::try_from(jobs).unwrap_or(1),
+                memory_per_job: runs.memory_limit_bytes(),
+                shard,
+            };
+            commands::grade_batch(&batch, (sandbox.as_ref(), why_none))
         }
+        Command::Gradebook { results, crates } => commands::gradebook(&results, crates.as_deref()),
         Command::Grade { target, solutions, runs, json, junit, gradescope, krate, crates: None, .. } => {
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
                 (None, true) => Subject::Solution,
                 (None, false) => Subject::Step,
             };
-            if krate.is_some() && (target.is_empty() || parse_target(&target).is_ok_and(|s| s.len() > 1)) {
+            if krate.is_some() && target.is_empty() {
                 return Err(Failure::CannotRun(
-                    "--crate grades one step's program: `grade step N --crate PATH`".into(),
+                    "--crate grades one step's program, or a finished one on every check: \
+                     `grade step N --crate PATH` or `grade all --crate PATH`"
+                        .into(),
                 ));
             }
             // Grading is for handed-in work: sandboxed unless told otherwise.
@@ -138,6 +154,9 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         }
         Command::Autograder { platform: Platform::Gradescope { step, out } } => {
             commands::autograder_gradescope(step, &out)
+        }
+        Command::Autograder { platform: Platform::GithubClassroom { repository, revision, out } } => {
+            commands::autograder_github_classroom(&repository, revision.as_deref(), &out)
         }
         Command::Watch { target, runs, krate, max_runs } => {
             let step = one_step(&target)?;

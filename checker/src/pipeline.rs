@@ -63,11 +63,13 @@ pub struct StepRunOptions<'a> {
     /// Its crate is built already (by [`build_all`]).
     pub built: bool,
     pub sandbox: Option<&'a sandbox::Sandbox>,
+    /// No spinner: several steps are run side by side (`grade --crates --jobs`).
+    pub quiet: bool,
 }
 
 /// Builds and runs one step and judges it; prints nothing but progress.
 pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions) -> Result<StepRun, String> {
-    let StepRunOptions { seed, limit, keep, built, sandbox } = options;
+    let StepRunOptions { seed, limit, keep, built, sandbox, quiet } = options;
     let read = |dir: PathBuf| -> Result<String, String> {
         let main_rs = dir.join("src/main.rs");
         std::fs::read_to_string(&main_rs).map_err(|e| {
@@ -88,7 +90,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
         }
     };
     let variation = Variation::for_step(step, seed);
-    let spinner = spinner::Spinner::new(false);
+    let spinner = spinner::Spinner::new(quiet);
     spinner.step(step);
     spinner.phase(&format!("building {package}"));
 

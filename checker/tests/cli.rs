@@ -154,19 +154,19 @@ fn handed_in_code_is_refused_where_no_sandbox_can_be_made() {
 }
 
 #[test]
-fn grade_crates_writes_one_report_per_submission() {
-    let handed_in = std::env::temp_dir().join(format!("checker-handed-in-{}", std::process::id()));
-    let results = handed_in.with_extension("results");
-    let _ = std::fs::remove_dir_all(&handed_in);
+fn grade_crates_writes_one_report_per_submission_and_the_gradebook() {
+    let scratch = tempfile::tempdir().unwrap();
+    let (handed_in, results) = (scratch.path().join("handed-in"), scratch.path().join("results"));
     for (name, from) in [("alice", "solutions/step_00"), ("bob", "steps/step_00")] {
         std::fs::create_dir_all(handed_in.join(name).join("src")).unwrap();
         std::fs::copy(repo().join(from).join("src/main.rs"), handed_in.join(name).join("src/main.rs"))
             .unwrap();
     }
-    std::fs::create_dir_all(handed_in.join("notes")).unwrap(); // no src/main.rs: not a submission
+    std::fs::create_dir_all(handed_in.join("notes")).unwrap(); // no program: not a submission
     let how = if sandbox_works() { "--sandbox" } else { "--unsandboxed" };
+    // Two side by side.
     let v = checker_with(
-        &["grade", "step", "0", "--seed", "3", how, "--crates"],
+        &["grade", "step", "0", "--seed", "3", how, "--jobs", "2", "--crates"],
         &[&handed_in, Path::new("--json-dir"), &results],
     );
     assert_eq!(v.code, Some(0), "{}", v.output());
@@ -182,8 +182,12 @@ fn grade_crates_writes_one_report_per_submission() {
     assert_eq!(report("alice")["status"], "pass");
     assert_eq!(report("bob")["status"], "fail", "the untouched starter fails step 0");
     assert!(!results.join("notes.json").exists());
-    let _ = std::fs::remove_dir_all(&handed_in);
-    let _ = std::fs::remove_dir_all(&results);
+    // The gradebook: a row per submission, the step's points, read back as CSV.
+    let rows = common::gradebook(&results.join("gradebook.csv"));
+    assert_eq!(rows[0], ["submission", "status", "points", "max_points", "step 0", "error"]);
+    assert_eq!(rows[1][..5], ["alice", "pass", "10", "10", "10"].map(String::from));
+    assert_eq!(rows[2][..2], ["bob", "fail"].map(String::from));
+    assert_eq!(rows.len(), 3, "{rows:?}");
 }
 
 #[test]
