@@ -4,7 +4,7 @@
 # `cargo checker autograder gradescope --step @STEP@`; course commit @COMMIT@.
 #
 # It installs what the course builds with (a C++ compiler, Python with venv, Rust), runs
-# the course's own setup (libtorch, the gloo headers, bubblewrap), builds the checker,
+# the course's own setup (libtorch, the gloo headers, the data set), builds the checker,
 # and checks the reference solution of step @STEP@ as a handed-in crate: that builds
 # every dependency a student's program needs, and proves the autograder works before
 # anyone submits (a failure here fails the image build, with the report in its log).
@@ -15,7 +15,7 @@ COURSE=$AUTOGRADER_ROOT/source/ddp-lab
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
-    build-essential ca-certificates curl git pkg-config python3 python3-venv
+    build-essential ca-certificates curl git pkg-config python3 python3-venv bubblewrap
 if ! command -v cargo >/dev/null; then
     if [ ! -f "$HOME/.cargo/env" ]; then
         curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
