@@ -83,11 +83,8 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
         ran.output
     };
     let gradebook = || {
-        let ran = bash(
-            "scripts/slurm/gradebook.sbatch",
-            &[&handed_in, &results],
-            &[("SLURM_SUBMIT_DIR", course)],
-        );
+        let ran =
+            bash("scripts/slurm/gradebook.sbatch", &[&handed_in, &results], &[("SLURM_SUBMIT_DIR", course)]);
         assert_eq!(ran.code, Some(0), "{}", ran.output);
         common::gradebook(&results.join("gradebook.csv"))
     };
