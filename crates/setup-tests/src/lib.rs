@@ -188,3 +188,21 @@ fn copy<'a>(files: impl Iterator<Item = &'a PathBuf>, to: &Path) {
         std::fs::copy(from.join(file), &target).unwrap_or_else(|e| panic!("copy {}: {e}", file.display()));
     }
 }
+
+/// The torch setup installed for this checkout (`.venv/bin/python`), which the tests
+/// hand to setup as a course's own (DDP_LAB_PYTHON) instead of downloading 4.6 GB; None
+/// (the test then skips, saying `SKIPPED <what>`) unless DDP_LAB_REQUIRE_TORCH is set,
+/// when its absence fails the test.
+pub fn installed_python(what: &str) -> Option<PathBuf> {
+    let python = repo().join(".venv/bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
+        "{} is missing although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh",
+        python.display()
+    );
+    eprintln!("SKIPPED {what}: no {} (run scripts/setup.sh)", python.display());
+    None
+}

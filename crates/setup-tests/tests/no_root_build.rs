@@ -14,11 +14,11 @@
 //! DDP_LAB_REQUIRE_SANDBOX is set (scripts/test.sh sets it): then it fails.
 //! It builds tch-distributed from scratch: a few minutes, the one such build of the
 //! suite.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use setup_tests::{on_path, repo, run, Scratch};
+use setup_tests::{installed_python, on_path, run, Scratch};
 
 /// Directories whose gloo headers the compiler would find on its own.
 const SYSTEM_GLOO: [&str; 2] = ["/usr/include/gloo", "/usr/local/include/gloo"];
@@ -64,22 +64,6 @@ fn sandbox_works() -> bool {
     works
 }
 
-/// The torch setup installed for this checkout, which the sandboxed setup is told to
-/// use (DDP_LAB_PYTHON) instead of downloading 4.6 GB.
-fn installed_python() -> Option<PathBuf> {
-    let python = repo().join(".venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
-        "{} is missing although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh",
-        python.display()
-    );
-    eprintln!("SKIPPED setup without root: no {} (run scripts/setup.sh)", python.display());
-    None
-}
-
 fn sandboxed(scratch: &Scratch, program: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new("bwrap");
     cmd.args(no_root(scratch.dir())).arg("--chdir").arg(&scratch.root).arg("--").arg(program).args(args);
@@ -96,7 +80,7 @@ fn setup_and_build_without_root_with_the_system_gloo_headers_hidden() {
         eprintln!("SKIPPED setup without root: not Debian or Ubuntu (no apt-get or dpkg-deb)");
         return;
     }
-    let Some(python) = installed_python() else { return };
+    let Some(python) = installed_python("setup without root") else { return };
     let scratch = Scratch::whole_source();
 
     // The premise, checked inside the very sandbox: not root, no gloo headers to find,

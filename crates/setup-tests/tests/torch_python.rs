@@ -5,25 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use setup_tests::{fake_program, on_path, path_with, repo, run, torch_version, Run, Scratch};
+use setup_tests::{fake_program, installed_python, on_path, path_with, run, torch_version, Run, Scratch};
 
 const LIMIT: Duration = Duration::from_secs(300);
-
-/// The torch setup installed for this checkout (`.venv/bin/python`), or None (then
-/// the test skips, saying so, unless DDP_LAB_REQUIRE_TORCH is set).
-fn installed_python() -> Option<PathBuf> {
-    let python = repo().join(".venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
-        "{} is missing although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh",
-        python.display()
-    );
-    eprintln!("SKIPPED: no {} to stand for a course's torch (run scripts/setup.sh)", python.display());
-    None
-}
 
 /// What `python` reports as torch's directory and its environment, asked as setup
 /// does not (importing nothing but importlib).
@@ -61,7 +45,7 @@ fn link(scratch: &Scratch, name: &str) -> PathBuf {
 
 #[test]
 fn a_matching_python_is_used_and_no_venv_is_made() {
-    let Some(python) = installed_python() else { return };
+    let Some(python) = installed_python("a course's own torch") else { return };
     let (torch_dir, prefix) = torch_dir_and_prefix(&python);
     let scratch = Scratch::scripts_only();
     let headers = gloo_headers(&scratch);
