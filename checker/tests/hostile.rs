@@ -502,6 +502,8 @@ fn an_older_bubblewrap_still_grades_the_solution_and_says_what_stands_in() {
     let mut scene = Scene::new("oldbwrap");
     scene.bwrap = Some(bubblewrap_0_6(&scene));
     let json = scene.dir.join("results.json");
+    // The sandbox is recorded in Gradescope's extra_data (exercism's format has no place for it).
+    let gradescope = scene.dir.join("gradescope.json");
     let seen = scene.checker(&[
         "grade",
         "step",
@@ -511,6 +513,8 @@ fn an_older_bubblewrap_still_grades_the_solution_and_says_what_stands_in() {
         "1",
         "--json",
         &json.display().to_string(),
+        "--gradescope",
+        &gradescope.display().to_string(),
     ]);
     if refused_without_size(&seen) {
         return;
@@ -518,7 +522,9 @@ fn an_older_bubblewrap_still_grades_the_solution_and_says_what_stands_in() {
     assert_eq!(seen.code, Some(0), "{}", seen.output);
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["status"], "pass", "the honest solution passes in the stand-ins too: {report}");
-    let sandbox = &report["sandbox"];
+    let gradescope: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&gradescope).unwrap()).unwrap();
+    let sandbox = &gradescope["extra_data"]["sandbox"];
     assert_eq!(sandbox["bubblewrap"]["version"], "0.6.1", "{sandbox}");
     assert!(sandbox["nested_user_namespaces"].as_str().unwrap().contains("seccomp filter"), "{sandbox}");
     assert!(sandbox["work_space"].as_str().unwrap().contains("job's memory limit"), "{sandbox}");
@@ -545,8 +551,22 @@ fn fills_its_work_directory_past_the_jobs_memory() {
     }"#;
     let krate = scene.submission(source).display().to_string();
     let json = scene.dir.join("results.json").display().to_string();
-    let args =
-        ["grade", "step", "0", "--crate", &krate, "--seed", "1", "--memory-limit", "256", "--json", &json];
+    let gradescope = scene.dir.join("gradescope.json").display().to_string();
+    let args = [
+        "grade",
+        "step",
+        "0",
+        "--crate",
+        &krate,
+        "--seed",
+        "1",
+        "--memory-limit",
+        "256",
+        "--json",
+        &json,
+        "--gradescope",
+        &gradescope,
+    ];
     for old in [false, true] {
         scene.bwrap = old.then(|| bubblewrap_0_6(&scene));
         let seen = scene.checker(&args);
@@ -560,7 +580,9 @@ fn fills_its_work_directory_past_the_jobs_memory() {
             report["tests"].as_array().unwrap().iter().find(|t| t["name"] == "step 0: trains").unwrap();
         let said = format!("{} {}", trains["message"], trains["output"]);
         assert_eq!(trains["status"], "fail", "{said}");
-        let capping = report["sandbox"]["capping"].as_str().unwrap();
+        let gradescope: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&gradescope).unwrap()).unwrap();
+        let capping = gradescope["extra_data"]["sandbox"]["capping"].as_str().unwrap();
         if capping.starts_with("rlimits") {
             // Only bubblewrap's --size caps the tmpfs then (the old one was refused above).
             assert!(said.contains("No space left on device"), "{said}");
