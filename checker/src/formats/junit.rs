@@ -110,31 +110,26 @@ fn case(xml: &mut String, check: &CheckGrade) {
 /// Character data: `&`, `<`, `>` escaped, and the characters XML 1.0 cannot hold at
 /// all (control characters such as a terminal's escape) replaced by U+FFFD.
 fn text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => out.push(allowed(c)),
-        }
-    }
-    out
+    escape(s, false)
 }
 
 /// An attribute value: as [`text`], with quotes escaped and line breaks and tabs as
 /// character references (a parser would turn them into spaces otherwise).
 fn attr(s: &str) -> String {
+    escape(s, true)
+}
+
+fn escape(s: &str, attribute: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
+            '"' if attribute => out.push_str("&quot;"),
+            '\n' if attribute => out.push_str("&#10;"),
+            '\r' if attribute => out.push_str("&#13;"),
+            '\t' if attribute => out.push_str("&#9;"),
             c => out.push(allowed(c)),
         }
     }
