@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use lab_trace::Trace;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::launch::{self, Build, Ended, Launch};
 
@@ -118,7 +118,7 @@ pub struct Observation {
     pub variation: Variation,
     pub source: String,
     pub processes: Vec<RankProcess>,
-    pub trace: Vec<Value>,
+    pub trace: Trace,
     pub port: Option<u16>,
     pub help: Option<Ended>,
     pub bad_value: Option<Ended>,
@@ -135,9 +135,9 @@ pub struct Equivalence {
     /// The N-rank run's settings.
     pub settings: Variation,
     pub many: Vec<RankProcess>,
-    pub many_trace: Vec<Value>,
+    pub many_trace: Trace,
     pub one: Vec<RankProcess>,
-    pub one_trace: Vec<Value>,
+    pub one_trace: Trace,
 }
 
 /// A free port for a run's rendezvous; the lab's default port if none can be found.
@@ -368,7 +368,7 @@ fn run_job(
     v: &Variation,
     setup: &Setup,
     job: Job,
-) -> (Vec<RankProcess>, Vec<Value>, Option<u16>) {
+) -> (Vec<RankProcess>, Trace, Option<u16>) {
     let prefix = match job {
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
@@ -381,7 +381,7 @@ fn run_job(
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node);
         let mut env: Vec<(String, String)> = vec![
-            (labkit::trace::TRACE_ENV.into(), trace_dir.display().to_string()),
+            (lab_trace::TRACE_ENV.into(), trace_dir.display().to_string()),
             (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
         ];
         match port {
@@ -444,21 +444,7 @@ fn run_job(
         .zip(ended)
         .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
         .collect();
-    (processes, read_trace(&trace_dir), port)
-}
-
-fn read_trace(dir: &Path) -> Vec<Value> {
-    let mut events = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return events };
-    for entry in entries.flatten() {
-        if let Ok(text) = std::fs::read_to_string(entry.path()) {
-            events.extend(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
-        }
-    }
-    events.sort_by(|a, b| {
-        a["time"].as_f64().partial_cmp(&b["time"].as_f64()).unwrap_or(std::cmp::Ordering::Equal)
-    });
-    events
+    (processes, Trace::read(&trace_dir), port)
 }
 
 /// Why a build gave no binary; `checks::build_failed` judges it.

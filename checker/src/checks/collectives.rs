@@ -1,40 +1,30 @@
 //! Reading the collectives the ranks issued (labkit's trace of `tch_distributed::debug`):
 //! which call carried a value, and where the ranks' calls disagree.
 use std::collections::BTreeMap;
+use std::ops::Deref;
 
-use serde_json::Value;
+use lab_trace::event::Collective;
+use lab_trace::Record;
 
-/// One `collective` event.
+/// One `collective` event of a rank.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
-    pub rank: u64,
-    pub op: String,
-    pub reduce_op: Option<String>,
-    pub root: Option<u64>,
-    pub dtype: Option<String>,
-    pub numel: u64,
-    pub seq: u64,
-    pub group: u64,
-    pub values: Vec<f64>,
+    /// The rank that issued it (collectives are only issued in a group, so the record
+    /// always has one).
+    pub rank: usize,
+    pub call: Collective,
+}
+
+impl Deref for Call {
+    type Target = Collective;
+    fn deref(&self) -> &Collective {
+        &self.call
+    }
 }
 
 impl Call {
-    fn from_event(e: &Value) -> Option<Call> {
-        (e["event"] == "collective").then_some(())?;
-        Some(Call {
-            rank: e["rank"].as_u64()?,
-            op: e["op"].as_str()?.to_string(),
-            reduce_op: e["reduce_op"].as_str().map(String::from),
-            root: e["root"].as_u64(),
-            dtype: e["dtype"].as_str().map(String::from),
-            numel: e["numel"].as_u64().unwrap_or(0),
-            seq: e["seq"].as_u64()?,
-            group: e["group"].as_u64().unwrap_or(0),
-            values: e["values"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_f64).collect())
-                .unwrap_or_default(),
-        })
+    fn from_record(record: &Record) -> Option<Call> {
+        Some(Call { rank: record.rank?, call: record.get::<Collective>()?.clone() })
     }
 
     /// As tch-distributed's `CollectiveCall::describe` and PyTorch's logs put it.
@@ -52,19 +42,19 @@ impl Call {
 
     /// Whether the input held `value` (as float32 or float64).
     pub fn carried(&self, value: f64) -> bool {
-        self.values.iter().any(|x| (x - value).abs() <= 1e-6 * value.abs().max(1e-12))
+        self.values.iter().flatten().any(|x| (x - value).abs() <= 1e-6 * value.abs().max(1e-12))
     }
 
     /// What the call is, without the rank or its number: equal on every rank.
-    fn signature(&self) -> (&str, &Option<String>, Option<u64>, &Option<String>, u64) {
+    fn signature(&self) -> (&str, &Option<String>, Option<usize>, &Option<String>, i64) {
         (&self.op, &self.reduce_op, self.root, &self.dtype, self.numel)
     }
 }
 
 /// The collectives of each rank, in the order issued.
-pub fn by_rank(trace: &[Value]) -> BTreeMap<u64, Vec<Call>> {
-    let mut out: BTreeMap<u64, Vec<Call>> = BTreeMap::new();
-    for call in trace.iter().filter_map(Call::from_event) {
+pub fn by_rank(trace: &[Record]) -> BTreeMap<usize, Vec<Call>> {
+    let mut out: BTreeMap<usize, Vec<Call>> = BTreeMap::new();
+    for call in trace.iter().filter_map(Call::from_record) {
         out.entry(call.rank).or_default().push(call);
     }
     for calls in out.values_mut() {
@@ -75,9 +65,9 @@ pub fn by_rank(trace: &[Value]) -> BTreeMap<u64, Vec<Call>> {
 
 /// PyTorch's DETAIL desync check: the first sequence number at which ranks of a group
 /// issued different collectives, naming the ranks and both calls.
-pub fn desync(trace: &[Value]) -> Option<String> {
+pub fn desync(trace: &[Record]) -> Option<String> {
     let mut at: BTreeMap<(u64, u64), Vec<Call>> = BTreeMap::new();
-    for call in trace.iter().filter_map(Call::from_event) {
+    for call in trace.iter().filter_map(Call::from_record) {
         at.entry((call.group, call.seq)).or_default().push(call);
     }
     for ((group, seq), calls) in at {
@@ -98,20 +88,28 @@ pub fn desync(trace: &[Value]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     fn event(
-        rank: u64,
+        rank: usize,
         seq: u64,
         op: &str,
         reduce_op: Option<&str>,
-        root: Option<u64>,
+        root: Option<usize>,
         values: &[f64],
-    ) -> Value {
-        json!({ "event": "collective", "rank": rank, "op": op, "reduce_op": reduce_op, "root": root,
-                "dtype": "Double", "numel": values.len(), "seq": seq, "group": 0, "values": values })
+    ) -> Record {
+        let mut record = Record::now(Collective {
+            op: op.into(),
+            reduce_op: reduce_op.map(String::from),
+            root,
+            dtype: Some("Double".into()),
+            numel: values.len() as i64,
+            seq,
+            group: 0,
+            values: Some(values.to_vec()),
+        });
+        record.rank = Some(rank);
+        record
     }
 
     #[test]
@@ -137,8 +135,9 @@ mod tests {
 
     #[test]
     fn a_call_carries_a_value_in_float32_too() {
-        let call = Call::from_event(&event(0, 0, "reduce", Some("SUM"), Some(1), &[f64::from(652.1234_f32)]))
-            .unwrap();
+        let call =
+            Call::from_record(&event(0, 0, "reduce", Some("SUM"), Some(1), &[f64::from(652.1234_f32)]))
+                .unwrap();
         assert!(call.carried(652.1234));
         assert!(!call.carried(652.2));
         assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");

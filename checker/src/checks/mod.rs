@@ -16,7 +16,7 @@
 //! the progress file and `grade`'s JSON (which spells it as exercism does) all read.
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use lab_trace::{EventKind, Record, Trace};
 
 use crate::observe::Observation;
 
@@ -262,7 +262,7 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
         why.push_str(&format!(": {line}"));
     }
     if needs == Needs::Main {
-        if let Some(desync) = collectives::desync(&obs.trace) {
+        if let Some(desync) = collectives::desync(&obs.trace.records) {
             why.push_str(&format!("\n{desync}"));
         }
     }
@@ -282,16 +282,31 @@ pub fn last_error_line(stderr: &str) -> Option<&str> {
 
 // ---------------------------------------------------------------- shared readings
 
-/// Trace events of one kind.
-fn events<'a>(obs: &'a Observation, kind: &str) -> Vec<&'a Value> {
-    obs.trace.iter().filter(|e| e["event"] == kind).collect()
+/// The finding for a trace with a line labkit's trace types cannot read: the judge
+/// says so instead of judging without the event that line held. A judge that reads
+/// the trace starts `let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };`.
+fn malformed(trace: &Trace) -> Option<Finding> {
+    let first = trace.malformed.first()?;
+    let more = match trace.malformed.len() {
+        1 => String::new(),
+        n => format!(" (and {} more line(s))", n - 1),
+    };
+    Finding::missing(
+        format!("the trace is malformed: {first}{more}"),
+        "every trace line as labkit writes it (lab-trace's events): rebuild the step with this checker's labkit",
+    )
 }
 
-/// Events of one kind per global rank (from the trace's `rank` field), in order.
-fn by_rank<'a>(obs: &'a Observation, kind: &str) -> BTreeMap<u64, Vec<&'a Value>> {
-    let mut out: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
-    for e in events(obs, kind) {
-        if let Some(r) = e["rank"].as_u64() {
+/// Trace events of one kind, with their records, in time order.
+fn events<E: EventKind>(trace: &[Record]) -> Vec<(&Record, &E)> {
+    lab_trace::events(trace).collect()
+}
+
+/// Events of one kind per global rank (the records' `rank`), in order.
+fn by_rank<E: EventKind>(trace: &[Record]) -> BTreeMap<usize, Vec<&E>> {
+    let mut out: BTreeMap<usize, Vec<&E>> = BTreeMap::new();
+    for (record, e) in lab_trace::events::<E>(trace) {
+        if let Some(r) = record.rank {
             out.entry(r).or_default().push(e);
         }
     }
@@ -331,7 +346,7 @@ mod tests {
             variation: Variation::for_step(step, 1),
             source: String::new(),
             processes: Vec::new(),
-            trace: Vec::new(),
+            trace: Trace::default(),
             port: None,
             help: (step >= 1).then(not_started),
             bad_value: (step >= 1).then(not_started),

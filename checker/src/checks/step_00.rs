@@ -66,7 +66,7 @@ fn trains(obs: &Observation) -> Option<Finding> {
     let malformed = lines.iter().find(|l| !labkit::EpochReport::is_epoch_line(l));
     let observed = if !failures.is_empty() {
         let mut text = format!("{} process(es) failed:\n  {}", failures.len(), failures.join("\n  "));
-        if let Some(desync) = super::collectives::desync(&obs.trace) {
+        if let Some(desync) = super::collectives::desync(&obs.trace.records) {
             text.push_str(&format!("\n{desync}"));
         }
         text

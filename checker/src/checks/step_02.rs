@@ -1,7 +1,9 @@
 //! Step 2: the world size and the rendezvous address.
 use std::collections::BTreeSet;
 
-use super::{events, id, set, Check, Finding, Needs};
+use lab_trace::event::World;
+
+use super::{events, id, malformed, set, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -25,13 +27,14 @@ pub const CHECKS: &[Check] = &[
 
 fn world_size(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
-    let ws = v.world_size() as u64;
-    let worlds = events(obs, "world");
+    let ws = v.world_size();
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let worlds = events::<World>(trace);
     let expected = format!("world size {ws} ({} node(s) x {} GPU(s))", v.nodes, v.ranks_per_node);
     if worlds.is_empty() {
         return Finding::missing("no world announced (labkit::announce_world was not called)", expected);
     }
-    let sizes: BTreeSet<u64> = worlds.iter().filter_map(|e| e["world_size"].as_u64()).collect();
+    let sizes: BTreeSet<usize> = worlds.iter().map(|(_, w)| w.world_size).collect();
     Finding::shown(sizes == BTreeSet::from([ws]), format!("world size {}", set(&sizes)), expected)
 }
 
@@ -40,10 +43,11 @@ fn rendezvous(obs: &Observation) -> Option<Finding> {
         Some(p) => format!("127.0.0.1:{p} (env://)"),
         None => "localhost:9956".to_string(),
     };
-    let worlds = events(obs, "world");
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let worlds = events::<World>(trace);
     if worlds.is_empty() {
         return Finding::missing("no world announced (labkit::announce_world was not called)", expected);
     }
-    let addresses: BTreeSet<&str> = worlds.iter().filter_map(|e| e["rendezvous"].as_str()).collect();
+    let addresses: BTreeSet<&str> = worlds.iter().map(|(_, w)| w.rendezvous.as_str()).collect();
     Finding::shown(addresses == BTreeSet::from([expected.as_str()]), set(&addresses), expected.clone())
 }

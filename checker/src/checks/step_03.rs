@@ -1,7 +1,9 @@
 //! Step 3: one worker per rank, entered with the process's local rank.
 use std::collections::BTreeMap;
 
-use super::{events, id, Check, Finding, Needs};
+use lab_trace::event::Worker;
+
+use super::{events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[Check {
@@ -15,16 +17,15 @@ pub const CHECKS: &[Check] = &[Check {
 
 fn worker_per_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
-    let workers = events(obs, "worker");
-    let mut seen: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-    for w in &workers {
-        seen.entry(w["pid"].as_u64().unwrap_or(0))
-            .or_default()
-            .push(w["worker_local_rank"].as_u64().unwrap_or(u64::MAX));
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let workers = events::<Worker>(trace);
+    let mut seen: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (record, w) in &workers {
+        seen.entry(record.pid).or_default().push(w.worker_local_rank);
     }
-    let mut local_ranks: Vec<u64> = seen.values().flatten().copied().collect();
+    let mut local_ranks: Vec<usize> = seen.values().flatten().copied().collect();
     local_ranks.sort();
-    let mut want: Vec<u64> = (0..v.nodes).flat_map(|_| 0..v.ranks_per_node as u64).collect();
+    let mut want: Vec<usize> = (0..v.nodes).flat_map(|_| 0..v.ranks_per_node).collect();
     want.sort();
     let expected = format!("once per rank, with local ranks {want:?} (each process's LOCAL_RANK)");
     if workers.is_empty() {
@@ -32,10 +33,7 @@ fn worker_per_rank(obs: &Observation) -> Option<Finding> {
     }
     let once_each = seen.values().all(|v| v.len() == 1);
     let launched_right = obs.processes.iter().all(|p| match p.local_rank {
-        Some(l) => workers.iter().any(|w| {
-            w["pid"].as_u64() == Some(u64::from(p.ended.pid))
-                && w["worker_local_rank"].as_u64() == Some(l as u64)
-        }),
+        Some(l) => workers.iter().any(|(record, w)| record.pid == p.ended.pid && w.worker_local_rank == l),
         None => true,
     });
     Finding::shown(

@@ -1,7 +1,9 @@
 //! Step 4: the global rank, and only rank 0 prints.
 use std::collections::BTreeSet;
 
-use super::{epoch_lines, events, id, Check, Finding, Needs};
+use lab_trace::event::Printed;
+
+use super::{epoch_lines, events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -27,21 +29,18 @@ pub const CHECKS: &[Check] = &[
 
 fn global_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
-    let ws = v.world_size() as u64;
+    let ws = v.world_size();
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
     let mut wrong = Vec::new();
     for p in &obs.processes {
         let Some(local) = p.local_rank else { continue };
-        let expect = (p.node * v.ranks_per_node + local) as u64;
-        let got = obs
-            .trace
-            .iter()
-            .filter(|e| e["pid"].as_u64() == Some(u64::from(p.ended.pid)))
-            .find_map(|e| e["rank"].as_u64());
+        let expect = p.node * v.ranks_per_node + local;
+        let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
         if got != Some(expect) {
             wrong.push(format!("node {} local rank {local}: rank {got:?}, expected {expect}", p.node));
         }
     }
-    let sizes: BTreeSet<u64> = obs.trace.iter().filter_map(|e| e["world_size"].as_u64()).collect();
+    let sizes: BTreeSet<usize> = trace.iter().filter_map(|r| r.world_size).collect();
     Finding::shown(
         wrong.is_empty() && sizes == BTreeSet::from([ws]),
         if wrong.is_empty() { format!("group sizes {sizes:?}") } else { wrong.join("; ") },
@@ -50,7 +49,8 @@ fn global_rank(obs: &Observation) -> Option<Finding> {
 }
 
 fn rank0_prints(obs: &Observation) -> Option<Finding> {
-    let printed = events(obs, "printed");
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let printed = events::<Printed>(trace);
     let lines = epoch_lines(obs);
     let expected = "only global rank 0 prints the epoch lines";
     if printed.is_empty() {
@@ -59,7 +59,7 @@ fn rank0_prints(obs: &Observation) -> Option<Finding> {
             expected,
         );
     }
-    let printers: BTreeSet<Option<u64>> = printed.iter().map(|e| e["rank"].as_u64()).collect();
+    let printers: BTreeSet<Option<usize>> = printed.iter().map(|(record, _)| record.rank).collect();
     Finding::shown(
         printers == BTreeSet::from([Some(0)]) && lines.len() == printed.len(),
         format!("epoch lines printed by ranks {printers:?}, {} line(s)", lines.len()),

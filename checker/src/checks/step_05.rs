@@ -1,5 +1,7 @@
 //! Step 5: the data set prepared once per node.
-use super::{events, id, Check, Finding, Needs};
+use lab_trace::event::PrepareDataset;
+
+use super::{events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -23,12 +25,13 @@ pub const CHECKS: &[Check] = &[
 
 fn prepare_once_per_node(obs: &Observation) -> Option<Finding> {
     let nodes = obs.variation.nodes;
-    let prepares = events(obs, "prepare_dataset");
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let prepares = events::<PrepareDataset>(trace);
     let expected = format!("{nodes} (one per node, by local rank 0), then a barrier before anyone reads");
     if prepares.is_empty() {
         return Finding::missing("no rank prepared the data set", expected);
     }
-    let by_non_zero = prepares.iter().filter(|e| e["local_rank"].as_u64() != Some(0)).count();
+    let by_non_zero = prepares.iter().filter(|(record, _)| record.local_rank != Some(0)).count();
     Finding::shown(
         by_non_zero == 0 && prepares.len() == nodes,
         format!("{} preparation(s); {by_non_zero} by a local rank other than 0", prepares.len()),

@@ -1,8 +1,8 @@
 //! Step 6: each rank its DistributedSampler share, reshuffled every epoch.
-use serde_json::Value;
+use lab_trace::event::{TrainIndices, Validation};
 use tch_distributed::DistributedSampler;
 
-use super::{by_rank, id, Check, Finding, Needs};
+use super::{by_rank, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -24,25 +24,22 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
-fn indices(event: &Value) -> Vec<u64> {
-    event["indices"].as_array().map(|a| a.iter().filter_map(Value::as_u64).collect()).unwrap_or_default()
-}
-
 fn sampler_shares(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
     let expected = "each rank iterates DistributedSampler(len, world size, rank)'s indices (PyTorch's), disjoint shares covering the set";
-    let train = by_rank(obs, "train_indices");
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let train = by_rank::<TrainIndices>(trace);
     let (mut problems, mut absent) = (Vec::new(), Vec::new());
-    for rank in 0..ws as u64 {
+    for rank in 0..ws {
         let Some(epochs) = train.get(&rank) else {
             absent.push(format!("rank {rank}: no training epoch traced"));
             continue;
         };
         for (e, event) in epochs.iter().enumerate() {
-            let got = indices(event);
-            let want = expected_indices(v.train_subset, ws, rank as usize, e as u64);
-            if got != want {
+            let got = &event.indices;
+            let want = expected_indices(v.train_subset, ws, rank, e as u64);
+            if *got != want {
                 problems.push(format!(
                     "rank {rank} epoch {e}: {} indices starting {:?}, expected {} starting {:?}",
                     got.len(),
@@ -54,8 +51,8 @@ fn sampler_shares(obs: &Observation) -> Option<Finding> {
             }
         }
     }
-    for (rank, events) in &by_rank(obs, "validation") {
-        if indices(events[0]) != expected_indices(v.test_subset, ws, *rank as usize, 0) {
+    for (rank, events) in &by_rank::<Validation>(trace) {
+        if events[0].indices != expected_indices(v.test_subset, ws, *rank, 0) {
             problems.push(format!("rank {rank}: validation indices are not its DistributedSampler share"));
         }
     }
@@ -75,12 +72,13 @@ fn sampler_shares(obs: &Observation) -> Option<Finding> {
 }
 
 fn sampler_set_epoch(obs: &Observation) -> Option<Finding> {
-    let rank0 = by_rank(obs, "train_indices").remove(&0).unwrap_or_default();
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let rank0 = by_rank::<TrainIndices>(trace).remove(&0).unwrap_or_default();
     let expected = "a different order in every epoch";
     if rank0.len() < 2 {
         return Finding::missing(format!("rank 0 traced {} training epoch(s)", rank0.len()), expected);
     }
-    let reshuffled = rank0[0]["indices"] != rank0[1]["indices"];
+    let reshuffled = rank0[0].indices != rank0[1].indices;
     Finding::shown(
         reshuffled,
         if reshuffled { "a new order each epoch" } else { "the same order every epoch" },
@@ -89,11 +87,11 @@ fn sampler_set_epoch(obs: &Observation) -> Option<Finding> {
 }
 
 /// PyTorch's DistributedSampler indices (shuffle, seed 0, no drop_last).
-pub fn expected_indices(len: usize, world: usize, rank: usize, epoch: u64) -> Vec<u64> {
+pub fn expected_indices(len: usize, world: usize, rank: usize, epoch: u64) -> Vec<usize> {
     match DistributedSampler::with_defaults(len, world, rank) {
         Ok(mut s) => {
             s.set_epoch(epoch);
-            s.indices().into_iter().map(|i| i as u64).collect()
+            s.indices()
         }
         Err(_) => Vec::new(),
     }

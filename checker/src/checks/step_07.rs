@@ -1,9 +1,10 @@
 //! Step 7: the model wrapped in DDP: synchronized weights, the same step as one rank.
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use lab_trace::event::{InitialWeights, Weights};
+use lab_trace::{EventKind, Record};
 
-use super::{events, id, Check, Finding, Needs};
+use super::{events, id, malformed, Check, Finding, Needs};
 use crate::observe::{Equivalence, Observation};
 
 pub const CHECKS: &[Check] = &[
@@ -33,17 +34,15 @@ pub const EQUIVALENCE_TOLERANCE: f64 = 0.05;
 
 fn weights_synchronized(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
-    let weights = events(obs, "weights");
-    let mut per_epoch: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
-    for w in &weights {
-        per_epoch
-            .entry(w["epoch"].as_u64().unwrap_or(0))
-            .or_default()
-            .insert(w["digest"].as_str().unwrap_or("").to_string());
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let weights = events::<Weights>(trace);
+    let mut per_epoch: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
+    for (_, w) in &weights {
+        per_epoch.entry(w.epoch).or_default().insert(w.digest.as_str());
     }
     let expected =
         "identical weights on every rank after every epoch (ranks started from different random weights)";
-    let differing: Vec<u64> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
+    let differing: Vec<usize> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
     if differing.is_empty() && (per_epoch.is_empty() || weights.len() != ws * per_epoch.len()) {
         return Finding::missing(
             format!("{} weight digest(s) from {} epoch(s) for {ws} ranks", weights.len(), per_epoch.len()),
@@ -80,6 +79,11 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
     if !failed.is_empty() {
         return Finding::missing(format!("a run of the comparison failed: {}", failed.join(", ")), expected);
     }
+    for trace in [&eq.many_trace, &eq.one_trace] {
+        if trace.checked().is_err() {
+            return malformed(trace);
+        }
+    }
     let Some((ok, observed)) = judge_equivalence(eq) else {
         return Finding::missing("no weights traced before or after the epoch in one of the runs", expected);
     };
@@ -89,15 +93,21 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
 /// Rank 0's weights after the epoch, N ranks against 1 rank: the largest difference
 /// of the weight projections relative to their size. `None` without the weights.
 fn judge_equivalence(eq: &Equivalence) -> Option<(bool, String)> {
-    let projection = |trace: &[Value], kind: &str| -> Option<Vec<f64>> {
+    /// Rank 0's first event of kind `E`.
+    fn rank0<E: EventKind>(trace: &[Record]) -> Option<&E> {
+        trace.iter().filter(|r| r.rank == Some(0)).find_map(Record::get::<E>)
+    }
+    let first_epoch = |trace: &[Record]| -> Option<[f64; 8]> {
         let w = trace
             .iter()
-            .find(|e| e["event"] == kind && e["rank"] == 0 && (e["epoch"] == 0 || e["epoch"].is_null()))?;
-        w["projection"].as_array()?.iter().map(Value::as_f64).collect()
+            .filter(|r| r.rank == Some(0))
+            .filter_map(Record::get::<Weights>)
+            .find(|w| w.epoch == 0)?;
+        Some(w.projection)
     };
-    let many = projection(&eq.many_trace, "weights")?;
-    let one = projection(&eq.one_trace, "weights")?;
-    let start = projection(&eq.one_trace, "initial_weights")?;
+    let many = first_epoch(&eq.many_trace.records)?;
+    let one = first_epoch(&eq.one_trace.records)?;
+    let start = rank0::<InitialWeights>(&eq.one_trace.records)?.projection;
     // Relative to how far one epoch moved the weights: the starting point is shared,
     // so only the updates can differ.
     let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())).max(1e-12);

@@ -1,8 +1,10 @@
 //! Step 8: the throughput reduced to rank 0, and the epoch's end at a barrier.
 use std::collections::BTreeMap;
 
+use lab_trace::event::{EpochReport, ImagesPerSec, Printed};
+
 use super::collectives::{self, Call};
-use super::{by_rank, events, id, Check, Finding, Needs};
+use super::{by_rank, events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -42,18 +44,19 @@ fn wrong_throughput_call(call: &Call) -> Option<String> {
 
 fn throughput_reduced(obs: &Observation) -> Option<Finding> {
     let expected = "rank 0's images/sec == the sum of every rank's, reduced to rank 0 with SUM (right on NCCL as on Gloo)";
-    let printed = events(obs, "printed");
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let printed = events::<Printed>(trace);
     if printed.is_empty() {
         return Finding::missing("no epoch line printed", expected);
     }
-    let per_rank = by_rank(obs, "images_per_sec");
+    let per_rank = by_rank::<ImagesPerSec>(trace);
     let mut problems = Vec::new();
     // What the program asked for: every rank's figure must go into a SUM to rank 0.
-    let calls: BTreeMap<u64, Vec<Call>> = collectives::by_rank(&obs.trace);
+    let calls: BTreeMap<usize, Vec<Call>> = collectives::by_rank(trace);
     'ranks: for (rank, figures) in &per_rank {
         let mine = calls.get(rank).map(Vec::as_slice).unwrap_or_default();
         for (epoch, figure) in figures.iter().enumerate() {
-            let Some(value) = figure["value"].as_f64() else { continue };
+            let value = figure.value;
             let carriers: Vec<&Call> = mine.iter().filter(|c| c.carried(value)).collect();
             if carriers.is_empty() {
                 problems.push(format!("rank {rank} epoch {epoch}: its images/sec went into no collective"));
@@ -69,11 +72,12 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
         }
     }
     // What came out: the printed figure is the sum.
-    for (e, p) in printed.iter().enumerate() {
-        let shown = p["images_per_sec"].as_f64().unwrap_or(f64::NAN);
-        let sum: f64 =
-            per_rank.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["value"].as_f64()).sum();
-        if (shown - sum).abs() > 1e-6 * sum.abs().max(1.0) {
+    for (e, (_, p)) in printed.iter().enumerate() {
+        let shown = p.images_per_sec;
+        let sum: f64 = per_rank.values().filter_map(|evs| evs.get(e)).map(|x| x.value).sum();
+        // A NaN on either side is a difference too.
+        let agree = (shown - sum).abs() <= 1e-6 * sum.abs().max(1.0);
+        if !agree {
             problems.push(format!("epoch {e}: printed {shown:.1}, sum of ranks {sum:.1}"));
         }
     }
@@ -98,11 +102,11 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
         "with one rank {delay:.1} s late, every rank's epoch time within {:.2} s of the late rank's",
         delay / 2.0
     );
-    let mut per_epoch: BTreeMap<u64, Vec<(u64, f64)>> = BTreeMap::new();
-    for (r, evs) in by_rank(obs, "epoch_report") {
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let mut per_epoch: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
+    for (r, evs) in by_rank::<EpochReport>(trace) {
         for e in evs {
-            let epoch = e["epoch"].as_u64().unwrap_or(u64::MAX);
-            per_epoch.entry(epoch).or_default().push((r, e["epoch_time"].as_f64().unwrap_or(0.0)));
+            per_epoch.entry(e.epoch).or_default().push((r, e.epoch_time));
         }
     }
     let early: Vec<String> = per_epoch

@@ -1,8 +1,10 @@
 //! Step 9: the validation metrics averaged over ranks.
 use std::collections::BTreeMap;
 
+use lab_trace::event::{EpochReport, Validation};
+
 use super::collectives::{self, Call};
-use super::{by_rank, id, Check, Finding, Needs};
+use super::{by_rank, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[Check {
@@ -31,16 +33,16 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
     let expected = "every rank's validation accuracy and loss == the mean over ranks, all-reduced (right on NCCL as on Gloo)";
-    let raw = by_rank(obs, "validation");
-    let reports = by_rank(obs, "epoch_report");
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let raw = by_rank::<Validation>(trace);
+    let reports = by_rank::<EpochReport>(trace);
     let mut off = Vec::new();
     // What the program asked for: each rank's metrics go into an all-reduce.
-    let calls: BTreeMap<u64, Vec<Call>> = collectives::by_rank(&obs.trace);
+    let calls: BTreeMap<usize, Vec<Call>> = collectives::by_rank(trace);
     'ranks: for (rank, validations) in &raw {
         let mine = calls.get(rank).map(Vec::as_slice).unwrap_or_default();
         for (epoch, validation) in validations.iter().enumerate() {
-            for (name, value) in [("accuracy", &validation["accuracy"]), ("loss", &validation["loss"])] {
-                let Some(value) = value.as_f64() else { continue };
+            for (name, value) in [("accuracy", validation.accuracy), ("loss", validation.loss)] {
                 let carriers: Vec<&Call> = mine.iter().filter(|c| c.carried(value)).collect();
                 if carriers.is_empty() {
                     off.push(format!(
@@ -59,19 +61,18 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
     }
     // What came out: every rank reports the mean.
     for e in 0..v.epochs {
-        let accs: Vec<f64> =
-            raw.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["accuracy"].as_f64()).collect();
-        let losses: Vec<f64> =
-            raw.values().filter_map(|evs| evs.get(e)).filter_map(|x| x["loss"].as_f64()).collect();
+        let accs: Vec<f64> = raw.values().filter_map(|evs| evs.get(e)).map(|x| x.accuracy).collect();
+        let losses: Vec<f64> = raw.values().filter_map(|evs| evs.get(e)).map(|x| x.loss).collect();
         if accs.len() != ws {
             continue;
         }
         let (ma, ml) = (accs.iter().sum::<f64>() / ws as f64, losses.iter().sum::<f64>() / ws as f64);
         for (r, evs) in &reports {
             if let Some(rep) = evs.get(e) {
-                let a = rep["validation_accuracy"].as_f64().unwrap_or(f64::NAN);
-                let l = rep["validation_loss"].as_f64().unwrap_or(f64::NAN);
-                if (a - ma).abs() > 1e-9 || (l - ml).abs() > 1e-9 {
+                let (a, l) = (rep.validation_accuracy, rep.validation_loss);
+                // A NaN on either side is a difference too.
+                let agree = (a - ma).abs() <= 1e-9 && (l - ml).abs() <= 1e-9;
+                if !agree {
                     off.push(format!(
                         "rank {r} epoch {e}: accuracy {a:.4}, loss {l:.4}; mean {ma:.4}, {ml:.4}"
                     ));

@@ -1,7 +1,9 @@
 //! Step 10: one invocation spawns the node's ranks, and a failing rank ends the run.
 use std::collections::BTreeSet;
 
-use super::{events, id, Check, Finding, Needs};
+use lab_trace::event::Worker;
+
+use super::{events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -25,12 +27,13 @@ pub const CHECKS: &[Check] = &[
 
 fn self_spawn(obs: &Observation) -> Option<Finding> {
     let n = obs.variation.ranks_per_node;
-    let workers = events(obs, "worker");
-    let parent = obs.processes.first().map(|p| u64::from(p.ended.pid)).unwrap_or(0);
-    let children: BTreeSet<u64> = workers
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let workers = events::<Worker>(trace);
+    let parent = obs.processes.first().map(|p| i64::from(p.ended.pid));
+    let children: BTreeSet<u32> = workers
         .iter()
-        .filter(|w| w["ppid"].as_u64() == Some(parent))
-        .filter_map(|w| w["pid"].as_u64())
+        .filter(|(record, _)| Some(record.ppid) == parent)
+        .map(|(record, _)| record.pid)
         .collect();
     Finding::shown(
         obs.processes.len() == 1 && children.len() == n && workers.len() == n,

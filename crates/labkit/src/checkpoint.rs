@@ -25,6 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use lab_trace::event;
 use md5::{Digest, Md5};
 use serde_json::{json, Value};
 use tch::nn::VarStore;
@@ -384,10 +385,7 @@ pub fn resume(
     if trace::enabled() {
         // The same fingerprint as the trainer's "weights" events (trainable variables).
         let digest = trace::fingerprint(&vs.trainable_variables()).digest;
-        trace::record(
-            "resumed",
-            json!({ "epoch": start.epoch, "weights": checkpoint.weights, "digest": digest }),
-        );
+        trace::record(event::Resumed { epoch: start.epoch, weights: checkpoint.weights.clone(), digest });
     }
     Ok(start)
 }
@@ -426,10 +424,7 @@ pub fn save(options: &impl AsRef<CheckpointOptions>, vs: &VarStore, state: Train
         weights_md5: String::new(),
     };
     let saved = write(&options.checkpoint_dir, vs, &fields)?;
-    trace::record(
-        "checkpoint_saved",
-        json!({ "epoch": epoch, "weights": saved.weights, "md5": saved.weights_md5 }),
-    );
+    trace::record(event::CheckpointSaved { epoch, weights: saved.weights, md5: saved.weights_md5 });
     Ok(())
 }
 

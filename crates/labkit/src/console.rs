@@ -1,6 +1,6 @@
 //! The lines a run prints about its processes: the world it is about to form, and each
 //! worker as it starts (both also go to the trace the checker reads).
-use serde_json::json;
+use lab_trace::event;
 use tch_distributed as dist;
 
 use crate::trace;
@@ -15,11 +15,11 @@ pub fn announce_world(world_size: usize, rendezvous: &dist::Init) {
     if dist::spawned_rank().is_none() && dist::local_rank().ok().flatten().unwrap_or(0) == 0 {
         println!("World size = {world_size}; rendezvous at {address}");
     }
-    trace::record("world", json!({ "world_size": world_size, "rendezvous": address }));
+    trace::record(event::World { world_size, rendezvous: address.to_string() });
 }
 
 /// Says that a worker started: `Worker started: local rank 1`.
 pub fn worker_started(local_rank: usize) {
     println!("Worker started: local rank {local_rank} (pid {})", std::process::id());
-    trace::record("worker", json!({ "worker_local_rank": local_rank }));
+    trace::record(event::Worker { worker_local_rank: local_rank });
 }

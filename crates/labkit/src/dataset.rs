@@ -1,7 +1,7 @@
 //! The lab's two calls for its data: `prepare_dataset` makes the data set ready on disk
 //! (once per node), `load_dataset` reads it (every rank). The work itself is `data`'s;
 //! these add the line the lab prints and the trace the checker reads.
-use serde_json::json;
+use lab_trace::event;
 
 use crate::data::{ensure_dataset, load_ready, DataError, DatasetOptions, DatasetReady, Split};
 use crate::error::Result;
@@ -24,14 +24,15 @@ use crate::trace;
 /// # Ok::<(), labkit::BoxError>(())
 /// ```
 pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
-    trace::record("prepare_dataset", json!({ "dir": options.dir, "kind": options.kind.to_string() }));
+    trace::record(event::PrepareDataset { dir: path_text(&options.dir), kind: options.kind.to_string() });
     let ready = ensure_dataset(options)?;
     println!("{}", ready.summary());
-    trace::record(
-        "dataset_ready",
-        json!({ "dir": ready.dir, "kind_used": ready.kind_used.to_string(),
-                "action": format!("{:?}", ready.action), "downloaded": ready.downloaded }),
-    );
+    trace::record(event::DatasetReady {
+        dir: path_text(&ready.dir),
+        kind_used: ready.kind_used.to_string(),
+        action: format!("{:?}", ready.action),
+        downloaded: ready.downloaded.iter().map(|f| f.to_string()).collect(),
+    });
     Ok(ready)
 }
 
@@ -61,6 +62,9 @@ pub fn load_dataset(
     train_subset: Option<usize>,
     test_subset: Option<usize>,
 ) -> Result<(Split, Split), DataError> {
+    // Before any file is opened: the checker compares when each rank began reading
+    // with when its node's data was ready (step 5's barrier).
+    trace::record(event::LoadDataset { dir: path_text(&options.dir) });
     let (dir, data) = load_ready(options)?;
     let train = match train_subset {
         Some(n) => data.train.subset(n),
@@ -70,6 +74,11 @@ pub fn load_dataset(
         Some(n) => data.test.subset(n),
         None => data.test,
     };
-    trace::record("dataset_loaded", json!({ "dir": dir, "train": train.len(), "test": test.len() }));
+    trace::record(event::DatasetLoaded { dir: path_text(&dir), train: train.len(), test: test.len() });
     Ok((train, test))
+}
+
+/// A directory as the trace writes it.
+fn path_text(dir: &std::path::Path) -> String {
+    dir.to_string_lossy().into_owned()
 }

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
+use lab_trace::event;
 use tch::nn::{self, ModuleT};
 use tch::{Kind, Tensor};
 use tch_distributed as dist;
@@ -78,7 +78,7 @@ pub fn train<M: Model, S: Sampler>(
     let perf = model.perf();
     if trace::enabled() {
         // Only built when traced: a full epoch is tens of thousands of indices.
-        trace::record("train_indices", json!({ "epoch": epoch, "indices": indices }));
+        trace::record(event::TrainIndices { epoch, indices: indices.clone() });
     }
     timeline::epoch_started(epoch);
     let train_span = timeline::span("train");
@@ -160,11 +160,7 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
     let accuracy = if total == 0 { 0.0 } else { correct as f64 / total as f64 };
     let loss = if batches == 0 { 0.0 } else { loss_sum / batches as f64 };
     if trace::enabled() {
-        trace::record(
-            "validation",
-            json!({ "accuracy": accuracy, "loss": loss, "correct": correct, "total": total,
-                    "batches": batches, "indices": indices }),
-        );
+        trace::record(event::Validation { accuracy, loss, correct, total, batches, indices });
     }
     Ok((accuracy, loss))
 }

@@ -2,7 +2,7 @@
 //! the quick evaluation's summary.
 use std::sync::{Mutex, MutexGuard};
 
-use serde_json::json;
+use lab_trace::event;
 
 use crate::perf::PerfSettings;
 
@@ -50,12 +50,14 @@ impl EpochReport {
             validation_loss,
             validation_accuracy,
         } = self;
-        crate::trace::record(
-            "epoch_report",
-            json!({ "epoch": epoch, "cumulative_time": cumulative_time, "epoch_time": epoch_time,
-                    "images_per_sec": images_per_sec, "validation_loss": validation_loss,
-                    "validation_accuracy": validation_accuracy }),
-        );
+        crate::trace::record(event::EpochReport {
+            epoch,
+            cumulative_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss,
+            validation_accuracy,
+        });
         history().push(self);
         self
     }
@@ -89,10 +91,7 @@ impl EpochReport {
     pub fn print(&self) {
         let line = self.line();
         println!("{line}");
-        crate::trace::record(
-            "printed",
-            json!({ "epoch": self.epoch, "line": line, "images_per_sec": self.images_per_sec }),
-        );
+        crate::trace::record(event::Printed { epoch: self.epoch, line, images_per_sec: self.images_per_sec });
     }
 
     /// The lab's epoch line, character for character:
@@ -240,11 +239,13 @@ pub fn print_summary(settings: impl Into<PerfSettings>, target_accuracy: f64, wo
     if let Some(mfu) = settings.into().mfu_line(per_device) {
         println!("{mfu}");
     }
-    crate::trace::record(
-        "summary",
-        json!({ "line": line, "epochs": summary.epochs, "best_accuracy": summary.best_accuracy,
-                "reached_at": summary.reached_at, "images_per_sec": summary.images_per_sec }),
-    );
+    crate::trace::record(event::Summary {
+        line,
+        epochs: summary.epochs,
+        best_accuracy: summary.best_accuracy,
+        reached_at: summary.reached_at,
+        images_per_sec: summary.images_per_sec,
+    });
 }
 
 /// Python's `str(float)` for the values the lab prints: the shortest representation
@@ -268,10 +269,7 @@ pub fn python_float(x: f64) -> String {
 /// ```
 pub fn images_per_sec(batches: usize, batch_size: usize, epoch_time: f64) -> f64 {
     let value = if epoch_time <= 0.0 { 0.0 } else { (batches * batch_size) as f64 / epoch_time };
-    crate::trace::record(
-        "images_per_sec",
-        json!({ "value": value, "batches": batches, "batch_size": batch_size }),
-    );
+    crate::trace::record(event::ImagesPerSec { value, batches, batch_size });
     value
 }
 

@@ -5,23 +5,21 @@
 //! program from facts (which indices a rank iterated, what its weights were after
 //! each epoch) instead of from what the program claims.
 //!
-//! Each process appends to `<dir>/trace-<pid>.jsonl`; every line is one event with
-//! `event`, `pid`, `local_rank`, and `rank` / `world_size` once the default process
-//! group exists. A line is written with one `write` on an `O_APPEND` file, so lines
-//! never interleave, even when a process is killed mid-run.
+//! Each process appends to `<dir>/trace-<pid>.jsonl`; every line is one
+//! [`lab_trace::Record`]: an event of [`lab_trace::event`] (the one definition the
+//! checker reads too) with `pid`, `local_rank`, and `rank` / `world_size` once the
+//! default process group exists. A line is written with one `write` on an `O_APPEND`
+//! file, so lines never interleave, even when a process is killed mid-run.
 use std::fs::{File, OpenOptions};
 use std::hash::Hasher;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Map, Value};
+pub use lab_trace::TRACE_ENV;
+use lab_trace::{event, Event, Record};
 use tch::{Kind, Tensor};
 use tch_distributed as dist;
-
-/// Environment variable: the directory trace files go to. Unset: no trace.
-pub const TRACE_ENV: &str = "DDP_LAB_TRACE";
 
 /// The trace file of this process, opened on first use; `None` when tracing is off
 /// or the file cannot be created (a warning is printed once; training goes on).
@@ -29,7 +27,7 @@ fn sink() -> Option<&'static Mutex<File>> {
     static SINK: OnceLock<Option<Mutex<File>>> = OnceLock::new();
     SINK.get_or_init(|| {
         let dir = PathBuf::from(std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty())?);
-        let path = dir.join(format!("trace-{}.jsonl", std::process::id()));
+        let path = dir.join(lab_trace::file_name(std::process::id()));
         let opened = std::fs::create_dir_all(&dir)
             .and_then(|_| OpenOptions::new().create(true).append(true).open(&path));
         match opened {
@@ -49,12 +47,16 @@ fn sink() -> Option<&'static Mutex<File>> {
 /// One `collective` event per collective the program issues (the checker judges steps
 /// 8 and 9 from them: what was asked of the library, not what Gloo left in a buffer).
 fn record_collective(call: &dist::debug::CollectiveCall) {
-    record(
-        "collective",
-        json!({ "op": call.op, "reduce_op": call.reduce_op.map(dist::debug::reduce_op_name),
-                "root": call.root, "dtype": call.dtype.map(|k| format!("{k:?}")), "numel": call.numel,
-                "seq": call.seq, "group": call.group, "values": call.values }),
-    );
+    record(event::Collective {
+        op: call.op.to_string(),
+        reduce_op: call.reduce_op.map(|op| dist::debug::reduce_op_name(op).to_string()),
+        root: call.root,
+        dtype: call.dtype.map(|k| format!("{k:?}")),
+        numel: call.numel,
+        seq: call.seq,
+        group: call.group,
+        values: call.values.clone(),
+    });
 }
 
 /// Whether `DDP_LAB_TRACE` is on for this process.
@@ -76,23 +78,20 @@ pub(crate) fn rank() -> Option<usize> {
     dist::get_rank().ok().or_else(local_rank)
 }
 
-/// Appends one event. `fields` must be a JSON object.
-pub fn record(event: &str, fields: Value) {
+/// Appends one event, stamped with this process's ranks and the time.
+pub fn record(event: impl Into<Event>) {
     let Some(sink) = sink() else { return };
-    let mut line = Map::new();
-    line.insert("event".into(), json!(event));
-    line.insert("pid".into(), json!(std::process::id()));
+    let mut line = Record::now(event);
     // SAFETY: getppid has no preconditions. The parent tells spawned ranks apart.
-    line.insert("ppid".into(), json!(unsafe { libc::getppid() }));
-    line.insert("local_rank".into(), json!(local_rank()));
-    line.insert("rank".into(), json!(dist::get_rank().ok()));
-    line.insert("world_size".into(), json!(dist::get_world_size().ok()));
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    line.insert("time".into(), json!(now));
-    if let Value::Object(extra) = fields {
-        line.extend(extra);
+    line.ppid = i64::from(unsafe { libc::getppid() });
+    line.local_rank = local_rank();
+    line.rank = dist::get_rank().ok();
+    line.world_size = dist::get_world_size().ok();
+    if let Event::World(world) = &line.event {
+        // The world the program announces, before any group exists.
+        line.world_size = Some(world.world_size);
     }
-    let mut text = Value::Object(line).to_string();
+    let mut text = line.to_line();
     text.push('\n');
     let mut file = sink.lock().unwrap_or_else(|p| p.into_inner());
     // A failed trace write must not stop training; the checker reports the gap.
@@ -141,7 +140,7 @@ pub fn record_initial_weights(tensors: &[Tensor]) {
         return;
     }
     let f = fingerprint(tensors);
-    record("initial_weights", json!({ "digest": f.digest, "projection": f.projection }));
+    record(event::InitialWeights { digest: f.digest, projection: f.projection });
 }
 
 /// Records the weights of `tensors` after `epoch` (0-based) of training.
@@ -150,7 +149,7 @@ pub fn record_weights(epoch: usize, tensors: &[Tensor]) {
         return;
     }
     let f = fingerprint(tensors);
-    record("weights", json!({ "epoch": epoch, "digest": f.digest, "projection": f.projection }));
+    record(event::Weights { epoch, digest: f.digest, projection: f.projection });
 }
 
 #[cfg(test)]

@@ -1,0 +1,291 @@
+//! Every event of the trace, one struct each with exactly the fields its line has. The
+//! line's `event` field is the [`Event`] variant's name in snake case (`EpochReport` is
+//! `epoch_report`); neither side spells it out.
+use serde::{Deserialize, Serialize};
+
+use crate::floats;
+
+/// An event's own struct, found in an [`Event`] ([`crate::Record::get`]).
+pub trait EventKind: Sized + 'static {
+    /// `Some` when `event` is of this kind.
+    fn of(event: &Event) -> Option<&Self>;
+}
+
+macro_rules! events {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// What a trace line records.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "event", rename_all = "snake_case")]
+        pub enum Event {
+            $($(#[$doc])* $name($name),)*
+        }
+
+        $(
+            impl EventKind for $name {
+                fn of(event: &Event) -> Option<&Self> {
+                    match event {
+                        Event::$name(e) => Some(e),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
+                }
+            }
+
+            impl From<$name> for Event {
+                fn from(e: $name) -> Event {
+                    Event::$name(e)
+                }
+            }
+        )*
+    };
+}
+
+events! {
+    /// `labkit::announce_world`: the world the program is about to form.
+    World,
+    /// `labkit::worker_started`: a worker entered, with the local rank it was given.
+    Worker,
+    /// `labkit::prepare_dataset` begins.
+    PrepareDataset,
+    /// `labkit::prepare_dataset` has made the data set ready on disk.
+    DatasetReady,
+    /// `labkit::load_dataset` begins reading (before any file is opened).
+    LoadDataset,
+    /// `labkit::load_dataset` has read the data set.
+    DatasetLoaded,
+    /// `labkit::train`: the indices of the epoch's training batches, in order.
+    TrainIndices,
+    /// The weights before the first training step (after DDP's broadcast).
+    InitialWeights,
+    /// The weights after an epoch of training.
+    Weights,
+    /// `labkit::test`: this rank's validation over its share.
+    Validation,
+    /// `EpochReport::record`: the epoch's figures as the rank holds them.
+    EpochReport,
+    /// `EpochReport::print`: the epoch line printed.
+    Printed,
+    /// `labkit::images_per_sec`: this rank's own throughput.
+    ImagesPerSec,
+    /// `labkit::print_summary`: the quick evaluation's summary.
+    Summary,
+    /// A collective the program issued (tch-distributed's debug observer).
+    Collective,
+    /// `labkit::resume`: training continues from a checkpoint.
+    Resumed,
+    /// `labkit::save_checkpoint`: rank 0 saved a checkpoint.
+    CheckpointSaved,
+}
+
+/// See [`Event::World`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct World {
+    /// The world size announced (every rank on every node).
+    pub world_size: usize,
+    /// The rendezvous address, `host:port`.
+    pub rendezvous: String,
+}
+
+/// See [`Event::Worker`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Worker {
+    /// The local rank the worker was called with.
+    pub worker_local_rank: usize,
+}
+
+/// See [`Event::PrepareDataset`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrepareDataset {
+    /// The data directory asked for (`--data-dir`).
+    pub dir: String,
+    /// The data set asked for: `real`, `generated` or `auto`.
+    pub kind: String,
+}
+
+/// See [`Event::DatasetReady`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetReady {
+    /// Where the four files are (a subdirectory for the generated stand-in).
+    pub dir: String,
+    /// `real` or `generated`.
+    pub kind_used: String,
+    /// What preparing did: `Present`, `SystemCopy`, `Downloaded` or `Generated`.
+    pub action: String,
+    /// The files downloaded.
+    pub downloaded: Vec<String>,
+}
+
+/// See [`Event::LoadDataset`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadDataset {
+    /// The data directory asked for, as [`PrepareDataset::dir`].
+    pub dir: String,
+}
+
+/// See [`Event::DatasetLoaded`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetLoaded {
+    /// Where the files were read from.
+    pub dir: String,
+    /// Training samples kept.
+    pub train: usize,
+    /// Validation samples kept.
+    pub test: usize,
+}
+
+/// See [`Event::TrainIndices`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainIndices {
+    /// The epoch (0-based).
+    pub epoch: usize,
+    /// The sampler's indices, in the order trained.
+    pub indices: Vec<usize>,
+}
+
+/// See [`Event::InitialWeights`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InitialWeights {
+    /// FNV-1a of every value: equal exactly when the weights are bit-for-bit equal.
+    pub digest: String,
+    /// The weights projected onto eight fixed directions: close when nearly equal.
+    #[serde(deserialize_with = "floats::projection")]
+    pub projection: [f64; 8],
+}
+
+/// See [`Event::Weights`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Weights {
+    /// The epoch just trained (0-based).
+    pub epoch: usize,
+    /// As [`InitialWeights::digest`].
+    pub digest: String,
+    /// As [`InitialWeights::projection`].
+    #[serde(deserialize_with = "floats::projection")]
+    pub projection: [f64; 8],
+}
+
+/// See [`Event::Validation`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Validation {
+    /// correct / total over this rank's share.
+    #[serde(deserialize_with = "floats::float")]
+    pub accuracy: f64,
+    /// The mean of the batch losses.
+    #[serde(deserialize_with = "floats::float")]
+    pub loss: f64,
+    /// Images classified correctly.
+    pub correct: i64,
+    /// Images validated.
+    pub total: usize,
+    /// Batches validated.
+    pub batches: usize,
+    /// The sampler's indices.
+    pub indices: Vec<usize>,
+}
+
+/// See [`Event::EpochReport`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpochReport {
+    /// The epoch (0-based).
+    pub epoch: usize,
+    /// Seconds of training so far.
+    #[serde(deserialize_with = "floats::float")]
+    pub cumulative_time: f64,
+    /// Seconds of this epoch.
+    #[serde(deserialize_with = "floats::float")]
+    pub epoch_time: f64,
+    /// The images/sec the rank holds (rank 0: the sum over ranks).
+    #[serde(deserialize_with = "floats::float")]
+    pub images_per_sec: f64,
+    /// The validation loss the rank holds.
+    #[serde(deserialize_with = "floats::float")]
+    pub validation_loss: f64,
+    /// The validation accuracy the rank holds.
+    #[serde(deserialize_with = "floats::float")]
+    pub validation_accuracy: f64,
+}
+
+/// See [`Event::Printed`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Printed {
+    /// The epoch (0-based).
+    pub epoch: usize,
+    /// The line, as printed.
+    pub line: String,
+    /// Its images/sec, unrounded.
+    #[serde(deserialize_with = "floats::float")]
+    pub images_per_sec: f64,
+}
+
+/// See [`Event::ImagesPerSec`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImagesPerSec {
+    /// batches x batch size / epoch time.
+    #[serde(deserialize_with = "floats::float")]
+    pub value: f64,
+    /// Batches of the epoch.
+    pub batches: usize,
+    /// Images per batch.
+    pub batch_size: usize,
+}
+
+/// See [`Event::Summary`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The summary line, as printed.
+    pub line: String,
+    /// Epochs trained.
+    pub epochs: usize,
+    /// The best validation accuracy.
+    #[serde(deserialize_with = "floats::float")]
+    pub best_accuracy: f64,
+    /// The first epoch that reached the target, if one did.
+    pub reached_at: Option<usize>,
+    /// Mean images/sec.
+    #[serde(deserialize_with = "floats::float")]
+    pub images_per_sec: f64,
+}
+
+/// See [`Event::Collective`]; the fields of tch-distributed's `CollectiveCall`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Collective {
+    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `barrier`, ...
+    pub op: String,
+    /// `SUM`, `AVG`, `PRODUCT`, `MIN` or `MAX` for reductions.
+    pub reduce_op: Option<String>,
+    /// The destination of `reduce`, the source of `broadcast`.
+    pub root: Option<usize>,
+    /// The input's element type (`Float`, `Double`, ...), none for a barrier.
+    pub dtype: Option<String>,
+    /// Elements in the input.
+    pub numel: i64,
+    /// The group's count of collectives, from 0.
+    pub seq: u64,
+    /// Which group of the process, in creation order.
+    pub group: u64,
+    /// The input's values before the call, for small tensors.
+    #[serde(deserialize_with = "floats::optional_floats")]
+    pub values: Option<Vec<f64>>,
+}
+
+/// See [`Event::Resumed`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resumed {
+    /// The epoch training continues at.
+    pub epoch: usize,
+    /// The checkpoint's weights file.
+    pub weights: String,
+    /// The loaded weights' digest, as [`Weights::digest`].
+    pub digest: String,
+}
+
+/// See [`Event::CheckpointSaved`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointSaved {
+    /// The epoch saved after.
+    pub epoch: usize,
+    /// The weights file.
+    pub weights: String,
+    /// Its MD5.
+    pub md5: String,
+}
