@@ -2,7 +2,7 @@
 //! what they left.
 //!
 //! The checker starts `bwrap … checker __sandboxed-job`: that supervisor, inside,
-//! starts the ranks exactly as an unconfined run does ([`launch::run_plain`]), so they
+//! starts the ranks exactly as an unconfined run does ([`job::run_plain`]), so they
 //! meet on the sandbox's own 127.0.0.1. When they have ended it sends back, on its
 //! stdout, how each ended and the files of the work directory (each cut at the output
 //! limit). The work directory inside is a size-capped tmpfs: a submission never writes
@@ -28,9 +28,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-use crate::launch::{self, Ended, Launch};
+use crate::job::{self, Ended, Launch};
 use crate::sandbox::{JobCgroup, Mount, Sandbox};
 
 /// The hidden subcommand the sandbox runs.
@@ -92,7 +92,57 @@ fn gpu_devices() -> Vec<PathBuf> {
     devices
 }
 
-/// Runs `launches` of `bin` as [`launch::run_plain`] does, but all of them inside one
+/// What the checker asks of the supervisor, on its stdin.
+#[derive(Debug, Serialize, Deserialize)]
+struct JobSpec {
+    /// The step's binary, every process of the job runs it.
+    bin: PathBuf,
+    /// The work directory (a tmpfs inside).
+    dir: PathBuf,
+    launches: Vec<Launch>,
+    limit_ms: u64,
+    grace_ms: u64,
+    /// The mirror relay, from step 5.
+    relay: Option<RelaySpec>,
+    /// How much of each rank's stdout and stderr comes back.
+    output_bytes: u64,
+}
+
+/// Where the job's end of the mirror relay listens and what it connects to.
+#[derive(Debug, Serialize, Deserialize)]
+struct RelaySpec {
+    /// The mirror's port, on 127.0.0.1 inside as outside.
+    port: u16,
+    /// The checker's Unix socket.
+    socket: PathBuf,
+}
+
+/// The supervisor's answer, on its stdout: how each launch ended, in order, and the
+/// work directory's text files.
+#[derive(Debug, Serialize, Deserialize)]
+struct JobAnswer {
+    ended: Vec<EndedInside>,
+    /// Path relative to the work directory → content (cut as `collect_files` says).
+    files: BTreeMap<String, String>,
+    seconds: f64,
+}
+
+/// How one process of the job ended, as the supervisor saw it.
+#[derive(Debug, Serialize, Deserialize)]
+struct EndedInside {
+    pid: u32,
+    /// The raw wait status; `None`: it never started.
+    status: Option<i32>,
+    timed_out: bool,
+    left_behind: bool,
+    elapsed_ms: u64,
+    /// Its stdout was cut to `output_bytes`.
+    out_cut: bool,
+    /// Its stderr was.
+    err_cut: bool,
+}
+
+/// Runs `launches` of `bin` as [`job::run_plain`] does, but all of them inside one
 /// sandbox; their files land in `dir` afterwards.
 pub fn run_all(
     confine: &Confinement,
@@ -157,18 +207,19 @@ fn run_confined(
     let mut cmd =
         sandbox.job_command(cgroup.as_ref(), &checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts)?;
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let spec = json!({
-        "bin": bin,
-        "dir": dir,
-        "launches": launches.iter().map(|l| json!({"name": l.name, "args": l.args, "env": l.env})).collect::<Vec<_>>(),
-        "limit_ms": limit.as_millis() as u64,
-        "grace_ms": grace.as_millis() as u64,
-        "relay": relay.as_ref().map(|r| json!({"port": r.port, "socket": r.socket})),
-        "output_bytes": sandbox.limits.output,
-    });
+    let spec = JobSpec {
+        bin: bin.to_path_buf(),
+        dir: dir.to_path_buf(),
+        launches: launches.to_vec(),
+        limit_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+        relay: relay.as_ref().map(|r| RelaySpec { port: r.port, socket: r.socket.clone() }),
+        output_bytes: sandbox.limits.output,
+    };
+    let spec = serde_json::to_vec(&spec).map_err(std::io::Error::other)?;
     let mut child = launcher::spawn(cmd)?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(spec.to_string().as_bytes())?;
+        stdin.write_all(&spec)?;
     }
     // The answer may be as large as the work space; anything beyond is not an answer.
     let answer = capped_reader(child.stdout.take(), sandbox.limits.work_space + (1 << 20));
@@ -193,50 +244,58 @@ fn run_confined(
         ));
     }
     drop(relay);
-    let parsed: Option<Value> = serde_json::from_slice(&answer).ok();
-    let Some(parsed) = parsed else {
-        // The supervisor itself was killed: by the kernel at the job's memory limit when
-        // the job's tmpfs holds it (freeing nothing by killing ranks), so say which limit.
-        return Err(std::io::Error::other(format!(
-            "the sandbox ended ({}) without an answer{}{}{}",
-            launcher::describe(status),
-            hit_limits.iter().map(|l| format!("; {l}")).collect::<String>(),
-            if errors.trim().is_empty() { "" } else { ": " },
-            errors.trim()
-        )));
+    let parsed = match serde_json::from_slice::<JobAnswer>(&answer) {
+        Ok(parsed) if parsed.ended.len() == launches.len() => parsed,
+        Ok(parsed) => {
+            return Err(std::io::Error::other(format!(
+                "the sandbox answered for {} process(es) of {}",
+                parsed.ended.len(),
+                launches.len()
+            )))
+        }
+        // No answer, or half of one: the supervisor itself was killed, by the kernel at
+        // the job's memory limit when the job's tmpfs holds it (freeing nothing by
+        // killing ranks), so say which limit.
+        Err(_) => {
+            return Err(std::io::Error::other(format!(
+                "the sandbox ended ({}) without an answer{}{}{}",
+                launcher::describe(status),
+                hit_limits.iter().map(|l| format!("; {l}")).collect::<String>(),
+                if errors.trim().is_empty() { "" } else { ": " },
+                errors.trim()
+            )))
+        }
     };
-    let files = parsed["files"].as_object().cloned().unwrap_or_default();
     // The checker writes the files itself, outside the sandbox, under `dir` only.
-    for (rel, text) in &files {
+    for (rel, text) in &parsed.files {
         let rel = Path::new(rel);
         if rel.components().all(|c| matches!(c, Component::Normal(_))) {
             let path = dir.join(rel);
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
-            let _ = std::fs::write(path, text.as_str().unwrap_or_default());
+            let _ = std::fs::write(path, text);
         }
     }
-    let text = |name: &str| files.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let text = |name: &str| parsed.files.get(name).cloned().unwrap_or_default();
     let mut ended = Vec::new();
-    for (i, launch) in launches.iter().enumerate() {
-        let got = &parsed["ended"][i];
+    for (launch, got) in launches.iter().zip(&parsed.ended) {
         let mut e = Ended {
             name: launch.name.clone(),
-            pid: got["pid"].as_u64().unwrap_or(0) as u32,
-            status: got["status"].as_i64().map(|raw| ExitStatus::from_raw(raw as i32)),
-            timed_out: got["timed_out"].as_bool().unwrap_or(true),
+            pid: got.pid,
+            status: got.status.map(ExitStatus::from_raw),
+            timed_out: got.timed_out,
             stdout: text(&format!("{}.stdout", launch.name)),
             stderr: text(&format!("{}.stderr", launch.name)),
-            elapsed: Duration::from_millis(got["elapsed_ms"].as_u64().unwrap_or(0)),
-            left_behind: got["left_behind"].as_bool().unwrap_or(false),
+            elapsed: Duration::from_millis(got.elapsed_ms),
+            left_behind: got.left_behind,
             limits: hit_limits.clone(),
         };
         if e.status.and_then(|s| s.signal()) == Some(libc::SIGXFSZ) {
             e.limits.push(format!("killed: a file reached the limit of {}", bytes(sandbox.limits.file_size)));
         }
-        for (stream, name) in [("stdout", "out"), ("stderr", "err")] {
-            if got[format!("{name}_cut")].as_bool().unwrap_or(false) {
+        for (stream, was_cut) in [("stdout", got.out_cut), ("stderr", got.err_cut)] {
+            if was_cut {
                 e.limits.push(format!("its {stream} was cut at {}", bytes(sandbox.limits.output)));
             }
         }
@@ -350,58 +409,45 @@ pub fn supervise() -> std::process::ExitCode {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     let mut input = String::new();
-    if std::io::stdin().read_to_string(&mut input).is_err() {
+    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
+        eprintln!("{SUPERVISOR}: cannot read the job from stdin: {e}");
         return std::process::ExitCode::from(2);
     }
-    let Ok(spec) = serde_json::from_str::<Value>(&input) else { return std::process::ExitCode::from(2) };
-    let bin = PathBuf::from(spec["bin"].as_str().unwrap_or_default());
-    let dir = PathBuf::from(spec["dir"].as_str().unwrap_or_default());
-    let strings = |v: &Value| -> Vec<String> {
-        v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(String::from)).collect()
+    let spec: JobSpec = match serde_json::from_str(&input) {
+        Ok(spec) => spec,
+        Err(e) => {
+            // Only the checker starts this; a spec it cannot read is a checker bug.
+            eprintln!("{SUPERVISOR}: the job spec on stdin is not one this checker writes: {e}");
+            return std::process::ExitCode::from(2);
+        }
     };
-    let launches: Vec<Launch> = spec["launches"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|l| Launch {
-            name: l["name"].as_str().unwrap_or_default().to_string(),
-            args: strings(&l["args"]),
-            env: l["env"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|kv| Some((kv[0].as_str()?.to_string(), kv[1].as_str()?.to_string())))
-                .collect(),
-        })
-        .collect();
-    if let (Some(port), Some(socket)) = (spec["relay"]["port"].as_u64(), spec["relay"]["socket"].as_str()) {
-        relay_inside(port as u16, PathBuf::from(socket));
+    if let Some(relay) = spec.relay {
+        relay_inside(relay.port, relay.socket);
     }
-    let limit = Duration::from_millis(spec["limit_ms"].as_u64().unwrap_or(60_000));
-    let grace = Duration::from_millis(spec["grace_ms"].as_u64().unwrap_or(45_000));
-    let cap = spec["output_bytes"].as_u64().unwrap_or(4 << 20) as usize;
+    let cap = usize::try_from(spec.output_bytes).unwrap_or(usize::MAX);
+    let (limit, grace) = (Duration::from_millis(spec.limit_ms), Duration::from_millis(spec.grace_ms));
     let started = Instant::now();
-    let ended = launch::run_supervised(&bin, &launches, &dir, limit, grace);
+    let ended = job::run_supervised(&spec.bin, &spec.launches, &spec.dir, limit, grace);
     let mut files = BTreeMap::new();
     let mut cut = BTreeMap::new();
-    collect_files(&dir, &dir, cap, &mut files, &mut cut);
-    let ended: Vec<Value> = ended
+    collect_files(&spec.dir, &spec.dir, cap, &mut files, &mut cut);
+    let was_cut = |name: String| cut.get(&name).copied().unwrap_or(false);
+    let ended = ended
         .iter()
-        .map(|e| {
-            json!({
-                "pid": e.pid,
-                "status": e.status.map(|s| s.into_raw()),
-                "timed_out": e.timed_out,
-                "left_behind": e.left_behind,
-                "elapsed_ms": e.elapsed.as_millis() as u64,
-                "out_cut": cut.get(&format!("{}.stdout", e.name)).copied().unwrap_or(false),
-                "err_cut": cut.get(&format!("{}.stderr", e.name)).copied().unwrap_or(false),
-            })
+        .map(|e| EndedInside {
+            pid: e.pid,
+            status: e.status.map(|s| s.into_raw()),
+            timed_out: e.timed_out,
+            left_behind: e.left_behind,
+            elapsed_ms: u64::try_from(e.elapsed.as_millis()).unwrap_or(u64::MAX),
+            out_cut: was_cut(format!("{}.stdout", e.name)),
+            err_cut: was_cut(format!("{}.stderr", e.name)),
         })
         .collect();
-    let answer = json!({ "ended": ended, "files": files, "seconds": started.elapsed().as_secs_f64() });
+    let answer = JobAnswer { ended, files, seconds: started.elapsed().as_secs_f64() };
+    let Ok(answer) = serde_json::to_vec(&answer) else { return std::process::ExitCode::from(2) };
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(answer.to_string().as_bytes());
+    let _ = out.write_all(&answer);
     let _ = out.flush();
     std::process::ExitCode::SUCCESS
 }

@@ -14,6 +14,7 @@ mod formats;
 mod grade;
 mod gradebook;
 mod handed_in;
+mod job;
 mod launch;
 mod observe;
 mod pipeline;

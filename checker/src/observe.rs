@@ -7,7 +7,8 @@ use std::time::Duration;
 use lab_trace::Trace;
 use serde::{Deserialize, Serialize};
 
-use crate::launch::{self, Build, Ended, Launch};
+use crate::job::{Ended, Launch};
+use crate::launch::{self, Build};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -396,6 +397,10 @@ fn run_job(
             }
         }
         let main = matches!(job, Job::Main);
+        if main && step >= 5 {
+            // A rank that does not wait for its node's data then always reads too early.
+            env.push((labkit::SLOW_PREPARE_ENV.into(), "1".into()));
+        }
         if main && step >= 8 && v.world_size() > 1 {
             env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
         }

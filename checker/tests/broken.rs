@@ -6,8 +6,8 @@
 //! on (checker/fixtures/observations, judged in checks::fixtures in well under a
 //! second). The few kept here, one per way the checker observes (the ranks' traced
 //! collectives and the report built on them, the N-rank against 1-rank comparison,
-//! the local mirror's download counts), are the proof that live runs still show what
-//! the fixtures recorded.
+//! the local mirror's download counts, the times in the trace), are the proof that
+//! live runs still show what the fixtures recorded.
 mod common;
 
 use common::checker_with;
@@ -51,6 +51,26 @@ fn an_unwrapped_model_fails_weights_synchronized() {
 #[test]
 fn every_rank_downloading_fails_prepare_once_per_node() {
     fails_on("every-rank-downloads", "prepare-once-per-node", &["downloads-per-node", "trains"]);
+}
+
+/// Without the barrier after local rank 0 prepares the data, the other ranks begin
+/// reading before it is ready (the checker makes preparing a second late) and die of
+/// the missing files. The report blames step 5's barrier, not step 0's `trains`.
+#[test]
+fn no_barrier_after_preparing_fails_data_barrier_and_blames_step_5() {
+    let v = verify(named("no-barrier-after-prepare"));
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert_eq!(v.failed(), ["data-barrier"], "{}", v.output());
+    assert!(v.stdout.contains("before its preparation finished"), "the report says when:\n{}", v.output());
+    let trains = v.stdout.lines().find(|l| l.contains(" trains: ")).unwrap_or_default().to_string();
+    assert!(
+        trains.starts_with(
+            "???? step  0 trains: could not judge: a rank read the data set before it was ready"
+        ),
+        "{}",
+        v.output()
+    );
+    assert!(v.stdout.contains("1 of step 5's own failed (data-barrier)"), "{}", v.output());
 }
 
 /// Gloo's reduce happens to leave the sum on every rank, so the printed figure is right

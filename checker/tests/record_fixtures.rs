@@ -12,7 +12,13 @@
 //! ```
 //!
 //! then review the verdicts' diff (`cargo test -p checker --bins fixtures` says which
-//! case now disagrees with its `expected.json`).
+//! case now disagrees with its `expected.json`). The whole set takes about a quarter of
+//! an hour; `RECORD_STEPS` re-records the cases of some steps only, e.g. after a change
+//! that steps 5 and later observe:
+//!
+//! ```text
+//! RECORD_STEPS=5-11 cargo test -p checker --test record_fixtures -- --ignored
+//! ```
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -42,14 +48,36 @@ fn record(case: &str, step: u8, how: &[&str], krate: Option<&Path>) {
     eprintln!("recorded {case}: exit {:?}, failed {:?}", v.code, v.failed());
 }
 
+/// Environment variable: the steps whose cases to record, `N` or `FIRST-LAST`
+/// (default: every step).
+const RECORD_STEPS_ENV: &str = "RECORD_STEPS";
+
+/// The steps `RECORD_STEPS` names.
+fn steps_to_record() -> std::ops::RangeInclusive<u8> {
+    let Ok(text) = std::env::var(RECORD_STEPS_ENV) else { return 0..=11 };
+    let parse = |s: &str| -> u8 {
+        s.trim().parse().unwrap_or_else(|_| {
+            panic!("{RECORD_STEPS_ENV}={text:?}: a step (0-11) or a range of steps (5-11) expected")
+        })
+    };
+    match text.split_once('-') {
+        Some((first, last)) => parse(first)..=parse(last),
+        None => parse(&text)..=parse(&text),
+    }
+}
+
 #[test]
 #[ignore = "re-records the fixtures (minutes): cargo test -p checker --test record_fixtures -- --ignored"]
 fn record_every_case() {
+    let steps = steps_to_record();
     for step in 0..12u8 {
+        if !steps.contains(&step) {
+            continue;
+        }
         record(&format!("solution-{step:02}"), step, &["--solutions"], None);
         record(&format!("starter-{step:02}"), step, &[], None);
     }
-    for v in VARIANTS {
+    for v in VARIANTS.iter().filter(|v| steps.contains(&v.step)) {
         // Unconfined, as the solutions' own runs: the sandbox changes nothing observed.
         record(&v.case(), v.step, &["--unsandboxed", "--crate"], Some(&v.crate_dir()));
     }

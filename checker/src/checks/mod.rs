@@ -55,6 +55,7 @@ pub mod id {
     pub const RANK0_PRINTS: &str = "rank0-prints";
     pub const PREPARE_ONCE_PER_NODE: &str = "prepare-once-per-node";
     pub const DOWNLOADS_PER_NODE: &str = "downloads-per-node";
+    pub const DATA_BARRIER: &str = "data-barrier";
     pub const SAMPLER_SHARES: &str = "sampler-shares";
     pub const SAMPLER_SET_EPOCH: &str = "sampler-set-epoch";
     pub const WEIGHTS_SYNCHRONIZED: &str = "weights-synchronized";
@@ -100,6 +101,10 @@ pub enum Evidence {
     Holds,
     Broken,
     Missing,
+    /// Broken as the consequence of a mistake that a later step's check of the same
+    /// report names (the observed text says which): this check's own property cannot
+    /// be judged, and the report sends the student to that step instead.
+    Consequence,
 }
 
 /// A judging function's answer.
@@ -225,6 +230,9 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
         let (verdict, observed) = match finding.evidence {
             Evidence::Holds => (Verdict::Pass, finding.observed),
             Evidence::Broken => (Verdict::Fail, finding.observed),
+            Evidence::Consequence => {
+                (Verdict::CouldNotJudge, format!("could not judge: {}", finding.observed))
+            }
             Evidence::Missing => match run_failure(obs, check.needs) {
                 Some(why) => {
                     (Verdict::CouldNotJudge, format!("could not judge: {why}\n{}", finding.observed))
@@ -247,7 +255,7 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
 /// Why the run a check needs did not end well, if it did not: the first failing
 /// process and its last error line, and any collective the ranks disagreed on.
 fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
-    let processes: Vec<&crate::launch::Ended> = match needs {
+    let processes: Vec<&crate::job::Ended> = match needs {
         Needs::Nothing => return None,
         Needs::Main => obs.processes.iter().map(|p| &p.ended).collect(),
         Needs::Equivalence => match &obs.equivalence {
@@ -332,7 +340,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::launch::Ended;
+    use crate::job::Ended;
     use crate::observe::Variation;
 
     fn not_started() -> Ended {

@@ -1,5 +1,5 @@
 //! Step 0: the single-GPU program, with the distributed module imported.
-use super::{epoch_lines, id, Check, CheckResult, Finding, Needs, Verdict};
+use super::{epoch_lines, id, Check, CheckResult, Evidence, Finding, Needs, Verdict};
 use crate::observe::{BuildFailure, Observation};
 
 pub const CHECKS: &[Check] = &[
@@ -77,9 +77,19 @@ fn trains(obs: &Observation) -> Option<Finding> {
     } else {
         format!("{} epoch line(s), every process exited 0", lines.len())
     };
-    Finding::shown(
-        failures.is_empty() && !lines.is_empty() && malformed.is_none(),
-        observed,
-        "every process exits 0 and epoch lines are printed in the lab's format",
-    )
+    let expected = "every process exits 0 and epoch lines are printed in the lab's format";
+    // From step 5 on, a rank that read the data before it was ready dies of it: the
+    // report blames step 5's barrier, which names the mistake, not this check.
+    let early_read = obs.trace.checked().ok().and_then(super::step_05::early_reads);
+    if let (false, true, Some(early)) = (failures.is_empty(), obs.step >= 5, early_read) {
+        return Some(Finding {
+            evidence: Evidence::Consequence,
+            observed: format!(
+                "a rank read the data set before it was ready (step 5's `{}`): {early}\n{observed}",
+                id::DATA_BARRIER
+            ),
+            expected: expected.into(),
+        });
+    }
+    Finding::shown(failures.is_empty() && !lines.is_empty() && malformed.is_none(), observed, expected)
 }

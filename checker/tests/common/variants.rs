@@ -52,6 +52,12 @@ pub const VARIANTS: &[Variant] = &[
         from: "let data = args.run.dataset_options();\n    // One download per node: local rank 0 fetches (or generates) the files while the\n    // other ranks wait at the barrier; then every rank reads them.\n    if local_rank == 0 {",
         to: "let mut data = args.run.dataset_options();\n    data.dir = data.dir.join(format!(\"rank-{global_rank}\"));\n    if local_rank < usize::MAX {",
     },
+    Variant {
+        step: 5,
+        name: "no-barrier-after-prepare",
+        from: "        labkit::prepare_dataset(&data)?;\n    }\n    dist::barrier()?;\n",
+        to: "        labkit::prepare_dataset(&data)?;\n    }\n",
+    },
     Variant { step: 6, name: "no-set-epoch", from: "train_loader.sampler.set_epoch(epoch as u64);", to: "" },
     Variant {
         step: 7,

@@ -5,7 +5,7 @@ use lab_trace::event;
 
 use crate::data::{ensure_dataset, load_ready, DataError, DatasetOptions, DatasetReady, Split};
 use crate::error::Result;
-use crate::trace;
+use crate::{probes, trace};
 
 /// The lab's "download" half: makes the data set ready on disk (verify, download or
 /// generate; see [`ensure_dataset`]) and prints what it did. Call it once per node,
@@ -25,6 +25,7 @@ use crate::trace;
 /// ```
 pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
     trace::record(event::PrepareDataset { dir: path_text(&options.dir), kind: options.kind.to_string() });
+    probes::before_preparing_data();
     let ready = ensure_dataset(options)?;
     println!("{}", ready.summary());
     trace::record(event::DatasetReady {

@@ -47,8 +47,8 @@ pub use options::{check_gpus, check_node_id, DeviceChoice, GpuRequest, RunOption
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
 pub use probes::{
-    EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_RANK_DELAY,
-    SLOW_RANK_ENV, STALL_RANK_ENV,
+    EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_PREPARE_DELAY,
+    SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, STALL_RANK_ENV,
 };
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};

@@ -1,9 +1,10 @@
-//! The checker's probes: how it makes a rank fail, stall or run late, gives every rank
-//! a different initial model, compares N ranks with one, and crashes a checkpoint, all
-//! through environment variables. The lab's code reaches them at a few named points
-//! (`at_epoch_start`, `at_epoch_end`, `seed_before_model`, `equivalence_run`,
-//! `in_checkpoint_commit`) and reads no environment itself; a student reading
-//! `train` sees one line per point.
+//! The checker's probes: how it makes a rank fail, stall or run late, makes preparing
+//! the data slow, gives every rank a different initial model, compares N ranks with
+//! one, and crashes a checkpoint, all through environment variables. The lab's code
+//! reaches them at a few named points (`at_epoch_start`, `at_epoch_end`,
+//! `before_preparing_data`, `seed_before_model`, `equivalence_run`,
+//! `in_checkpoint_commit`) and reads no environment itself; a student reading `train`
+//! sees one line per point.
 use std::time::Duration;
 
 use crate::error::Result;
@@ -30,6 +31,24 @@ pub const FAIL_ONCE_ENV: &str = "DDP_LAB_FAIL_ONCE";
 /// Environment variable naming a global rank that gets stuck (sleeps an hour) at the
 /// end of its `train` call, before the epoch's next collective.
 pub const STALL_RANK_ENV: &str = "DDP_LAB_STALL_RANK";
+
+/// Environment variable the checker sets (to 1) to make every preparation of the data
+/// set start [`SLOW_PREPARE_DELAY`] late, so that a rank which does not wait at the
+/// barrier after it always begins reading before the data is ready (step 5).
+pub const SLOW_PREPARE_ENV: &str = "DDP_LAB_SLOW_PREPARE";
+/// How late preparing the data starts under [`SLOW_PREPARE_ENV`]. Ranks leave
+/// `init_process_group` within milliseconds of one another; a second is far more than
+/// a loaded machine's scheduling jitter and costs a correct program one second.
+pub const SLOW_PREPARE_DELAY: Duration = Duration::from_secs(1);
+
+/// At the start of `prepare_dataset`, before any file is touched: late under
+/// [`SLOW_PREPARE_ENV`].
+pub(crate) fn before_preparing_data() {
+    if std::env::var(SLOW_PREPARE_ENV).is_ok_and(|v| v.trim() == "1") {
+        let _late = crate::timeline::span(format!("preparing late on purpose ({SLOW_PREPARE_ENV})"));
+        std::thread::sleep(SLOW_PREPARE_DELAY);
+    }
+}
 
 /// Whether the checker hook `var` names this process's rank (the global rank once
 /// the process group exists, the local rank before).
