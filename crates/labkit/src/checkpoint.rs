@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use lab_trace::event;
 use md5::{Digest, Md5};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
 use thiserror::Error;
@@ -155,39 +156,69 @@ pub struct Checkpoint {
     pub weights_md5: String,
 }
 
+/// [`CHECKPOINT_FILE`] as written: the fields of PyTorch's checkpoint dictionary a
+/// resumed run needs, grouped as the lab's script names them.
+#[derive(Serialize, Deserialize)]
+struct CheckpointFile {
+    format: String,
+    epoch: usize,
+    /// Where a resumed run starts (for people reading the file; `epoch + 1`).
+    next_epoch: usize,
+    total_time: f64,
+    optimizer: OptimizerState,
+    early_stopping: EarlyStoppingState,
+    weights: String,
+    weights_md5: String,
+}
+
+/// SGD without momentum: its learning rate is all its state.
+#[derive(Serialize, Deserialize)]
+struct OptimizerState {
+    kind: String,
+    momentum: f64,
+    learning_rate: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EarlyStoppingState {
+    accuracy_history: Vec<f64>,
+}
+
 impl Checkpoint {
-    fn to_json(&self) -> Value {
-        json!({
-            "format": FORMAT,
-            "epoch": self.epoch,
-            "next_epoch": self.epoch + 1,
-            "total_time": self.total_time,
-            "optimizer": { "kind": "sgd", "momentum": 0.0, "learning_rate": self.learning_rate },
-            "early_stopping": { "accuracy_history": self.accuracy_history },
-            "weights": self.weights,
-            "weights_md5": self.weights_md5,
-        })
+    fn to_file(&self) -> CheckpointFile {
+        CheckpointFile {
+            format: FORMAT.into(),
+            epoch: self.epoch,
+            next_epoch: self.epoch + 1,
+            total_time: self.total_time,
+            optimizer: OptimizerState {
+                kind: "sgd".into(),
+                momentum: 0.0,
+                learning_rate: self.learning_rate,
+            },
+            early_stopping: EarlyStoppingState { accuracy_history: self.accuracy_history.clone() },
+            weights: self.weights.clone(),
+            weights_md5: self.weights_md5.clone(),
+        }
     }
 
-    fn from_json(path: &Path, v: &Value) -> Result<Self, CheckpointError> {
+    fn from_json(path: &Path, v: Value) -> Result<Self, CheckpointError> {
+        // The format first: another version's file is refused as such, not for a field.
         if v["format"] != FORMAT {
             return Err(CheckpointError::invalid(
                 path,
                 format!("its format is {}, this program reads {FORMAT}", v["format"]),
             ));
         }
-        let missing = |field: &str| CheckpointError::invalid(path, format!("the field `{field}` is missing"));
-        let history =
-            v["early_stopping"]["accuracy_history"].as_array().ok_or_else(|| missing("accuracy_history"))?;
+        let file =
+            CheckpointFile::deserialize(v).map_err(|e| CheckpointError::invalid(path, e.to_string()))?;
         Ok(Checkpoint {
-            epoch: v["epoch"].as_u64().ok_or_else(|| missing("epoch"))? as usize,
-            total_time: v["total_time"].as_f64().ok_or_else(|| missing("total_time"))?,
-            learning_rate: v["optimizer"]["learning_rate"]
-                .as_f64()
-                .ok_or_else(|| missing("learning_rate"))?,
-            accuracy_history: history.iter().filter_map(Value::as_f64).collect(),
-            weights: v["weights"].as_str().ok_or_else(|| missing("weights"))?.to_string(),
-            weights_md5: v["weights_md5"].as_str().ok_or_else(|| missing("weights_md5"))?.to_string(),
+            epoch: file.epoch,
+            total_time: file.total_time,
+            learning_rate: file.optimizer.learning_rate,
+            accuracy_history: file.early_stopping.accuracy_history,
+            weights: file.weights,
+            weights_md5: file.weights_md5,
         })
     }
 }
@@ -225,7 +256,7 @@ pub fn write(
     checkpoint.weights_md5 = md5_of(&tmp_path)?;
     tmp.commit().map_err(|e| unusable(dir, "rename into place", &weights_path, e))?;
 
-    let text = serde_json::to_string_pretty(&checkpoint.to_json()).expect("JSON of plain values");
+    let text = serde_json::to_string_pretty(&checkpoint.to_file()).expect("JSON of plain values");
     let json_path = dir.join(CHECKPOINT_FILE);
     let mut tmp = fsutil::writer().create(&json_path).map_err(|e| unusable(dir, "create", &json_path, e))?;
     let tmp_path = tmp.path().to_path_buf();
@@ -257,7 +288,7 @@ pub fn read(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
     };
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| CheckpointError::invalid(&path, format!("it is not valid JSON ({e})")))?;
-    let checkpoint = Checkpoint::from_json(&path, &value)?;
+    let checkpoint = Checkpoint::from_json(&path, value)?;
     let weights = dir.join(&checkpoint.weights);
     if !weights.is_file() {
         return Err(CheckpointError::invalid(&weights, "the weights file it names is missing"));
@@ -549,6 +580,16 @@ mod tests {
         fs::write(dir.join(CHECKPOINT_FILE), "{\"format\": \"pickle\"}").unwrap();
         let e = read(&dir).unwrap_err();
         assert!(e.to_string().contains("checkpoint.json") && e.to_string().contains("format"), "{e}");
+        // Ours, with a field missing: named, not taken as zero.
+        let mut file: Value = serde_json::to_value(written.to_file()).unwrap();
+        file.as_object_mut().unwrap().remove("total_time");
+        fs::write(dir.join(CHECKPOINT_FILE), file.to_string()).unwrap();
+        let e = read(&dir).unwrap_err();
+        assert!(
+            e.to_string().contains("checkpoint.json") && e.to_string().contains("missing field `total_time`"),
+            "{e}"
+        );
+        assert_eq!(e.exit_code(), 2);
         let _ = fs::remove_dir_all(&dir);
     }
 }
