@@ -505,16 +505,32 @@ n2n4
     }
 
     #[test]
-    fn manifests_get_name_and_escaped_description() {
-        let template = "name = \"{{name}}\"\ndescription = \"{{description}}\"\n";
+    fn manifests_get_name_and_description_in_package_only() {
+        let template = "# made by coursegen\n[package]\nname = \"{{name}}\"\ndescription = \"{{description}}\" # why\n\n[[bin]]\nname = \"kept\"\n";
         let manifest = crate::render_manifest(template, Solution(1)).unwrap();
         assert_eq!(
             manifest,
-            "name = \"solution_01\"\n\
-             description = \"ddp-lab step 1 solution: the --num-nodes, --num-gpus and --node-id options\"\n"
+            "# made by coursegen\n[package]\nname = \"solution_01\"\n\
+             description = \"ddp-lab step 1 solution: the --num-nodes, --num-gpus and --node-id options\" # why\n\n\
+             [[bin]]\nname = \"kept\"\n"
         );
-        let e = crate::render_manifest("a\nversion = \"{{version}}\"\n", Starter(0)).unwrap_err();
-        assert!(matches!(e, CourseError::Leftover { line: 2, marker: "{{", .. }), "{e:?}");
+        let e = crate::render_manifest("[package]\nname = \"\"\ndescription = \"\"\nversion = \"{{version}}\"\n", Starter(0))
+            .unwrap_err();
+        assert!(matches!(e, CourseError::Leftover { line: 4, marker: "{{", .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_manifest_template_that_cargo_could_not_read_is_an_error() {
+        for (template, why) in [
+            ("[package\nname = \"{{name}}\"\n", "not valid TOML"),
+            ("name = \"{{name}}\"\n", "no [package] table"),
+            ("[package]\nname = \"{{name}}\"\n", "no `description = \"{{description}}\"` line"),
+        ] {
+            let e = crate::render_manifest(template, Starter(3)).unwrap_err();
+            assert!(matches!(e, CourseError::ManifestTemplate { .. }), "{e:?}");
+            let message = e.to_string();
+            assert!(message.starts_with("course/lab/Cargo.toml.in: ") && message.contains(why), "{message}");
+        }
     }
 
     #[test]
