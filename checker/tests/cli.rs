@@ -81,6 +81,32 @@ fn verify_and_grade_end_alike_when_a_step_cannot_run() {
 }
 
 #[test]
+fn a_step_manifest_that_is_not_toml_is_refused_before_anything_is_built() {
+    // A repository whose steps/step_03/Cargo.toml a student broke: the handed-in
+    // program is built with that manifest, so the checker stops there (exit 2), says
+    // where and how to restore it, and writes no crate.
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().join("repo");
+    let step = root.join("steps/step_03");
+    std::fs::create_dir_all(&step).unwrap();
+    std::fs::write(root.join("Cargo.toml"), "[workspace]\nmembers = [\"steps/*\"]\n").unwrap();
+    std::fs::write(step.join("Cargo.toml"), "[package]\nname = \"step_03\"\nedition.workspace = \n").unwrap();
+    std::fs::write(step.join("build.rs"), "fn main() {}\n").unwrap();
+    let handed_in = scratch.path().join("main.rs");
+    std::fs::write(&handed_in, "fn main() {}\n").unwrap();
+    cmd()
+        .env(checker::ROOT_ENV, &root)
+        .args(["verify", "step", "3", "--unsandboxed", "--crate"])
+        .arg(&handed_in)
+        .assert()
+        .code(2)
+        .stderr(contains(format!("{}/Cargo.toml is not valid TOML", step.display())))
+        .stderr(contains("line 3"))
+        .stderr(contains("cargo checker reset step 3"));
+    assert!(!root.join("target/checker-crates").exists(), "a crate was written");
+}
+
+#[test]
 fn a_compile_error_is_shown_readably() {
     let dir = variant(2, "does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
     let v = checker_with(&["verify", "step", "2", "--seed", "1", "--crate"], &[&dir]);
