@@ -6,11 +6,11 @@ use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use launcher::signal_name;
+use launcher::{signal_name, StopSignals};
 
 use crate::error::{DistError, ErrorKind, Result};
 
@@ -321,7 +321,7 @@ fn exit_now(code: i32) -> ! {
     }
 }
 
-/// One spawn at a time per process: the signal handling below is process-wide.
+/// One spawn at a time per process: its signal handling (`StopSignals`) is process-wide.
 static PARENT_ACTIVE: AtomicBool = AtomicBool::new(false);
 
 struct ActiveGuard;
@@ -367,7 +367,10 @@ impl Rank {
 
 fn run_parent(opts: &SpawnOptions) -> Result<()> {
     let _active = ActiveGuard::acquire()?;
-    let signals = SignalGuard::install();
+    // While the parent supervises, SIGINT, SIGTERM and SIGHUP are recorded instead of
+    // killing it, so that it can stop its ranks and report; the previous dispositions
+    // come back when spawn returns.
+    let signals = StopSignals::catch();
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.nprocs);
     // What ends the run early, unless a signal does.
     let mut problem: Option<(ErrorKind, String)> = None;
@@ -467,7 +470,7 @@ fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> 
 
 /// SIGTERM to every running rank, SIGKILL to those still there after `grace` (or at
 /// once on a further signal to the parent), and reaps them all.
-fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &SignalGuard) {
+fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &StopSignals) {
     for rank in ranks.iter_mut() {
         if rank.poll().ok().flatten().is_none() {
             // SAFETY: kill(2) on our own unreaped child: the pid cannot have been reused.
@@ -500,50 +503,6 @@ fn describe_status(status: ExitStatus) -> String {
         format!("was killed by signal {signal} ({}{core})", signal_name(signal))
     } else {
         format!("ended with {status}")
-    }
-}
-
-/// The last stop signal the parent received during spawn (0: none) and how many.
-static CAUGHT_SIGNAL: AtomicI32 = AtomicI32::new(0);
-static CAUGHT_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-extern "C" fn on_stop_signal(signal: libc::c_int) {
-    // Only lock-free atomics here: this runs inside a signal handler.
-    CAUGHT_SIGNAL.store(signal, Ordering::SeqCst);
-    CAUGHT_COUNT.fetch_add(1, Ordering::SeqCst);
-}
-
-/// While the parent supervises, SIGINT, SIGTERM and SIGHUP set a flag instead of
-/// killing it, so that it can stop its ranks and report. The previous dispositions come
-/// back when spawn returns. A signal the program ignored stays ignored (e.g. SIGINT
-/// under `nohup` or in a background job).
-struct SignalGuard {
-    previous: Vec<(libc::c_int, libc::sigaction)>,
-}
-
-impl SignalGuard {
-    fn install() -> SignalGuard {
-        CAUGHT_SIGNAL.store(0, Ordering::SeqCst);
-        CAUGHT_COUNT.store(0, Ordering::SeqCst);
-        let previous = launcher::catch_stop_signals(on_stop_signal);
-        SignalGuard { previous }
-    }
-
-    fn caught(&self) -> Option<i32> {
-        match CAUGHT_SIGNAL.load(Ordering::SeqCst) {
-            0 => None,
-            s => Some(s),
-        }
-    }
-
-    fn count(&self) -> usize {
-        CAUGHT_COUNT.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        launcher::restore_signals(&self.previous);
     }
 }
 
