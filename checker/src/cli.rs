@@ -17,6 +17,10 @@ use crate::{commands, sandbox, Failure};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour the report: `auto` on a terminal unless NO_COLOR is set (no-color.org),
+    /// `always` (also into a pipe or a file), or `never`.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = clap::ColorChoice::Auto, global = true)]
+    pub color: clap::ColorChoice,
 }
 
 #[derive(Subcommand, Debug)]

@@ -8,6 +8,7 @@ mod autograder;
 mod checks;
 mod classroom;
 mod cli;
+mod color;
 mod commands;
 mod confined;
 mod formats;
@@ -78,7 +79,9 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(confined::SUPERVISOR) {
         return confined::supervise();
     }
-    match try_main(Cli::parse()) {
+    let cli = Cli::parse();
+    color::apply(cli.color);
+    match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             if let Failure::CannotRun(message) = &failure {

@@ -122,6 +122,40 @@ fn a_compile_error_is_shown_readably() {
     );
 }
 
+#[test]
+fn colour_follows_color_and_no_color_also_into_a_pipe() {
+    // A program that does not compile: its report (FAIL builds) comes quickly.
+    let dir = variant(2, "colour-does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
+    let red_fail = "\x1b[31mFAIL\x1b[0m step  0 builds";
+    // (options, environment, coloured): stdout is a pipe here, so `auto` colours only
+    // when CLICOLOR_FORCE says so, and NO_COLOR (set, not empty) overrides that.
+    let cases: [(&[&str], &[(&str, &str)], bool); 7] = [
+        (&[], &[], false),
+        (&["--color", "always"], &[], true),
+        (&["--color", "never"], &[("CLICOLOR_FORCE", "1")], false),
+        (&[], &[("CLICOLOR_FORCE", "1")], true),
+        (&[], &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")], false),
+        (&[], &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "")], true),
+        // What the command line asks for wins over the environment (no-color.org).
+        (&["--color=always"], &[("NO_COLOR", "1")], true),
+    ];
+    for (options, env, coloured) in cases {
+        let mut c = cmd();
+        for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE"] {
+            c.env_remove(var);
+        }
+        c.envs(env.iter().copied()).args(["verify", "step", "2", "--seed", "1", "--unsandboxed"]).args(options);
+        let out = c.arg("--crate").arg(&dir).assert().code(1).get_output().stdout.clone();
+        let stdout = String::from_utf8_lossy(&out);
+        let case = format!("{options:?} {env:?}:\n{stdout}");
+        if coloured {
+            assert!(stdout.contains(red_fail), "{case}");
+        } else {
+            assert!(stdout.contains("FAIL step  0 builds") && !stdout.contains('\x1b'), "{case}");
+        }
+    }
+}
+
 /// Processes whose command line names `needle`.
 fn processes_named(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
