@@ -19,7 +19,8 @@ pub struct Cli {
     pub command: Command,
     /// Colour the report: `auto` on a terminal unless NO_COLOR is set (no-color.org),
     /// `always` (also into a pipe or a file), or `never`.
-    #[arg(long, value_name = "WHEN", value_enum, default_value_t = clap::ColorChoice::Auto, global = true)]
+    // Listed last in every subcommand's help, after its own options.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = clap::ColorChoice::Auto, global = true, display_order = 900)]
     pub color: clap::ColorChoice,
 }
 
@@ -157,6 +158,15 @@ pub enum Command {
         #[arg(long, value_name = "N", hide = true)]
         max_runs: Option<usize>,
     },
+    /// Print a tab-completion script for the `checker` binary: `cargo checker completions bash`.
+    ///
+    /// For bash: `cargo checker completions bash > ~/.local/share/bash-completion/completions/checker`;
+    /// it completes `target/debug/checker` run by that name (on PATH), subcommands and options.
+    Completions {
+        /// The shell to write the script for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// The grading platforms `autograder` writes for.
@@ -197,6 +207,14 @@ pub enum Platform {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+}
+
+/// `completions SHELL`: the script that makes SHELL complete the checker's subcommands
+/// and options, written to stdout.
+pub fn write_completions(shell: clap_complete::Shell) {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    // The binary's own name: a shell completes a command word, and `cargo checker` is two.
+    clap_complete::generate(shell, &mut cli, "checker", &mut std::io::stdout());
 }
 
 /// How the programs are run: shared by `verify`, `watch` and `grade`.

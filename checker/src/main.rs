@@ -161,6 +161,10 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         Command::Autograder { platform: Platform::GithubClassroom { repository, revision, out } } => {
             commands::autograder_github_classroom(&repository, revision.as_deref(), &out)
         }
+        Command::Completions { shell } => {
+            cli::write_completions(shell);
+            Ok(())
+        }
         Command::Watch { target, runs, krate, max_runs } => {
             let step = one_step(&target)?;
             let sandbox = runs.sandbox(krate.is_some())?;

@@ -33,6 +33,23 @@ fn help_texts() {
 }
 
 #[test]
+fn completions_name_every_subcommand() {
+    let out = cmd().args(["completions", "bash"]).assert().success().get_output().stdout.clone();
+    let script = String::from_utf8(out).unwrap();
+    assert!(script.contains("complete -F _checker"), "{script}");
+    for subcommand in
+        ["list", "hint", "reset", "grade", "gradebook", "autograder", "verify", "watch", "completions"]
+    {
+        assert!(script.contains(&format!("checker,{subcommand})")), "no `{subcommand}` in:\n{script}");
+    }
+    assert!(script.contains("--color"), "{script}");
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        cmd().args(["completions", shell]).assert().success().stdout(contains("verify"));
+    }
+    cmd().args(["completions", "tcsh"]).assert().code(2).stderr(contains("invalid value 'tcsh'"));
+}
+
+#[test]
 fn a_step_out_of_range_is_a_usage_error() {
     cmd()
         .args(["verify", "step", "12"])
