@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 
-use crate::{commands, sandbox, Failure};
+use crate::{sandbox, Failure};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
 /// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
@@ -99,7 +99,7 @@ pub enum Command {
         /// I-th), as one task of a Slurm job array; `cargo checker gradebook` then
         /// merges the tasks' reports (scripts/slurm/submit.sh does both).
         #[arg(long, value_name = "I/N", requires = "crates")]
-        shard: Option<commands::Shard>,
+        shard: Option<Shard>,
     },
     /// The gradebook (CSV, a row per submission) of the reports in a --json-dir:
     /// `cargo checker gradebook results --crates handed-in`, after graded shards.
@@ -215,6 +215,29 @@ pub fn write_completions(shell: clap_complete::Shell) {
     let mut cli = <Cli as clap::CommandFactory>::command();
     // The binary's own name: a shell completes a command word, and `cargo checker` is two.
     clap_complete::generate(shell, &mut cli, "checker", &mut std::io::stdout());
+}
+
+/// Task `index` of `count` (`--shard I/N`): it grades the submissions whose place in
+/// the sorted list is `index` modulo `count`, as one task of a Slurm job array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Shard, String> {
+        let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+        match parsed {
+            Some((index, count)) if index < count => Ok(Shard { index, count }),
+            _ => Err(format!(
+                "`{text}` is not a shard: write I/N, task I (from 0) of N, e.g. \
+                 --shard \"$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\""
+            )),
+        }
+    }
 }
 
 /// How the programs are run: shared by `verify`, `watch` and `grade`.
@@ -345,5 +368,20 @@ pub fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
     match number.parse::<u8>() {
         Ok(n) if n <= 11 => Ok(vec![n]),
         _ => Err(format!("there is no step {number}: the steps are 0 to 11")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_task_i_of_n() {
+        assert_eq!("0/3".parse::<Shard>(), Ok(Shard { index: 0, count: 3 }));
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { index: 2, count: 3 }));
+        for bad in ["3/3", "1", "a/b", "-1/2", "1/0"] {
+            let err = bad.parse::<Shard>().unwrap_err();
+            assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
+        }
     }
 }

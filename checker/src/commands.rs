@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cli::{parse_target, repo_root};
+use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
 use crate::grade::{Confinement, Grade, StepGrade};
 use crate::handed_in::{self, Refusal};
@@ -238,29 +238,6 @@ fn finish_grade(grade: Grade, reports: &Reports) -> Result<(), Failure> {
         println!("report written to {}", path.display());
     }
     Ok(())
-}
-
-/// Task `index` of `count` (`--shard I/N`): it grades the submissions whose place in
-/// the sorted list is `index` modulo `count`, as one task of a Slurm job array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: usize,
-    pub count: usize,
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Shard, String> {
-        let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
-        match parsed {
-            Some((index, count)) if index < count => Ok(Shard { index, count }),
-            _ => Err(format!(
-                "`{text}` is not a shard: write I/N, task I (from 0) of N, e.g. \
-                 --shard \"$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\""
-            )),
-        }
-    }
 }
 
 /// How a folder of submissions is graded.
@@ -511,16 +488,6 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_shard_is_task_i_of_n() {
-        assert_eq!("0/3".parse::<Shard>(), Ok(Shard { index: 0, count: 3 }));
-        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { index: 2, count: 3 }));
-        for bad in ["3/3", "1", "a/b", "-1/2", "1/0"] {
-            let err = bad.parse::<Shard>().unwrap_err();
-            assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
-        }
-    }
 
     #[test]
     fn no_more_jobs_than_the_memory_holds_or_the_submissions_need() {

@@ -13,14 +13,7 @@ use std::time::{Duration, Instant};
 use launcher::{signal_name, StopSignals};
 
 use crate::error::{DistError, ErrorKind, Result};
-
-/// Set in a child: its local rank.
-pub(crate) const SPAWN_LOCAL_RANK_VAR: &str = "TCHD_SPAWN_LOCAL_RANK";
-/// Set in a child: how many ranks its parent started.
-pub(crate) const SPAWN_NPROCS_VAR: &str = "TCHD_SPAWN_NPROCS";
-/// Set in a child: its parent's pid. A process whose parent is someone else (a program
-/// a worker started, which inherited the environment) is not a spawned rank.
-pub(crate) const SPAWN_PARENT_PID_VAR: &str = "TCHD_SPAWN_PARENT_PID";
+use crate::launch::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
 
 /// How long stopped ranks get between SIGTERM and SIGKILL by default.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
@@ -117,29 +110,6 @@ static SPAWN_CHECK: OnceLock<SpawnCheck> = OnceLock::new();
 /// in a process counts.
 pub fn set_spawn_check(check: impl Fn(usize) -> std::result::Result<(), String> + Send + Sync + 'static) {
     let _ = SPAWN_CHECK.set(Box::new(check));
-}
-
-/// A process started by [`spawn`]: which rank it is and of how many.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpawnedRank {
-    /// This process's rank on its node, from 0.
-    pub local_rank: usize,
-    /// How many ranks [`spawn`] started on this node.
-    pub nprocs: usize,
-}
-
-/// `Some` when this process is a rank started by [`spawn`] (its parent is alive and is
-/// the process that started it), `None` in the parent and in any unrelated process.
-pub fn spawned_rank() -> Option<SpawnedRank> {
-    static ROLE: OnceLock<Option<SpawnedRank>> = OnceLock::new();
-    *ROLE.get_or_init(|| {
-        let read = |name: &str| std::env::var(name).ok()?.trim().parse::<usize>().ok();
-        let parent = read(SPAWN_PARENT_PID_VAR)?;
-        if parent != std::os::unix::process::parent_id() as usize {
-            return None;
-        }
-        Some(SpawnedRank { local_rank: read(SPAWN_LOCAL_RANK_VAR)?, nprocs: read(SPAWN_NPROCS_VAR)? })
-    })
 }
 
 /// Runs `worker(local_rank)` in `nprocs` processes, as `torch.multiprocessing.spawn`
