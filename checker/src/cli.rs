@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
+use coursegen::LAST_STEP;
 
 use crate::{sandbox, Failure};
 
@@ -34,14 +35,12 @@ pub enum Command {
     },
     /// What to change in a step and the common mistakes, from the lab guide: `cargo checker hint step 7`.
     Hint {
-        /// `step N` (N from 0 to 11).
-        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
     },
     /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `cargo checker reset step 7`.
     Reset {
-        /// `step N` (N from 0 to 11).
-        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
         /// Do not ask (the backup is still made).
         #[arg(long)]
@@ -79,12 +78,19 @@ pub enum Command {
         /// only the main.rs is taken, built with the step's own manifest, in a sandbox.
         #[arg(long = "crate", value_name = "PATH", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
-        /// Grade every submission in DIR (a folder per student holding its program, or a
-        /// .zip), each in its own sandbox: `grade step 7 --crates handed-in --json-dir
-        /// results` writes results/<name>.json (exercism's format) per submission and
-        /// results/gradebook.csv (a row each, points per step). `grade all --crates`
-        /// grades finished programs on every check of steps 0-11.
-        #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"], requires = "json_dir")]
+        #[arg(
+            long,
+            value_name = "DIR",
+            conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"],
+            requires = "json_dir",
+            help = format!(
+                "Grade every submission in DIR (a folder per student holding its program, or a .zip), \
+                 each in its own sandbox: `grade step 7 --crates handed-in --json-dir results` writes \
+                 results/<name>.json (exercism's format) per submission and results/gradebook.csv (a \
+                 row each, points per step). `grade all --crates` grades finished programs on every \
+                 check of steps 0-{LAST_STEP}"
+            )
+        )]
         crates: Option<PathBuf>,
         /// With --crates: where each submission's report goes, as <name>.json.
         #[arg(long, value_name = "DIR", requires = "crates")]
@@ -119,8 +125,7 @@ pub enum Command {
     },
     /// Verify a step (and every earlier step's checks): `cargo checker verify step 7`, or `cargo checker verify all`.
     Verify {
-        /// `step N` (N from 0 to 11) or `all`.
-        #[arg(value_name = "step N | all", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N | all", num_args = 1..=2, required = true, help = step_n_help(" or `all`"))]
         target: Vec<String>,
         /// Check the reference solutions (solutions/step_NN) instead of your steps.
         #[arg(long)]
@@ -146,8 +151,7 @@ pub enum Command {
     /// serves the whole session, so a check fails or passes because of your edit, not
     /// because of a new hidden variation.
     Watch {
-        /// `step N` (N from 0 to 11).
-        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
         #[command(flatten)]
         runs: RunArgs,
@@ -180,8 +184,12 @@ pub enum Platform {
     /// results/results.json; in a sandbox where bubblewrap can make one, else
     /// unsandboxed, which the results say.
     Gradescope {
-        /// The step whose program students hand in (0 to 11).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
+        #[arg(
+            long,
+            value_name = "N",
+            value_parser = clap::value_parser!(u8).range(0..=i64::from(LAST_STEP)),
+            help = format!("The step whose program students hand in (0 to {LAST_STEP})")
+        )]
         step: u8,
         /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
         #[arg(long, value_name = "DIR")]
@@ -340,6 +348,11 @@ pub fn repo_root() -> PathBuf {
     }
 }
 
+/// The help of a `step N` argument: which N there are.
+fn step_n_help(or: &str) -> String {
+    format!("`step N` (N from 0 to {LAST_STEP}){or}")
+}
+
 fn new_seed() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
 }
@@ -347,7 +360,7 @@ fn new_seed() -> u64 {
 /// `["step", "7"]` or `["7"]`.
 pub fn one_step(target: &[String]) -> Result<u8, String> {
     if target.len() == 1 && target[0] == "all" {
-        return Err("name one step: `step N` (N from 0 to 11)".into());
+        return Err(format!("name one step: `step N` (N from 0 to {LAST_STEP})"));
     }
     parse_target(target).map(|steps| steps[0])
 }
@@ -356,18 +369,18 @@ pub fn one_step(target: &[String]) -> Result<u8, String> {
 pub fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
     let words: Vec<&str> = target.iter().map(String::as_str).collect();
     let number = match words.as_slice() {
-        ["all"] => return Ok((0..12).collect()),
+        ["all"] => return Ok((0..=LAST_STEP).collect()),
         ["step", n] | [n] => n,
         _ => {
             return Err(format!(
-                "`verify {}`: write `verify step N` (N from 0 to 11) or `verify all`",
+                "`verify {}`: write `verify step N` (N from 0 to {LAST_STEP}) or `verify all`",
                 words.join(" ")
             ))
         }
     };
     match number.parse::<u8>() {
-        Ok(n) if n <= 11 => Ok(vec![n]),
-        _ => Err(format!("there is no step {number}: the steps are 0 to 11")),
+        Ok(n) if n <= LAST_STEP => Ok(vec![n]),
+        _ => Err(format!("there is no step {number}: the steps are 0 to {LAST_STEP}")),
     }
 }
 

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cli::{parse_target, repo_root, Shard};
+use coursegen::LAST_STEP;
 use crate::formats::{junit::Listing, Reports};
 use crate::grade::{Confinement, Grade, StepGrade};
 use crate::handed_in::{self, Refusal};
@@ -139,7 +140,7 @@ pub fn watch_step(
 pub enum Graded {
     /// One step's program, on that step's checks (`grade step N --crate`).
     Step(u8),
-    /// The finished lab's program on every check of steps 0-11 (`grade all --crate`):
+    /// The finished lab's program on every check of every step (`grade all --crate`):
     /// one run as the last step judges them all, and each step gets its points from it.
     Final,
 }
@@ -166,9 +167,6 @@ impl Graded {
     }
 }
 
-/// The lab's last step: its program is the finished lab.
-const LAST_STEP: u8 = 11;
-
 /// Runs a program once as `graded` needs, and grades every step it earns points for.
 fn grade_program(
     root: &Path,
@@ -187,7 +185,7 @@ fn grade_program(
 }
 
 /// `checker grade`: the points table, and the reports asked for. `--crate` with `all`
-/// grades the handed-in program as the finished lab, on every check of steps 0-11.
+/// grades the handed-in program as the finished lab, on every check of every step.
 pub fn grade(
     target: &[String],
     subject: Subject,

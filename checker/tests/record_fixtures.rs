@@ -45,7 +45,7 @@ fn record(case: &str, step: u8, how: &[&str], krate: Option<&Path>) {
 #[test]
 #[ignore = "re-records the fixtures (minutes): cargo test -p checker --test record_fixtures -- --ignored"]
 fn record_every_case() {
-    for step in 0..12u8 {
+    for step in 0..=coursegen::LAST_STEP {
         record(&format!("solution-{step:02}"), step, &["--solutions"], None);
         record(&format!("starter-{step:02}"), step, &[], None);
     }
@@ -61,7 +61,7 @@ fn record_every_case() {
 #[test]
 fn every_case_recorded_todays_program() {
     let read = |path: String| std::fs::read_to_string(common::repo().join(path)).unwrap();
-    let mut programs: Vec<(String, String)> = (0..12u8)
+    let mut programs: Vec<(String, String)> = (0..=coursegen::LAST_STEP)
         .flat_map(|s| {
             [
                 (format!("solution-{s:02}"), read(format!("solutions/step_{s:02}/src/main.rs"))),
@@ -96,7 +96,7 @@ fn every_case_is_recorded_and_every_variant_still_applies() {
     for v in VARIANTS {
         let _ = v.program();
     }
-    let mut cases: Vec<String> = (0..12u8)
+    let mut cases: Vec<String> = (0..=coursegen::LAST_STEP)
         .flat_map(|s| [format!("solution-{s:02}"), format!("starter-{s:02}")])
         .chain(VARIANTS.iter().map(|v| v.case()))
         .collect();

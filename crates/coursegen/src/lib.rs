@@ -18,7 +18,7 @@ use toml_edit::{DocumentMut, Item, Value};
 pub use files::{check_all, crate_files, write_all, Drift};
 
 /// The title of each step, as the headers and package descriptions show it.
-pub const STEPS: [&str; 12] = [
+pub const STEPS: &[&str] = &[
     "import the distributed module",
     "the --num-nodes, --num-gpus and --node-id options",
     "world size and rendezvous address",
@@ -32,6 +32,11 @@ pub const STEPS: [&str; 12] = [
     "the program spawns its own ranks",
     "the quick evaluation",
 ];
+
+/// The lab's last step, whose solution is the finished lab: the one number of steps
+/// that the checker, coursegen and the guide's tools read (a step is added to
+/// [`STEPS`], nowhere else).
+pub const LAST_STEP: u8 = STEPS.len() as u8 - 1;
 
 /// Where the master program lives, relative to the repository root.
 pub const MASTER: &str = "course/lab/main.rs";
@@ -104,7 +109,7 @@ impl Version {
         }
     }
 
-    /// The step's title; panics for a step outside 0..=11 (see [`Version::validate`]).
+    /// The step's title; panics for a step after [`LAST_STEP`] (see [`Version::validate`]).
     pub fn title(self) -> &'static str {
         STEPS[usize::from(self.step())]
     }
@@ -166,7 +171,7 @@ fn header(version: Version) -> String {
              //! Look for `TODO Step {n}`: those comments mark this step's work.\n\
              //! `cargo checker verify step {n}` checks it; `cargo checker hint step {n}` helps when you are stuck.\n"
         ),
-        Version::Solution(n) if usize::from(n) == STEPS.len() - 1 => format!(
+        Version::Solution(LAST_STEP) => format!(
             "//! ddp-lab, solution of step {n}: {title}.\n\
              //!\n\
              //! This is the finished lab: every step is done.\n"
@@ -232,7 +237,7 @@ pub enum CourseError {
          `//@ todo`, `//@ old`, `//@ end` or `//@ header`"
     )]
     UnknownDirective { line: usize, text: String },
-    #[error("{MASTER}:{line}: `//@ step {found}`: the step must be a number from 0 to 11")]
+    #[error("{MASTER}:{line}: `//@ step {found}`: the step must be a number from 0 to {LAST_STEP}")]
     BadStep { line: usize, found: String },
     #[error("{MASTER}:{line}: `//@ {directive}` outside any block; open one with `//@ step N` first")]
     NoOpenBlock { line: usize, directive: &'static str },
@@ -277,7 +282,7 @@ pub enum CourseError {
     DirectiveInHeader { line: usize, opened: usize },
     #[error("{MASTER}:{line}: the header block opened here is never closed; add `//@ end`")]
     UnclosedHeader { line: usize },
-    #[error("there is no step {step}: the lab's steps are 0 to 11")]
+    #[error("there is no step {step}: the lab's steps are 0 to {LAST_STEP}")]
     NoSuchStep { step: u8 },
     #[error(
         "{version}: the starter has no `TODO Step {step}` marker; give step {step}'s block in \

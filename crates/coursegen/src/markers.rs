@@ -7,7 +7,7 @@
 //! ```text
 //! //@ header   opens the header block: the master's own `//!` lines, replaced in
 //!              every crate by that crate's header; `//@ end` closes it
-//! //@ step N   opens a block owned by step N (0..=11); its first section is "new"
+//! //@ step N   opens a block owned by step N (0 to LAST_STEP); its first section is "new"
 //! //@ todo     starts the block's "todo" section (optional)
 //! //@ old      starts the block's "old" section (optional)
 //! //@ end      closes the block
@@ -293,7 +293,7 @@ fn emit_into<'a>(nodes: &'a [Node<'a>], version: Version, out: &mut Vec<Emitted<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render_main;
+    use crate::{render_main, LAST_STEP};
     use Version::{Solution, Starter};
 
     fn render(master: &str, version: Version) -> String {
@@ -332,7 +332,7 @@ z
         assert_eq!(emitted(THREE, Starter(3)), "a\n// TODO Step 3: do it\nold3\nz\n");
         assert_eq!(emitted(THREE, Solution(3)), "a\nnew3\nz\n");
         assert_eq!(emitted(THREE, Starter(4)), "a\nnew3\nz\n");
-        assert_eq!(emitted(THREE, Solution(11)), "a\nnew3\nz\n");
+        assert_eq!(emitted(THREE, Solution(LAST_STEP)), "a\nnew3\nz\n");
     }
 
     #[test]
@@ -410,7 +410,7 @@ n2n4
         let solution = render(master, Solution(7));
         assert!(solution.starts_with("//! ddp-lab, solution of step 7: one device per rank"));
         assert!(!solution.contains("finished lab"));
-        assert!(render(master, Solution(11)).contains("This is the finished lab"));
+        assert!(render(master, Solution(LAST_STEP)).contains("This is the finished lab"));
     }
 
     #[test]
@@ -433,11 +433,13 @@ n2n4
 
     #[test]
     fn bad_step_numbers_are_rejected() {
-        for bad in ["//@ step 12", "//@ step x", "//@ step -1", "//@ step"] {
+        let after_the_last = format!("//@ step {}", LAST_STEP + 1);
+        for bad in [&*after_the_last, "//@ step x", "//@ step -1", "//@ step"] {
             let e = error(&format!("\n\n{bad}\n//@ end\n"));
             assert!(matches!(e, CourseError::BadStep { line: 3, .. }), "{bad}: {e:?}");
         }
-        assert!(error("//@ step 12\n//@ end\n").to_string().contains("from 0 to 11"));
+        let message = error(&format!("{after_the_last}\n//@ end\n")).to_string();
+        assert!(message.contains(&format!("from 0 to {LAST_STEP}")), "{message}");
     }
 
     #[test]
@@ -535,8 +537,8 @@ n2n4
 
     #[test]
     fn versions_outside_the_lab_are_rejected() {
-        let e = render_main("a\n", Solution(12)).unwrap_err();
-        assert!(matches!(e, CourseError::NoSuchStep { step: 12 }), "{e:?}");
+        let e = render_main("a\n", Solution(LAST_STEP + 1)).unwrap_err();
+        assert!(matches!(e, CourseError::NoSuchStep { step } if step == LAST_STEP + 1), "{e:?}");
     }
 
     #[test]

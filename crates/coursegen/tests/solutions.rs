@@ -28,7 +28,7 @@ fn solutions_built() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(root()).args(["build", "-q"]);
-        for n in 0..12 {
+        for n in 0..=coursegen::LAST_STEP {
             cmd.args(["-p", &format!("solution_{n:02}")]);
         }
         let status = launcher::status(cmd).expect("run cargo build");
