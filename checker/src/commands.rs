@@ -6,8 +6,9 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cli::{parse_target, repo_root, Shard};
 use coursegen::LAST_STEP;
+
+use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
 use crate::grade::{Confinement, Grade, StepGrade};
 use crate::handed_in::{self, Refusal};

@@ -89,9 +89,9 @@ fn standalone_manifest(
             step_dir.display()
         )
     })?;
-    let workspace = workspace.parse::<DocumentMut>().map_err(|e| {
-        format!("{}/Cargo.toml (the workspace's) is not valid TOML: {e}", root.display())
-    })?;
+    let workspace = workspace
+        .parse::<DocumentMut>()
+        .map_err(|e| format!("{}/Cargo.toml (the workspace's) is not valid TOML: {e}", root.display()))?;
     let package_table = doc
         .get_mut("package")
         .and_then(Item::as_table_like_mut)
@@ -135,9 +135,11 @@ fn standalone_manifest(
 fn replace(table: &mut dyn TableLike, key: &str, value: Value) {
     let item = table.get_mut(key).expect("the key is in the table");
     let comment = match &*item {
-        Item::Table(dotted) if dotted.is_dotted() => {
-            dotted.iter().next().and_then(|(part, _)| dotted.key(part)).and_then(|k| k.leaf_decor().prefix().cloned())
-        }
+        Item::Table(dotted) if dotted.is_dotted() => dotted
+            .iter()
+            .next()
+            .and_then(|(part, _)| dotted.key(part))
+            .and_then(|k| k.leaf_decor().prefix().cloned()),
         _ => None,
     };
     *item = Item::Value(value.decorated(" ", ""));
@@ -323,7 +325,8 @@ mod tests {
         let doc = out.parse::<DocumentMut>().unwrap();
         let clap = &doc["target"]["cfg(unix)"]["dev-dependencies"]["clap"];
         assert_eq!(clap["version"].as_str(), Some("4"), "{out}");
-        let features: Vec<_> = clap["features"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        let features: Vec<_> =
+            clap["features"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
         assert_eq!(features, ["derive", "env"], "{out}");
         assert_eq!(clap["optional"].as_bool(), Some(true), "{out}");
         assert!(clap.get("workspace").is_none(), "{out}");

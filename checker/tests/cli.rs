@@ -142,7 +142,8 @@ fn a_compile_error_is_shown_readably() {
 #[test]
 fn colour_follows_color_and_no_color_also_into_a_pipe() {
     // A program that does not compile: its report (FAIL builds) comes quickly.
-    let dir = variant(2, "colour-does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
+    let dir =
+        variant(2, "colour-does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
     let red_fail = "\x1b[31mFAIL\x1b[0m step  0 builds";
     // (options, environment, coloured): stdout is a pipe here, so `auto` colours only
     // when CLICOLOR_FORCE says so, and NO_COLOR (set, not empty) overrides that.
@@ -161,7 +162,9 @@ fn colour_follows_color_and_no_color_also_into_a_pipe() {
         for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE"] {
             c.env_remove(var);
         }
-        c.envs(env.iter().copied()).args(["verify", "step", "2", "--seed", "1", "--unsandboxed"]).args(options);
+        c.envs(env.iter().copied())
+            .args(["verify", "step", "2", "--seed", "1", "--unsandboxed"])
+            .args(options);
         let out = c.arg("--crate").arg(&dir).assert().code(1).get_output().stdout.clone();
         let stdout = String::from_utf8_lossy(&out);
         let case = format!("{options:?} {env:?}:\n{stdout}");

@@ -188,9 +188,10 @@ pub fn render_manifest(template: &str, version: Version) -> Result<String, Cours
     let mut manifest = template
         .parse::<DocumentMut>()
         .map_err(|e| CourseError::ManifestTemplate { reason: format!("it is not valid TOML: {e}") })?;
-    let package = manifest.get_mut("package").and_then(Item::as_table_like_mut).ok_or_else(|| {
-        CourseError::ManifestTemplate { reason: "it has no [package] table".into() }
-    })?;
+    let package = manifest
+        .get_mut("package")
+        .and_then(Item::as_table_like_mut)
+        .ok_or_else(|| CourseError::ManifestTemplate { reason: "it has no [package] table".into() })?;
     for (key, text) in [("name", version.package_name()), ("description", version.description())] {
         let Some(Item::Value(value)) = package.get_mut(key) else {
             return Err(CourseError::ManifestTemplate {

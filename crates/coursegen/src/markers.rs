@@ -516,8 +516,11 @@ n2n4
              description = \"ddp-lab step 1 solution: the --num-nodes, --num-gpus and --node-id options\" # why\n\n\
              [[bin]]\nname = \"kept\"\n"
         );
-        let e = crate::render_manifest("[package]\nname = \"\"\ndescription = \"\"\nversion = \"{{version}}\"\n", Starter(0))
-            .unwrap_err();
+        let e = crate::render_manifest(
+            "[package]\nname = \"\"\ndescription = \"\"\nversion = \"{{version}}\"\n",
+            Starter(0),
+        )
+        .unwrap_err();
         assert!(matches!(e, CourseError::Leftover { line: 4, marker: "{{", .. }), "{e:?}");
     }
 

@@ -27,8 +27,10 @@ const READ_THE_CONSTANT: &[&str] = &[
 /// a bound `<= 11`, an array `[_; 12]`, a typed `12u8`/`11u8`, or prose `0 to 11`,
 /// `0-11`, `steps 0-11`.
 fn literal() -> Regex {
-    Regex::new(r"\b0\s*\.\.\s*12\b|\.\.=\s*11\b|<=\s*11\b|;\s*12\s*\]|\b1[12]u8\b|\b0 to 11\b|\b0-11\b|\(1[12]\)")
-        .unwrap()
+    Regex::new(
+        r"\b0\s*\.\.\s*12\b|\.\.=\s*11\b|<=\s*11\b|;\s*12\s*\]|\b1[12]u8\b|\b0 to 11\b|\b0-11\b|\(1[12]\)",
+    )
+    .unwrap()
 }
 
 #[test]

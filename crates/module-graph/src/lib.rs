@@ -132,7 +132,10 @@ impl Graph {
             let edges = modules
                 .iter()
                 .flat_map(|from| {
-                    self.edges[from].iter().filter(|to| modules.contains(to)).map(|to| (from.clone(), to.clone()))
+                    self.edges[from]
+                        .iter()
+                        .filter(|to| modules.contains(to))
+                        .map(|to| (from.clone(), to.clone()))
                 })
                 .collect();
             found.push(Cycle { modules, edges });
@@ -186,7 +189,11 @@ fn module_text(dir: &Path, name: &str) -> std::io::Result<String> {
     if files.is_empty() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::NotFound,
-            format!("module `{name}`: neither {} nor {} exists", dir.join(format!("{name}.rs")).display(), sub.display()),
+            format!(
+                "module `{name}`: neither {} nor {} exists",
+                dir.join(format!("{name}.rs")).display(),
+                sub.display()
+            ),
         ));
     }
     let mut text = String::new();

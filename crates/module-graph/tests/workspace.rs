@@ -45,7 +45,8 @@ fn crate_roots() -> Vec<(String, PathBuf)> {
     let mut roots = Vec::new();
     for package in metadata["packages"].as_array().unwrap() {
         for target in package["targets"].as_array().unwrap() {
-            let kinds: Vec<&str> = target["kind"].as_array().unwrap().iter().filter_map(|k| k.as_str()).collect();
+            let kinds: Vec<&str> =
+                target["kind"].as_array().unwrap().iter().filter_map(|k| k.as_str()).collect();
             if kinds.iter().any(|k| ["lib", "bin", "proc-macro"].contains(k)) {
                 let name = package["name"].as_str().unwrap().to_string();
                 roots.push((name, PathBuf::from(target["src_path"].as_str().unwrap())));
@@ -64,13 +65,18 @@ fn no_crate_of_the_workspace_has_a_module_cycle() {
     }
     let mut problems = Vec::new();
     for (package, root) in &roots {
-        let graph = Graph::of_crate(root, links(package)).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+        let graph =
+            Graph::of_crate(root, links(package)).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
         for unresolved in &graph.unresolved {
-            problems.push(format!("{}: {unresolved} is neither a module nor an item of the root", root.display()));
+            problems.push(format!(
+                "{}: {unresolved} is neither a module nor an item of the root",
+                root.display()
+            ));
         }
         for cycle in graph.cycles() {
-            let allowed =
-                BEING_BROKEN.iter().any(|(p, modules)| p == package && cycle.modules.iter().eq(modules.iter()));
+            let allowed = BEING_BROKEN
+                .iter()
+                .any(|(p, modules)| p == package && cycle.modules.iter().eq(modules.iter()));
             if !allowed {
                 problems.push(format!("{} ({package}): {cycle}", root.display()));
             }

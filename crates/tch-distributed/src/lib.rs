@@ -95,15 +95,15 @@ pub use default_group::{
 pub use error::{DistError, ErrorKind, Result};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
 pub use launch::{
-    local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV, LOCAL_WORLD_SIZE_ENV,
-    MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
+    local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,
+    LOCAL_WORLD_SIZE_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };
 pub use new_group::new_group;
 pub use rendezvous::{Init, Rendezvous};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
-    set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, SpawnOptions,
-    WorkerFailure, WorkerOutcome, DEFAULT_GRACE_PERIOD,
+    set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, SpawnOptions, WorkerFailure, WorkerOutcome,
+    DEFAULT_GRACE_PERIOD,
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};

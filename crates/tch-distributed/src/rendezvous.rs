@@ -5,8 +5,8 @@ use std::str::FromStr;
 
 use crate::error::{DistError, Result};
 use crate::group::validate_rank;
-use crate::store::is_loopback;
 use crate::launch::{agent_hosts_store, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
+use crate::store::is_loopback;
 
 /// Where the ranks meet (PyTorch's `init_method`).
 #[derive(Debug, Clone, PartialEq, Eq)]
