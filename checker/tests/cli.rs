@@ -147,7 +147,8 @@ fn colour_follows_color_and_no_color_also_into_a_pipe() {
     let red_fail = "\x1b[31mFAIL\x1b[0m step  0 builds";
     // (options, environment, coloured): stdout is a pipe here, so `auto` colours only
     // when CLICOLOR_FORCE says so, and NO_COLOR (set, not empty) overrides that.
-    let cases: [(&[&str], &[(&str, &str)], bool); 7] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 7] = [
         (&[], &[], false),
         (&["--color", "always"], &[], true),
         (&["--color", "never"], &[("CLICOLOR_FORCE", "1")], false),
