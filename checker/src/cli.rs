@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
 
+use crate::commands::Graded;
 use crate::{commands, sandbox, Failure};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
@@ -166,9 +167,10 @@ pub enum Platform {
     /// results/results.json; in a sandbox where bubblewrap can make one, else
     /// unsandboxed, which the results say.
     Gradescope {
-        /// The step whose program students hand in (0 to 11).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
-        step: u8,
+        /// The step whose program students hand in (0 to 11), graded on that step's
+        /// checks; or `all`: the finished program, graded on every check of steps 0-11.
+        #[arg(long, value_name = "N|all", value_parser = graded_program)]
+        step: Graded,
         /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
@@ -297,6 +299,19 @@ pub fn repo_root() -> PathBuf {
 
 fn new_seed() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
+}
+
+/// `--step`'s value: a step from 0 to 11, or `all` for the finished program.
+fn graded_program(value: &str) -> Result<Graded, String> {
+    if value == "all" {
+        return Ok(Graded::Final);
+    }
+    match value.parse::<u8>() {
+        Ok(step) if step <= 11 => Ok(Graded::Step(step)),
+        _ => Err(format!(
+            "{value:?} is not a step: write a step from 0 to 11, or `all` for the finished program"
+        )),
+    }
 }
 
 /// `["step", "7"]` or `["7"]`.

@@ -146,7 +146,7 @@ pub enum Graded {
 
 impl Graded {
     /// The step its program is run as.
-    fn run_as(self) -> u8 {
+    pub fn run_as(self) -> u8 {
         match self {
             Graded::Step(step) => step,
             Graded::Final => LAST_STEP,
@@ -163,6 +163,14 @@ impl Graded {
 
     pub fn max_points(self) -> f64 {
         grade::STEP_POINTS * self.steps().len() as f64
+    }
+
+    /// "step 7's program", "the finished program on steps 0-11".
+    pub fn describe(self) -> String {
+        match self {
+            Graded::Step(step) => format!("step {step}'s program"),
+            Graded::Final => format!("the finished program on steps 0-{LAST_STEP}"),
+        }
     }
 }
 
@@ -420,8 +428,8 @@ fn available_memory() -> Option<u64> {
 }
 
 /// `checker autograder gradescope --step N --out DIR`.
-pub fn autograder_gradescope(step: u8, out: &Path) -> Result<(), Failure> {
-    let written = autograder::gradescope(&repo_root(), step, out)?;
+pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> {
+    let written = autograder::gradescope(&repo_root(), graded, out)?;
     println!("{written}");
     Ok(())
 }
