@@ -193,7 +193,8 @@ fn the_guide_example_runs_as_written() {
         );
         return;
     }
-    let page = std::fs::read_to_string(workspace().join("lab-guide/src/maintainers/tch-distributed.md")).unwrap();
+    let page =
+        std::fs::read_to_string(workspace().join("lab-guide/src/maintainers/tch-distributed.md")).unwrap();
     let section = &page[page.find("## One job, two languages").expect("the guide's mixed-job section")..];
     let block =
         section.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("its first sh block");

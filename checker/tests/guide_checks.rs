@@ -70,7 +70,8 @@ fn ids_outside_parentheses(cell: &str) -> Vec<String> {
 
 #[test]
 fn the_guide_lists_every_check_of_the_registry() {
-    let page = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(GUIDE_PAGE)).unwrap();
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(GUIDE_PAGE)).unwrap();
     let (registry, guide) = (registry(), guide_table(&page));
     assert_eq!(registry.keys().copied().collect::<Vec<_>>(), (0..12).collect::<Vec<u8>>());
     for (step, ids) in &registry {
