@@ -101,7 +101,7 @@ fn parse_first(
     }
     let body = &raw[header..];
     let items = be_u32(raw, 4) as usize;
-    let item_bytes = if items == 0 { 0 } else { count / items };
+    let item_bytes = count.checked_div(items).unwrap_or(0);
     match first {
         None if body.len() != count => Err(format_error(
             path,
