@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 use coursegen::LAST_STEP;
 
+use crate::grade::Graded;
 use crate::{sandbox, Failure};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
@@ -186,11 +187,14 @@ pub enum Platform {
     Gradescope {
         #[arg(
             long,
-            value_name = "N",
-            value_parser = clap::value_parser!(u8).range(0..=i64::from(LAST_STEP)),
-            help = format!("The step whose program students hand in (0 to {LAST_STEP})")
+            value_name = "N|all",
+            value_parser = graded_program,
+            help = format!(
+                "The step whose program students hand in (0 to {LAST_STEP}), graded on that step's \
+                 checks; or `all`: the finished program, graded on every check of steps 0-{LAST_STEP}"
+            )
         )]
-        step: u8,
+        step: Graded,
         /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
@@ -355,6 +359,19 @@ fn step_n_help(or: &str) -> String {
 
 fn new_seed() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
+}
+
+/// `--step`'s value: a step of the lab, or `all` for the finished program.
+fn graded_program(value: &str) -> Result<Graded, String> {
+    if value == "all" {
+        return Ok(Graded::Final);
+    }
+    match value.parse::<u8>() {
+        Ok(step) if step <= LAST_STEP => Ok(Graded::Step(step)),
+        _ => Err(format!(
+            "{value:?} is not a step: write a step from 0 to {LAST_STEP}, or `all` for the finished program"
+        )),
+    }
 }
 
 /// `["step", "7"]` or `["7"]`.

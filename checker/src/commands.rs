@@ -10,7 +10,7 @@ use coursegen::LAST_STEP;
 
 use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
-use crate::grade::{Confinement, Grade, StepGrade};
+use crate::grade::{Confinement, Grade, Graded, StepGrade};
 use crate::handed_in::{self, Refusal};
 use crate::pipeline::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
@@ -133,38 +133,6 @@ pub fn watch_step(
             print!("\x1b[2J\x1b[H");
         }
         println!("== change in {}: verifying step {step} again", src.display());
-    }
-}
-
-/// What a handed-in program is graded on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Graded {
-    /// One step's program, on that step's checks (`grade step N --crate`).
-    Step(u8),
-    /// The finished lab's program on every check of every step (`grade all --crate`):
-    /// one run as the last step judges them all, and each step gets its points from it.
-    Final,
-}
-
-impl Graded {
-    /// The step its program is run as.
-    fn run_as(self) -> u8 {
-        match self {
-            Graded::Step(step) => step,
-            Graded::Final => LAST_STEP,
-        }
-    }
-
-    /// The steps it earns points for.
-    fn steps(self) -> Vec<u8> {
-        match self {
-            Graded::Step(step) => vec![step],
-            Graded::Final => (0..=LAST_STEP).collect(),
-        }
-    }
-
-    pub fn max_points(self) -> f64 {
-        grade::STEP_POINTS * self.steps().len() as f64
     }
 }
 
@@ -396,8 +364,8 @@ fn available_memory() -> Option<u64> {
 }
 
 /// `checker autograder gradescope --step N --out DIR`.
-pub fn autograder_gradescope(step: u8, out: &Path) -> Result<(), Failure> {
-    let written = autograder::gradescope(&repo_root(), step, out)?;
+pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> {
+    let written = autograder::gradescope(&repo_root(), graded, out)?;
     println!("{written}");
     Ok(())
 }

@@ -118,8 +118,8 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 ));
             }
             let graded = match parse_target(&target)?.as_slice() {
-                [step] => commands::Graded::Step(*step),
-                _ => commands::Graded::Final,
+                [step] => grade::Graded::Step(*step),
+                _ => grade::Graded::Final,
             };
             let (sandbox, why_none) = runs.sandbox_or_why(true)?;
             let out = json_dir.unwrap_or_else(|| PathBuf::from("."));

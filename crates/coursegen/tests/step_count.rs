@@ -13,7 +13,7 @@ const READ_THE_CONSTANT: &[&str] = &[
     "checker/src/commands.rs",
     "checker/src/progress.rs",
     "checker/tests/class.rs",
-    "checker/tests/readme_checks.rs",
+    "checker/tests/guide_checks.rs",
     "checker/tests/record_fixtures.rs",
     "crates/coursegen/src/lib.rs",
     "crates/coursegen/src/main.rs",
