@@ -512,6 +512,27 @@ mod tests {
         assert_eq!(fsdp2.buckets, 0);
     }
 
+    /// What the model-parallelism page says about where to cut the model.
+    #[test]
+    fn blocks_cost_similar_compute_but_the_last_two_hold_most_parameters() {
+        let model = lab_model();
+        let parameters: u64 = model.iter().filter(|v| v.trainable).map(Variable::numel).sum();
+        let last_two = unit_gathered_numel(&model, "block5", 1) + unit_gathered_numel(&model, "block6", 1);
+        assert!(4 * last_two > 3 * parameters, "blocks 5 and 6 hold {last_two} of {parameters}");
+        let macs: Vec<u64> = BLOCKS
+            .iter()
+            .map(|b| {
+                model
+                    .iter()
+                    .filter(|v| v.unit() == *b && v.shape.len() == 4)
+                    .map(|v| v.numel() * crate::pixels_of(&v.name).unwrap())
+                    .sum()
+            })
+            .collect();
+        let (least, most) = (macs.iter().min().unwrap(), macs.iter().max().unwrap());
+        assert!(most < &(2 * least), "the blocks' multiply-adds {macs:?}");
+    }
+
     #[test]
     fn the_step_gathers_each_block_twice_and_ends_where_it_began() {
         let model = lab_model();
