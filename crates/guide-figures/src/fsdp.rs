@@ -167,6 +167,14 @@ fn largest_block(model: &[Variable], world_size: usize) -> (&'static str, u64) {
         .expect("six blocks")
 }
 
+/// One kind of bytes in [`bytes_figure`]'s bars.
+struct Segment {
+    label: &'static str,
+    fill: &'static str,
+    stroke: &'static str,
+    bytes: fn(&RankBytes) -> u64,
+}
+
 /// DDP beside FSDP on 2 and 4 ranks: bytes per rank by kind.
 pub fn bytes_figure(model: &[Variable]) -> String {
     let parameters: u64 = model.iter().filter(|v| v.trainable).map(Variable::numel).sum();
@@ -177,7 +185,7 @@ pub fn bytes_figure(model: &[Variable]) -> String {
         ("FSDP, 4 ranks".to_string(), fsdp_rank_bytes(model, 4, 0), Some(4)),
     ];
     let (width, x0, right) = (760.0, 200.0, 640.0);
-    let height = 420.0;
+    let height = 452.0;
     let mut svg =
         Svg::new(width, height, "Bytes per rank of the lab's WideResNet: DDP beside FSDP on 2 and 4 ranks");
     svg.text(20.0, 32.0, "title", "", "What each rank holds: DDP beside FSDP (the lab's WideResNet, fp32)");
@@ -198,18 +206,34 @@ pub fn bytes_figure(model: &[Variable]) -> String {
         "",
         "by crates/guide-figures (src/fsdp.rs). Bars: what a rank keeps between steps.",
     );
-    let kinds: [(&str, &str, &str, fn(&RankBytes) -> u64); 4] = [
-        ("parameters", RANK_FILL[0], RANK_STROKE[0], |b| b.parameters),
-        ("gradients", RANK_FILL[1], RANK_STROKE[1], |b| b.gradients),
-        ("DDP's buckets (a copy of the gradients)", RANK_FILL[3], RANK_STROKE[3], |b| b.buckets),
-        ("BatchNorm buffers (kept whole)", "#eeeeee", "#888888", |b| b.buffers),
+    let kinds = [
+        Segment { label: "parameters", fill: RANK_FILL[0], stroke: RANK_STROKE[0], bytes: |b| b.parameters },
+        Segment { label: "gradients", fill: RANK_FILL[1], stroke: RANK_STROKE[1], bytes: |b| b.gradients },
+        Segment {
+            label: "optimizer state",
+            fill: RANK_FILL[2],
+            stroke: RANK_STROKE[2],
+            bytes: |b| b.optimizer,
+        },
+        Segment {
+            label: "DDP's buckets (a copy of the gradients)",
+            fill: RANK_FILL[3],
+            stroke: RANK_STROKE[3],
+            bytes: |b| b.buckets,
+        },
+        Segment {
+            label: "BatchNorm buffers (kept whole)",
+            fill: "#eeeeee",
+            stroke: "#888888",
+            bytes: |b| b.buffers,
+        },
     ];
     let scale = (right - x0) / ddp.total() as f64;
     for (i, (label, bytes, world)) in rows.iter().enumerate() {
         let y = 90.0 + 56.0 * i as f64;
         svg.text(20.0, y + 20.0, "body", "", label);
         let mut x = x0;
-        for (_, fill, stroke, get) in &kinds {
+        for Segment { fill, stroke, bytes: get, .. } in &kinds {
             let w = get(bytes) as f64 * scale;
             if w > 0.0 {
                 svg.rect(x, y, w, 30.0, &format!("fill=\"{fill}\" stroke=\"{stroke}\" stroke-width=\"1.5\""));
@@ -243,8 +267,8 @@ pub fn bytes_figure(model: &[Variable]) -> String {
         }
     }
     // The legend.
-    let mut y = 272.0;
-    for (label, fill, stroke, _) in &kinds {
+    let mut y = 278.0;
+    for Segment { label, fill, stroke, .. } in &kinds {
         svg.rect(20.0, y - 11.0, 12.0, 12.0, &format!("fill=\"{fill}\" stroke=\"{stroke}\""));
         svg.text(40.0, y, "body", "", label);
         y += 20.0;
@@ -254,7 +278,7 @@ pub fn bytes_figure(model: &[Variable]) -> String {
         y + 6.0,
         "body",
         "",
-        "Optimizer state: none. The lab's SGD has no momentum; with momentum (or Adam's two moments)",
+        "Optimizer state: none here. The lab's SGD has no momentum; with momentum (or Adam's two moments)",
     );
     svg.text(
         20.0,
