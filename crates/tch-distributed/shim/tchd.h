@@ -96,11 +96,22 @@ int tchd_broadcast(tchd_group* group, void* tensor, int root, tchd_work** out, c
 int tchd_all_gather(tchd_group* group, void* const* outputs, size_t n, void* input,
                     tchd_work** out, char** err);
 int tchd_barrier(tchd_group* group, tchd_work** out, char** err);
+// output: world size times input's elements, rank r's input at [r * n, (r + 1) * n).
+int tchd_all_gather_into_tensor(tchd_group* group, void* output, void* input, tchd_work** out, char** err);
+// input: world size times output's elements; rank r gets chunk r reduced over ranks.
+int tchd_reduce_scatter_tensor(tchd_group* group, void* output, void* input, int op, tchd_work** out,
+                               char** err);
+// Point-to-point. src < 0: receive from any source (tchd_work_source_rank says which).
+int tchd_send(tchd_group* group, void* tensor, int dst, int tag, tchd_work** out, char** err);
+int tchd_recv(tchd_group* group, void* tensor, int src, int tag, tchd_work** out, char** err);
+
 
 // timeout_ms <= 0: the group's own timeout.
 int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err);
 int tchd_work_is_completed(tchd_work* work);
 void tchd_work_free(tchd_work* work);
+// The rank a completed receive-from-any-source got its tensor from.
+int tchd_work_source_rank(tchd_work* work, int* rank, char** err);
 
 // --- bf16 autocast (amp.cpp) -----------------------------------------------------------
 // Enters a bf16 autocast region on CPU (cuda = 0) or CUDA (cuda = 1); returns whether

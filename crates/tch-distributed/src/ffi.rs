@@ -145,6 +145,38 @@ extern "C" {
         out: *mut *mut tchd_work,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn tchd_all_gather_into_tensor(
+        group: *mut tchd_group,
+        output: *mut c_void,
+        input: *mut c_void,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_reduce_scatter_tensor(
+        group: *mut tchd_group,
+        output: *mut c_void,
+        input: *mut c_void,
+        op: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_send(
+        group: *mut tchd_group,
+        tensor: *mut c_void,
+        dst: c_int,
+        tag: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_recv(
+        group: *mut tchd_group,
+        tensor: *mut c_void,
+        src: c_int,
+        tag: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_work_source_rank(work: *mut tchd_work, rank: *mut c_int, err: *mut *mut c_char) -> c_int;
     pub fn tchd_barrier(group: *mut tchd_group, out: *mut *mut tchd_work, err: *mut *mut c_char) -> c_int;
 
     pub fn tchd_work_wait(work: *mut tchd_work, timeout_ms: i64, err: *mut *mut c_char) -> c_int;

@@ -83,8 +83,9 @@ use std::time::Duration;
 
 pub use amp::autocast_bf16;
 pub use collectives::{
-    all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
-    broadcast_async, reduce, reduce_async,
+    all_gather, all_gather_async, all_gather_into_tensor, all_gather_into_tensor_async, all_reduce,
+    all_reduce_async, barrier, barrier_async, broadcast, broadcast_async, irecv, isend, recv,
+    recv_any_source, reduce, reduce_async, reduce_scatter_tensor, reduce_scatter_tensor_async, send,
 };
 pub use connect::connect;
 pub use ddp::{broadcast_coalesced, DdpOptions, DistributedDataParallel};
