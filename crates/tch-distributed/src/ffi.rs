@@ -25,6 +25,14 @@ pub struct tchd_reducer {
 /// (microseconds since the Unix epoch).
 pub type BucketTimingFn = extern "C" fn(usize, usize, i64, f64, f64);
 
+/// `tchd_fsdp_backward_fn`: context, the full gradients (owned, or null), their count,
+/// the shards' gradients to fill, error.
+pub type FsdpBackwardFn = extern "C" fn(*mut c_void, *const *mut c_void, usize, *mut *mut c_void, *mut *mut c_char) -> c_int;
+/// `tchd_grad_hook_fn`: context, error.
+pub type GradHookFn = extern "C" fn(*mut c_void, *mut *mut c_char) -> c_int;
+/// `tchd_ctx_drop_fn`.
+pub type CtxDropFn = extern "C" fn(*mut c_void);
+
 pub const TCHD_OK: c_int = 0;
 pub const TCHD_ERR_OTHER: c_int = 1;
 pub const TCHD_ERR_NETWORK: c_int = 2;
@@ -259,6 +267,29 @@ extern "C" {
         eps: f64,
         cudnn_enabled: c_int,
         out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+
+    pub fn tchd_storage_nbytes(tensor: *const c_void, out: *mut i64, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_storage_free(tensor: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_storage_alloc(tensor: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_copy_unversioned(dst: *mut c_void, src: *const c_void, err: *mut *mut c_char) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn tchd_fsdp_attach(
+        params: *const *mut c_void,
+        n_params: usize,
+        shards: *const *mut c_void,
+        n_shards: usize,
+        callback: FsdpBackwardFn,
+        drop: CtxDropFn,
+        ctx: *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_register_grad_hook(
+        tensor: *mut c_void,
+        callback: GradHookFn,
+        drop: CtxDropFn,
+        ctx: *mut c_void,
         err: *mut *mut c_char,
     ) -> c_int;
 }

@@ -58,6 +58,11 @@
 //!
 //! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
+//!
+//! Beyond DDP: [`FullyShard`] shards a model's parameters, gradients and optimizer
+//! state over the ranks as PyTorch's FSDP2 `fully_shard` does, on top of
+//! [`all_gather_into_tensor`] and [`reduce_scatter_tensor`]; [`send`] and [`recv`]
+//! (and [`isend`], [`irecv`]) move tensors between two ranks.
 #![warn(missing_docs)]
 mod amp;
 mod collectives;
@@ -69,6 +74,7 @@ mod default_group;
 pub mod diagnostics;
 mod error;
 mod ffi;
+mod fsdp;
 mod group;
 mod launch;
 mod new_group;
@@ -94,6 +100,7 @@ pub use default_group::{
     is_initialized, InitOptions,
 };
 pub use error::{DistError, ErrorKind, Result};
+pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
 pub use launch::{
     local_rank, LaunchEnv, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV, LOCAL_WORLD_SIZE_ENV,
