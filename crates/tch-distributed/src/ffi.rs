@@ -27,7 +27,8 @@ pub type BucketTimingFn = extern "C" fn(usize, usize, i64, f64, f64);
 
 /// `tchd_fsdp_backward_fn`: context, the full gradients (owned, or null), their count,
 /// the shards' gradients to fill, error.
-pub type FsdpBackwardFn = extern "C" fn(*mut c_void, *const *mut c_void, usize, *mut *mut c_void, *mut *mut c_char) -> c_int;
+pub type FsdpBackwardFn =
+    extern "C" fn(*mut c_void, *const *mut c_void, usize, *mut *mut c_void, *mut *mut c_char) -> c_int;
 /// `tchd_grad_hook_fn`: context, error.
 pub type GradHookFn = extern "C" fn(*mut c_void, *mut *mut c_char) -> c_int;
 /// `tchd_ctx_drop_fn`.

@@ -68,12 +68,12 @@
 //! [`FullyShard::full_state_dict`], and build the optimizer on
 //! [`FullyShard::shards`], never on the original VarStore. Buffers (BatchNorm's
 //! running statistics) are not sharded: each rank keeps its own, as FSDP2 does.
+use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tch::nn::{ModuleT, VarStore, Variables};
@@ -212,26 +212,31 @@ impl FullyShard {
             )));
         }
         let inside = |name: &str| {
-            !registry.claimed.contains(name) && (root || name == prefix || name.starts_with(&format!("{prefix}.")))
+            !registry.claimed.contains(name)
+                && (root || name == prefix || name.starts_with(&format!("{prefix}.")))
         };
         let (params, others) = variables(&self.model);
         let (params, frozen): (Vec<_>, Vec<_>) =
             params.into_iter().filter(|(n, _)| inside(n)).partition(|(_, t)| t.requires_grad());
-        let buffers: Vec<_> = frozen.into_iter().chain(others.into_iter().filter(|(n, _)| inside(n))).collect();
+        let buffers: Vec<_> =
+            frozen.into_iter().chain(others.into_iter().filter(|(n, _)| inside(n))).collect();
         if params.is_empty() && !root {
             let (all, _) = variables(&self.model);
-            let left: Vec<&String> = all.iter().map(|(n, _)| n).filter(|n| !registry.claimed.contains(*n)).collect();
+            let left: Vec<&String> =
+                all.iter().map(|(n, _)| n).filter(|n| !registry.claimed.contains(*n)).collect();
             let example = left.first().map_or(String::new(), |n| format!(" (e.g. \"{n}\")"));
             return Err(DistError::invalid(format!(
                 "{what}: no parameter left under \"{prefix}\": build the block on this path first, and name a VarStore path that holds parameters{example}, each block once"
             )));
         }
         if self.options.sync_module_states {
-            let mut state: Vec<Tensor> = params.iter().chain(&buffers).map(|(_, t)| t.shallow_clone()).collect();
+            let mut state: Vec<Tensor> =
+                params.iter().chain(&buffers).map(|(_, t)| t.shallow_clone()).collect();
             broadcast_coalesced(&self.group, &mut state).map_err(|e| e.context(&what))?;
         }
         let names: Vec<String> = params.iter().chain(&buffers).map(|(n, _)| n.clone()).collect();
-        let unit = Arc::new(Unit::new(&what, params, &self.group, &self.shards, &self.memory, root, &self.options)?);
+        let unit =
+            Arc::new(Unit::new(&what, params, &self.group, &self.shards, &self.memory, root, &self.options)?);
         registry.claimed.extend(names);
         registry.buffers.extend(buffers);
         registry.root_sharded = root;
@@ -245,8 +250,11 @@ impl FullyShard {
     pub fn shards(&self) -> Result<&VarStore> {
         let registry = lock(&self.state);
         let (params, _) = variables(&self.model);
-        let left: Vec<&String> =
-            params.iter().filter(|(n, t)| t.requires_grad() && !registry.claimed.contains(n)).map(|(n, _)| n).collect();
+        let left: Vec<&String> = params
+            .iter()
+            .filter(|(n, t)| t.requires_grad() && !registry.claimed.contains(n))
+            .map(|(n, _)| n)
+            .collect();
         if let Some(name) = left.first() {
             return Err(DistError::invalid(format!(
                 "{} parameter(s), e.g. \"{name}\", belong to no fully_shard call: shard the root (\"\") last, which takes every parameter left",
@@ -419,23 +427,28 @@ impl Unit {
     ) -> Result<Unit> {
         let world = group.world_size() as i64;
         let rank = group.rank() as i64;
+        let placed = |t: &Tensor| (t.kind(), t.device());
         if let Some(((first, a), (other, b))) =
-            params.first().and_then(|p| params.iter().find(|q| q.1.kind() != p.1.kind()).map(|q| (p, q)))
+            params.first().and_then(|p| params.iter().find(|q| placed(&q.1) != placed(&p.1)).map(|q| (p, q)))
         {
             return Err(DistError::invalid(format!(
-                "{what}: \"{first}\" is {:?} but \"{other}\" is {:?}: the parameters of one fully_shard call are all-gathered as one tensor and must share a dtype: shard them in separate calls",
+                "{what}: \"{first}\" is {:?} on {:?} but \"{other}\" is {:?} on {:?}: the parameters of one fully_shard call are all-gathered as one tensor and must share a dtype and device: shard them in separate calls",
                 a.kind(),
-                b.kind()
+                a.device(),
+                b.kind(),
+                b.device()
+            )));
+        }
+        // Everything is checked before the first shard is made: a refused call leaves
+        // the shard VarStore as it was.
+        if let Some((name, _)) = params.iter().find(|(_, t)| t.dim() == 0) {
+            return Err(DistError::invalid(format!(
+                "{what}: \"{name}\" is a scalar: parameters are sharded along dim 0, so a scalar cannot be; make it shape [1]"
             )));
         }
         let mut sharded = Vec::new();
         for (name, full) in params {
             let shape = full.size();
-            if shape.is_empty() {
-                return Err(DistError::invalid(format!(
-                    "{what}: \"{name}\" is a scalar: parameters are sharded along dim 0, so a scalar cannot be; make it shape [1]"
-                )));
-            }
             // torch.chunk's chunk size, and rank r's rows of it (none past the end).
             let shard_rows = (shape[0] + world - 1) / world;
             let start = (rank * shard_rows).min(shape[0]);
@@ -449,7 +462,7 @@ impl Unit {
                 }
                 padded
             });
-            let shard = var_at(shards, &name, &shard);
+            let shard = var_at(shards, &name, shard);
             sharded.push(ShardedParam {
                 name,
                 kind: full.kind(),
@@ -630,14 +643,15 @@ impl UnitState {
 }
 
 /// The shard VarStore's variable for `name` (`block1.conv.weight`: path `block1.conv`).
-fn var_at(vs: &VarStore, name: &str, value: &Tensor) -> Tensor {
+fn var_at(vs: &VarStore, name: &str, value: Tensor) -> Tensor {
     let mut path = vs.root();
     let mut parts: Vec<&str> = name.split('.').collect();
     let last = parts.pop().unwrap_or(name);
     for part in parts {
         path = path.sub(part);
     }
-    path.var_copy(last, value)
+    // `add`, not `var_copy`: the shard keeps the parameter's dtype.
+    path.add(last, value, true)
 }
 
 fn bytes_of(t: &Tensor) -> i64 {
@@ -673,7 +687,11 @@ fn copy_unversioned(dst: &mut Tensor, src: &Tensor) -> Result<()> {
     let mut err = ptr::null_mut();
     check(
         unsafe {
-            ffi::tchd_copy_unversioned(dst.as_mut_ptr() as *mut c_void, src.as_ptr() as *const c_void, &mut err)
+            ffi::tchd_copy_unversioned(
+                dst.as_mut_ptr() as *mut c_void,
+                src.as_ptr() as *const c_void,
+                &mut err,
+            )
         },
         err,
     )

@@ -26,7 +26,7 @@ const BLOCKS: [&str; 3] = ["block1", "block2", "block3"];
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    run_scenario(&[("fsdp_vs_ddp", fsdp_vs_ddp_scenario)]);
+    run_scenario(&[("fsdp_vs_ddp", fsdp_vs_ddp_scenario), ("wide_resnet", wide_resnet_scenario)]);
 }
 
 /// conv3×3 (no bias) → BatchNorm → ReLU, as the lab's cbr.
@@ -39,7 +39,10 @@ struct Cbr {
 impl Cbr {
     fn new(p: nn::Path, cin: i64, cout: i64) -> Cbr {
         let cfg = nn::ConvConfig { padding: 1, bias: false, ..Default::default() };
-        Cbr { conv: nn::conv2d(&p / "conv", cin, cout, 3, cfg), bn: nn::batch_norm2d(&p / "bn", cout, Default::default()) }
+        Cbr {
+            conv: nn::conv2d(&p / "conv", cin, cout, 3, cfg),
+            bn: nn::batch_norm2d(&p / "bn", cout, Default::default()),
+        }
     }
 }
 
@@ -106,8 +109,11 @@ fn build(vs: &nn::VarStore, rank: usize, wrap: &dyn Fn(Block, &str) -> Box<dyn M
     let root = vs.root();
     let stem = Cbr::new(&root / "stem", 1, 4);
     let widths = [(4, 7), (7, 7), (7, 5)];
-    let blocks =
-        BLOCKS.iter().zip(widths).map(|(name, (cin, cout))| wrap(Block::new(&root / *name, cin, cout), name)).collect();
+    let blocks = BLOCKS
+        .iter()
+        .zip(widths)
+        .map(|(name, (cin, cout))| wrap(Block::new(&root / *name, cin, cout), name))
+        .collect();
     Net { stem, blocks, fc: nn::linear(&root / "fc", 5, 10, Default::default()) }
 }
 
@@ -130,7 +136,11 @@ fn unit_shard_numels(params: &[(String, Vec<i64>)], world: i64) -> Vec<(String, 
     let mut units: Vec<(String, i64)> = BLOCKS
         .iter()
         .map(|b| {
-            let n = params.iter().filter(|(name, _)| name.starts_with(&format!("{b}."))).map(|(_, s)| shard(s)).sum();
+            let n = params
+                .iter()
+                .filter(|(name, _)| name.starts_with(&format!("{b}.")))
+                .map(|(_, s)| shard(s))
+                .sum();
             (b.to_string(), n)
         })
         .collect();
@@ -160,7 +170,8 @@ fn fsdp_vs_ddp_scenario() {
         ddp_losses.push(loss.double_value(&[]));
     }
     let params: Vec<(String, Vec<i64>)> = {
-        let mut named: Vec<(String, Tensor)> = ddp_vs.variables().into_iter().filter(|(_, t)| t.requires_grad()).collect();
+        let mut named: Vec<(String, Tensor)> =
+            ddp_vs.variables().into_iter().filter(|(_, t)| t.requires_grad()).collect();
         named.sort_by(|a, b| a.0.cmp(&b.0));
         named.into_iter().map(|(n, t)| (n, t.size())).collect()
     };
@@ -168,7 +179,13 @@ fn fsdp_vs_ddp_scenario() {
     let full_bytes = |prefix: &str| -> i64 {
         params
             .iter()
-            .filter(|(n, _)| if prefix.is_empty() { !BLOCKS.iter().any(|b| n.starts_with(&format!("{b}."))) } else { n.starts_with(&format!("{prefix}.")) })
+            .filter(|(n, _)| {
+                if prefix.is_empty() {
+                    !BLOCKS.iter().any(|b| n.starts_with(&format!("{b}.")))
+                } else {
+                    n.starts_with(&format!("{prefix}."))
+                }
+            })
             .map(|(_, s)| s.iter().product::<i64>() * 4)
             .sum()
     };
@@ -190,7 +207,11 @@ fn fsdp_vs_ddp_scenario() {
         // After forward only the root (which FSDP2 never reshards after forward) holds
         // its full parameters: every block's were freed.
         let after_forward = fsdp.memory().unwrap();
-        assert_eq!(after_forward.unsharded_bytes, full_bytes(""), "step {step}: full bytes held after forward");
+        assert_eq!(
+            after_forward.unsharded_bytes,
+            full_bytes(""),
+            "step {step}: full bytes held after forward"
+        );
         let loss = logits.cross_entropy_for_logits(&labels);
         opt.backward_step(&loss);
         let memory = fsdp.memory().unwrap();
@@ -212,7 +233,8 @@ fn fsdp_vs_ddp_scenario() {
     assert_eq!(memory.shard_numel, shard_numel);
     assert_eq!(memory.shard_bytes, shard_numel * 4);
     assert_eq!(memory.grad_bytes, memory.shard_bytes, "gradients: one per shard element");
-    let optimizer_numel: i64 = fsdp.shards().unwrap().trainable_variables().iter().map(|t| t.numel() as i64).sum();
+    let optimizer_numel: i64 =
+        fsdp.shards().unwrap().trainable_variables().iter().map(|t| t.numel() as i64).sum();
     assert_eq!(optimizer_numel, shard_numel, "the optimizer's variables are the shards");
     // P / N, plus at most world - 1 padding rows per parameter (this model's widths are
     // chosen odd, so padding is a visible share of it; the lab's are even).
@@ -255,7 +277,8 @@ fn fsdp_vs_ddp_scenario() {
         let reference = ddp_vs.variables();
         let mut worst = 0f64;
         for (name, _) in &params {
-            let (_, gathered) = state.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} missing"));
+            let (_, gathered) =
+                state.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} missing"));
             let diff = (gathered - &reference[name]).abs().max().double_value(&[]);
             worst = worst.max(diff);
         }
@@ -265,6 +288,135 @@ fn fsdp_vs_ddp_scenario() {
         println!("max |FSDP - DDP| after {STEPS} steps: {worst:e}");
     }
     dist::destroy_process_group().unwrap();
+}
+
+/// The lab's narrow WideResNet (173,778 parameters), sharded as one unit (its forward
+/// is one function: blocks cannot be wrapped from outside), against DDP: the same
+/// weights after K steps, half the parameters per rank on 2 ranks.
+fn wide_resnet_scenario() {
+    init_env(TIMEOUT);
+    let rank = dist::get_rank().unwrap();
+    let world = dist::get_world_size().unwrap() as i64;
+    let build = |vs: &nn::VarStore| {
+        tch::manual_seed(20 + rank as i64);
+        labkit::WideResNet::new(&vs.root(), labkit::Widths::NARROW, labkit::Norm::BatchNorm)
+    };
+    let batch = |step: i64| {
+        tch::manual_seed(2000 + 10 * step + rank as i64);
+        let images = Tensor::rand([8, 1, 28, 28], (Kind::Float, Device::Cpu));
+        (images, Tensor::randint(10, [8], (Kind::Int64, Device::Cpu)))
+    };
+    let ddp_vs = nn::VarStore::new(Device::Cpu);
+    let ddp = DistributedDataParallel::new(build(&ddp_vs), &ddp_vs, DdpOptions::default()).unwrap();
+    let mut ddp_opt = nn::Sgd::default().build(&ddp_vs, 0.02).unwrap();
+    for step in 0..2 {
+        let (images, labels) = batch(step);
+        // Dropout draws from the global generator: the same masks in both runs.
+        tch::manual_seed(step);
+        ddp_opt.backward_step(&ddp.forward_t(&images, true).cross_entropy_for_logits(&labels));
+    }
+
+    let vs = nn::VarStore::new(Device::Cpu);
+    let fsdp = FullyShard::new(&vs, FsdpOptions::default()).unwrap();
+    let model = fsdp.fully_shard(build(&vs), "").unwrap();
+    let mut opt = nn::Sgd::default().build(fsdp.shards().unwrap(), 0.02).unwrap();
+    for step in 0..2 {
+        let (images, labels) = batch(step);
+        tch::manual_seed(step);
+        opt.backward_step(&model.forward_t(&images, true).cross_entropy_for_logits(&labels));
+    }
+    let memory = fsdp.memory().unwrap();
+    assert_eq!(memory.model_numel, 173_778);
+    // Every dim 0 of the narrow model is even: exactly half each on 2 ranks.
+    if world == 2 {
+        assert_eq!(memory.shard_numel, 173_778 / 2);
+    }
+    assert_eq!((memory.grad_bytes, memory.unsharded_bytes), (memory.shard_bytes, 0));
+    println!("rank {rank}: WideResNet shard {} of {} parameters", memory.shard_numel, memory.model_numel);
+    if let Some(state) = fsdp.full_state_dict().unwrap() {
+        let reference = ddp_vs.variables();
+        let mut worst = 0f64;
+        for (name, gathered) in &state {
+            let diff = (gathered - &reference[name]).abs().max().double_value(&[]);
+            worst = worst.max(diff);
+        }
+        assert_eq!(state.len(), reference.len(), "every parameter and buffer");
+        assert!(worst <= 1e-5, "FSDP's WideResNet differs from DDP's by {worst}");
+        println!("WideResNet: max |FSDP - DDP| after 2 steps: {worst:e}");
+    }
+    dist::destroy_process_group().unwrap();
+}
+
+/// A group of one rank: FSDP is plain training, bit for bit.
+#[test]
+fn one_rank_fsdp_is_plain_training() {
+    let group = Arc::new(single_rank_group(None));
+    let plain_vs = nn::VarStore::new(Device::Cpu);
+    let plain = build(&plain_vs, 0, &|block, _| Box::new(block));
+    let mut plain_opt = sgd().build(&plain_vs, 0.05).unwrap();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let fsdp = FullyShard::with_group(&vs, group, FsdpOptions::default()).unwrap();
+    let net = build(&vs, 0, &|block, name| Box::new(fsdp.fully_shard(block, name).unwrap()));
+    let model = fsdp.fully_shard(net, "").unwrap();
+    let mut opt = sgd().build(fsdp.shards().unwrap(), 0.05).unwrap();
+    for step in 0..STEPS {
+        let (images, labels) = batch(step, 0);
+        plain_opt.backward_step(&plain.forward_t(&images, true).cross_entropy_for_logits(&labels));
+        opt.backward_step(&model.try_forward_t(&images, true).unwrap().cross_entropy_for_logits(&labels));
+    }
+    let (images, _) = batch(STEPS, 0);
+    // Evaluation without autograd: every full parameter, the root's too, freed after.
+    let (want, got) = tch::no_grad(|| (plain.forward_t(&images, false), model.forward_t(&images, false)));
+    assert!(got.equal(&want), "eval outputs differ");
+    assert_eq!(fsdp.memory().unwrap().unsharded_bytes, 0);
+    let state = fsdp.full_state_dict().unwrap().expect("rank 0 gets the state");
+    let reference = plain_vs.variables();
+    for (name, t) in &state {
+        assert!(t.equal(&reference[name]), "{name} differs");
+    }
+}
+
+/// What `fully_shard` cannot do is refused with what to do instead.
+#[test]
+fn fully_shard_refuses_what_it_cannot_shard() {
+    let group = Arc::new(single_rank_group(None));
+    let vs = nn::VarStore::new(Device::Cpu);
+    let fsdp = FullyShard::with_group(&vs, group.clone(), FsdpOptions::default()).unwrap();
+    let a = nn::linear(vs.root() / "a", 4, 3, Default::default());
+    let scale = vs.root().var("scale", &[], nn::Init::Const(1.0));
+    let _a = fsdp.fully_shard(a, "a").unwrap();
+    let e = fsdp.fully_shard(nn::seq(), "a").unwrap_err();
+    assert!(e.message().contains("fully_shard(\"a\"): no parameter left under \"a\""), "{e}");
+    assert!(e.message().contains("(e.g. \"scale\")"), "{e}");
+    let e = fsdp.shards().unwrap_err();
+    assert!(e.message().contains("1 parameter(s), e.g. \"scale\", belong to no fully_shard call"), "{e}");
+    let e = fsdp.fully_shard(nn::seq(), "").unwrap_err();
+    assert!(e.message().contains("\"scale\" is a scalar"), "{e}");
+    drop(scale);
+
+    let vs = nn::VarStore::new(Device::Cpu);
+    let fsdp = FullyShard::with_group(&vs, group.clone(), FsdpOptions::default()).unwrap();
+    let _b = nn::linear(vs.root() / "b", 2, 2, Default::default());
+    let _ = vs.root().sub("b").add("extra", Tensor::ones([2], (Kind::Double, Device::Cpu)), true);
+    let e = fsdp.fully_shard(nn::seq(), "b").unwrap_err();
+    assert!(
+        e.message().contains("\"b.extra\" is Double on Cpu: the parameters of one fully_shard call"),
+        "{e}"
+    );
+    let _root = fsdp.fully_shard(nn::seq(), "").unwrap_err();
+
+    let vs = nn::VarStore::new(Device::Cpu);
+    let fsdp = FullyShard::with_group(&vs, group, FsdpOptions::default()).unwrap();
+    let c = nn::linear(vs.root() / "c", 2, 2, Default::default());
+    let _root = fsdp.fully_shard(c, "").unwrap();
+    let e = fsdp.fully_shard(nn::seq(), "c").unwrap_err();
+    assert!(e.message().contains("the root is already sharded"), "{e}");
+}
+
+#[test]
+fn wide_resnet_equals_ddp_on_2_ranks() {
+    let port = launcher::free_port().unwrap();
+    assert_all_ok(&run_ranks("wide_resnet", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
