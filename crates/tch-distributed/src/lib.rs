@@ -62,7 +62,8 @@
 //! Beyond DDP: [`FullyShard`] shards a model's parameters, gradients and optimizer
 //! state over the ranks as PyTorch's FSDP2 `fully_shard` does, on top of
 //! [`all_gather_into_tensor`] and [`reduce_scatter_tensor`]; [`send`] and [`recv`]
-//! (and [`isend`], [`irecv`]) move tensors between two ranks.
+//! (and [`isend`], [`irecv`]) move tensors between two ranks, which [`Pipeline`] uses
+//! to run a model cut into stages with GPipe's schedule.
 #![warn(missing_docs)]
 mod amp;
 mod collectives;
@@ -78,6 +79,7 @@ mod fsdp;
 mod group;
 mod launch;
 mod new_group;
+mod pipeline;
 mod rendezvous;
 mod sampler;
 mod spawn;
@@ -107,6 +109,7 @@ pub use launch::{
     MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };
 pub use new_group::new_group;
+pub use pipeline::{Pipeline, PipelineStep};
 pub use rendezvous::{Init, Rendezvous};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
