@@ -141,7 +141,7 @@ struct Registry {
     /// Names of the variables (parameters and buffers) some `fully_shard` took.
     claimed: HashSet<String>,
     /// Buffers (and frozen variables) the units took: not sharded.
-    buffers: Vec<(String, Tensor)>,
+    buffers: Named,
     units: Vec<Arc<Unit>>,
     root_sharded: bool,
 }
@@ -159,8 +159,11 @@ impl Memory {
     }
 }
 
+/// Variables with their VarStore names.
+type Named = Vec<(String, Tensor)>;
+
 /// The VarStore's variables: trainable ones in creation order, then the others, by name.
-fn variables(model: &Mutex<Variables>) -> (Vec<(String, Tensor)>, Vec<(String, Tensor)>) {
+fn variables(model: &Mutex<Variables>) -> (Named, Named) {
     let model = lock(model);
     let mut named: Vec<(&String, &Tensor)> = model.named_variables.iter().collect();
     named.sort_by(|a, b| a.0.cmp(b.0));
@@ -418,7 +421,7 @@ impl ShardedParam {
 impl Unit {
     fn new(
         what: &str,
-        params: Vec<(String, Tensor)>,
+        params: Named,
         group: &Arc<ProcessGroup>,
         shards: &VarStore,
         memory: &Arc<Memory>,
