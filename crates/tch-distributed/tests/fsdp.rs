@@ -347,22 +347,39 @@ fn wide_resnet_scenario() {
     dist::destroy_process_group().unwrap();
 }
 
-/// A group of one rank: FSDP is plain training, bit for bit.
+/// A group of one rank: FSDP is plain training, bit for bit, whether blocks reshard
+/// after forward or keep their parameters until backward.
 #[test]
 fn one_rank_fsdp_is_plain_training() {
+    one_rank_fsdp(true);
+    one_rank_fsdp(false);
+}
+
+fn one_rank_fsdp(reshard_after_forward: bool) {
     let group = Arc::new(single_rank_group(None));
     let plain_vs = nn::VarStore::new(Device::Cpu);
     let plain = build(&plain_vs, 0, &|block, _| Box::new(block));
     let mut plain_opt = sgd().build(&plain_vs, 0.05).unwrap();
     let vs = nn::VarStore::new(Device::Cpu);
-    let fsdp = FullyShard::with_group(&vs, group, FsdpOptions::default()).unwrap();
+    let options = FsdpOptions { reshard_after_forward, ..FsdpOptions::default() };
+    let fsdp = FullyShard::with_group(&vs, group, options).unwrap();
     let net = build(&vs, 0, &|block, name| Box::new(fsdp.fully_shard(block, name).unwrap()));
     let model = fsdp.fully_shard(net, "").unwrap();
     let mut opt = sgd().build(fsdp.shards().unwrap(), 0.05).unwrap();
+    let model_bytes = fsdp.memory().unwrap().model_numel * 4;
     for step in 0..STEPS {
         let (images, labels) = batch(step, 0);
         plain_opt.backward_step(&plain.forward_t(&images, true).cross_entropy_for_logits(&labels));
-        opt.backward_step(&model.try_forward_t(&images, true).unwrap().cross_entropy_for_logits(&labels));
+        let logits = model.try_forward_t(&images, true).unwrap();
+        // Without resharding every block keeps its parameters until its backward.
+        let held = fsdp.memory().unwrap().unsharded_bytes;
+        assert_eq!(
+            held == model_bytes,
+            !reshard_after_forward,
+            "{held} of {model_bytes} bytes held after forward"
+        );
+        opt.backward_step(&logits.cross_entropy_for_logits(&labels));
+        assert_eq!(fsdp.memory().unwrap().unsharded_bytes, 0);
     }
     let (images, _) = batch(STEPS, 0);
     // Evaluation without autograd: every full parameter, the root's too, freed after.
