@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use coursegen::LAST_STEP;
+use coursegen::{LAB_LAST_STEP, LAST_STEP};
 
 use crate::grade::Graded;
 use crate::{sandbox, Failure};
@@ -89,7 +89,7 @@ pub enum Command {
                  each in its own sandbox: `grade step 7 --crates handed-in --json-dir results` writes \
                  results/<name>.json (exercism's format) per submission and results/gradebook.csv (a \
                  row each, points per step). `grade all --crates` grades finished programs on every \
-                 check of steps 0-{LAST_STEP}"
+                 check of the DLI lab's steps 0-{LAB_LAST_STEP} (the steps after it are graded one by one)"
             )
         )]
         crates: Option<PathBuf>,
@@ -191,7 +191,8 @@ pub enum Platform {
             value_parser = graded_program,
             help = format!(
                 "The step whose program students hand in (0 to {LAST_STEP}), graded on that step's \
-                 checks; or `all`: the finished program, graded on every check of steps 0-{LAST_STEP}"
+                 checks; or `all`: the finished program, graded on every check of the DLI lab's steps \
+                 0-{LAB_LAST_STEP} (a step after it is graded on its own)"
             )
         )]
         step: Graded,

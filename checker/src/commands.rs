@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use coursegen::LAST_STEP;
+use coursegen::LAB_LAST_STEP;
 
 use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
@@ -163,7 +163,12 @@ pub fn grade(
     reports: &Reports,
     (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
 ) -> Result<(), Failure> {
-    let steps = if target.is_empty() { (0..=LAST_STEP).collect() } else { parse_target(target)? };
+    // `all` is the DLI lab's steps; a step beyond it is graded on its own (`grade step 12`).
+    let steps = if target.is_empty() || target == ["all"] {
+        (0..=LAB_LAST_STEP).collect()
+    } else {
+        parse_target(target)?
+    };
     let confinement = Confinement::of(sandbox, why_none);
     let mut submission = None;
     let handed_in = matches!(subject, Subject::Elsewhere(_));
@@ -326,7 +331,7 @@ pub fn grade_batch(
 /// row for each submission of DIR without one.
 pub fn gradebook(out: &Path, handed_in: Option<&Path>) -> Result<(), Failure> {
     let expected = match handed_in {
-        Some(dir) => submissions_in(dir, LAST_STEP)?.into_iter().map(|(name, _)| name).collect(),
+        Some(dir) => submissions_in(dir, LAB_LAST_STEP)?.into_iter().map(|(name, _)| name).collect(),
         None => Vec::new(),
     };
     let (path, rows) = gradebook::write(out, &expected)?;
@@ -394,7 +399,7 @@ pub fn autograder_github_classroom(
         }
     };
     let grader = classroom::Grader::new(repository, &revision)?;
-    let steps: Vec<u8> = (0..=LAST_STEP).collect();
+    let steps: Vec<u8> = (0..=LAB_LAST_STEP).collect();
     let text = classroom::workflow_file(&grader, &steps)?;
     let path = out.join(classroom::WORKFLOW_FILE);
     if let Some(dir) = path.parent() {

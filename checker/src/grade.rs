@@ -4,7 +4,7 @@
 //! (`formats`); the points table `grade` prints is here.
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use coursegen::LAST_STEP;
+use coursegen::LAB_LAST_STEP;
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
@@ -341,7 +341,7 @@ impl Graded {
     pub fn run_as(self) -> u8 {
         match self {
             Graded::Step(step) => step,
-            Graded::Final => LAST_STEP,
+            Graded::Final => LAB_LAST_STEP,
         }
     }
 
@@ -349,7 +349,7 @@ impl Graded {
     pub fn steps(self) -> Vec<u8> {
         match self {
             Graded::Step(step) => vec![step],
-            Graded::Final => (0..=LAST_STEP).collect(),
+            Graded::Final => (0..=LAB_LAST_STEP).collect(),
         }
     }
 
@@ -361,7 +361,7 @@ impl Graded {
     pub fn describe(self) -> String {
         match self {
             Graded::Step(step) => format!("step {step}'s program"),
-            Graded::Final => format!("the finished program on steps 0-{LAST_STEP}"),
+            Graded::Final => format!("the finished program on steps 0-{LAB_LAST_STEP}"),
         }
     }
 }

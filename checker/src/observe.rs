@@ -128,6 +128,31 @@ pub struct Observation {
     pub downloads: Option<BTreeMap<String, usize>>,
     /// Step 7 on: the N-rank and 1-rank runs of the comparison.
     pub equivalence: Option<Equivalence>,
+    /// Step 12 on: a run stopped and resumed, and the same run never stopped.
+    #[serde(default)]
+    pub resume: Option<ResumeRuns>,
+}
+
+/// The runs that must end with the same weights (step 12): one trains every epoch,
+/// the other is stopped after `stopped_after` and resumed with `--resume`.
+#[derive(Serialize, Deserialize)]
+pub struct ResumeRuns {
+    /// Their settings (the main run's world and data, dropout off).
+    pub settings: Variation,
+    /// The last epoch the stopped run trained.
+    pub stopped_after: usize,
+    pub uninterrupted: Vec<RankProcess>,
+    pub uninterrupted_trace: Trace,
+    pub stopped: Vec<RankProcess>,
+    pub resumed: Vec<RankProcess>,
+    pub resumed_trace: Trace,
+}
+
+impl ResumeRuns {
+    /// Every process of the three runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        self.uninterrupted.iter().chain(&self.stopped).chain(&self.resumed)
+    }
 }
 
 /// The two runs that must train to the same weights.
@@ -268,7 +293,8 @@ fn observe_runs(
     grace: Duration,
 ) -> Observation {
     phase(&format!("running {} rank(s)", v.world_size()));
-    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
+    let main_args = if step >= 12 { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
+    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
     // initial weights, dropout off and statistics over the global batch.
     let equivalence = (step >= 7).then(|| {
@@ -277,11 +303,15 @@ fn observe_runs(
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
         // Independent jobs on their own ports: run them side by side.
         let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
-            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many")));
-            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"));
+            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many"), &[]));
+            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"), &[]);
             (many_job.join().expect("the comparison's run thread"), one_run)
         });
         Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+    });
+    let resume = (step >= 12).then(|| {
+        phase("stopping a run after epoch 0 and resuming it");
+        resume_runs(step, bin, v, setup)
     });
 
     if step >= 1 {
@@ -305,6 +335,46 @@ fn observe_runs(
         quick_run: None,
         downloads: None,
         equivalence,
+        resume,
+    }
+}
+
+/// `--save-every 1` into a fresh checkpoint directory of the verification, and `more`.
+fn checkpoint_args(setup: &Setup, dir: &str, more: &[&str]) -> Vec<String> {
+    let dir = setup.work.join(dir);
+    let mut args =
+        vec!["--save-every".into(), "1".into(), "--checkpoint-dir".into(), dir.display().to_string()];
+    args.extend(more.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Step 12's comparison: the main run's world and data for two epochs, dropout off
+/// (its random draws are not in a checkpoint, so a resumed run would draw others):
+/// one run trains both epochs; another stops after epoch 0 and a third resumes it.
+fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns {
+    let settings = Variation { epochs: 2, ..v.clone() };
+    let stopped_after = 0;
+    let stopped_settings = Variation { epochs: stopped_after + 1, ..settings.clone() };
+    let whole_args = checkpoint_args(setup, "uninterrupted-checkpoints", &[]);
+    let stopped_args = checkpoint_args(setup, "resumed-checkpoints", &[]);
+    let resumed_args = checkpoint_args(setup, "resumed-checkpoints", &["--resume"]);
+    // The uninterrupted run beside the stopped one (their own ports and directories).
+    let ((whole, whole_trace, _), (stopped, _, _)) = std::thread::scope(|scope| {
+        let whole =
+            scope.spawn(|| run_job(step, bin, &settings, setup, Job::Resume("uninterrupted"), &whole_args));
+        let stopped = run_job(step, bin, &stopped_settings, setup, Job::Resume("stopped"), &stopped_args);
+        (whole.join().expect("the uninterrupted run's thread"), stopped)
+    });
+    let (resumed, resumed_trace, _) =
+        run_job(step, bin, &settings, setup, Job::Resume("resumed"), &resumed_args);
+    ResumeRuns {
+        settings,
+        stopped_after,
+        uninterrupted: whole,
+        uninterrupted_trace: whole_trace,
+        stopped,
+        resumed,
+        resumed_trace,
     }
 }
 
@@ -382,6 +452,8 @@ enum Job {
     Main,
     /// The N-ranks-equal-1-rank comparison ("many" or "one").
     Equivalence(&'static str),
+    /// Step 12's stopped, resumed and uninterrupted runs.
+    Resume(&'static str),
 }
 
 /// Starts the program as step `step` needs (one process per rank before step 10, one
@@ -393,10 +465,12 @@ fn run_job(
     v: &Variation,
     setup: &Setup,
     job: Job,
+    extra: &[String],
 ) -> (Vec<RankProcess>, Trace, Option<u16>) {
     let prefix = match job {
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
+        Job::Resume(name) => format!("{name}-"),
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
@@ -405,6 +479,7 @@ fn run_job(
     let mut placement = Vec::new();
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node);
+        args.extend(extra.iter().cloned());
         let mut env: Vec<(String, String)> = vec![
             (lab_trace::TRACE_ENV.into(), trace_dir.display().to_string()),
             (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
@@ -428,7 +503,12 @@ fn run_job(
         if main && step >= 8 && v.world_size() > 1 {
             env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
         }
+        if main && step >= 12 {
+            // A rank that loads without waiting for rank 0's write then always reads too early.
+            env.push((labkit::SLOW_SAVE_ENV.into(), "1".into()));
+        }
         if !main {
+            // Dropout off (both comparisons).
             env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
         }
         match (&setup.mirror, step >= 5 && main) {

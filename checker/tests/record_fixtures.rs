@@ -57,7 +57,10 @@ fn steps_to_record() -> std::ops::RangeInclusive<u8> {
     let Ok(text) = std::env::var(RECORD_STEPS_ENV) else { return 0..=coursegen::LAST_STEP };
     let parse = |s: &str| -> u8 {
         s.trim().parse().unwrap_or_else(|_| {
-            panic!("{RECORD_STEPS_ENV}={text:?}: a step (0-{}) or a range of steps (5-11) expected", coursegen::LAST_STEP)
+            panic!(
+                "{RECORD_STEPS_ENV}={text:?}: a step (0-{}) or a range of steps (5-11) expected",
+                coursegen::LAST_STEP
+            )
         })
     };
     match text.split_once('-') {

@@ -1,6 +1,7 @@
 //@ header
-//! The master of the lab's 24 crates: the finished lab (the solution of step 11) as a
-//! Rust program that compiles, with each step's change marked for coursegen.
+//! The master of the lab's 26 crates: the solution of the last step (step 12; step 11's
+//! is the finished DLI lab) as a Rust program that compiles, with each step's change
+//! marked for coursegen.
 //!
 //! `//@ step N` ... `//@ end` wraps the code that step N adds. In the block, `//@ todo`
 //! starts what the starter of step N shows instead (its `TODO Step N` comments) and
@@ -225,8 +226,23 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
-    // --resume: continue from the last checkpoint (weights, epoch, history), if any.
-    let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
+    //@ step 12
+    // --resume: every rank loads the last checkpoint, if there is one, onto its own
+    // device (PyTorch's map_location) and training continues at the epoch after it.
+    let start = if args.run.checkpoint.resume {
+        let checkpoint = labkit::load_checkpoint(&args.run, &vs, device)?;
+        labkit::resume_after(checkpoint.as_ref(), &mut early_stopping)
+    } else {
+        labkit::Start::FRESH
+    };
+    //@ todo
+    //| // TODO Step 12: labkit::resume does this out of sight; do it yourself: with --resume,
+    //| // every rank loads the last checkpoint onto its own device (labkit::load_checkpoint)
+    //| // and the run continues after it (labkit::resume_after).
+    //@ old
+    //| // --resume: continue from the last checkpoint (weights, epoch, history), if any.
+    //| let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
+    //@ end
     let mut total_time = start.total_time;
     for epoch in start.epoch..args.epochs {
         //@ step 6
@@ -289,14 +305,39 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
         //| report.print();
         //@ end
         let stop = early_stopping.record(v_accuracy);
-        // --save-every N: rank 0 snapshots the run every N epochs.
-        let state = labkit::TrainingState {
-            epoch,
-            total_time,
-            learning_rate: args.base_lr,
-            early_stopping: &early_stopping,
-        };
-        labkit::save_checkpoint(&args.run, &vs, state)?;
+        //@ step 12
+        // --save-every N: every rank holds the same weights, so rank 0 alone writes them.
+        // No rank reads the checkpoint before it is whole (the barrier); then every rank
+        // continues from what was saved, loaded onto its own device, as a restarted job
+        // would.
+        if labkit::checkpoint_due(&args.run, epoch) {
+            if global_rank == 0 {
+                let state = labkit::TrainingState {
+                    epoch,
+                    total_time,
+                    learning_rate: args.base_lr,
+                    early_stopping: &early_stopping,
+                };
+                labkit::write_checkpoint(&args.run, &vs, state)?;
+            }
+            dist::barrier()?;
+            labkit::load_checkpoint(&args.run, &vs, device)?;
+        }
+        //@ todo
+        //| // TODO Step 12: labkit::save_checkpoint does this out of sight; do it yourself: with
+        //| // --save-every N (labkit::checkpoint_due), write the checkpoint (labkit::write_checkpoint)
+        //| // once, not once per rank; then every rank loads it back onto its own device
+        //| // (labkit::load_checkpoint), but only once it is whole.
+        //@ old
+        //| // --save-every N: rank 0 snapshots the run every N epochs.
+        //| let state = labkit::TrainingState {
+        //|     epoch,
+        //|     total_time,
+        //|     learning_rate: args.base_lr,
+        //|     early_stopping: &early_stopping,
+        //| };
+        //| labkit::save_checkpoint(&args.run, &vs, state)?;
+        //@ end
         if stop {
             break;
         }

@@ -35,6 +35,7 @@ mod step_08;
 mod step_09;
 mod step_10;
 mod step_11;
+mod step_12;
 
 pub use step_00::build_failed;
 
@@ -67,6 +68,9 @@ pub mod id {
     pub const FAILING_RANK_ENDS_RUN: &str = "failing-rank-ends-run";
     pub const SUMMARY: &str = "summary";
     pub const TARGET_REACHED: &str = "target-reached";
+    pub const ONE_WRITER: &str = "one-writer";
+    pub const READ_AFTER_WHOLE: &str = "read-after-whole";
+    pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
 }
 
 /// One check of the lab.
@@ -93,6 +97,8 @@ pub enum Needs {
     Equivalence,
     /// The quick evaluation.
     QuickRun,
+    /// The runs stopped and resumed, and the uninterrupted one (step 12).
+    Resume,
 }
 
 /// What the evidence shows.
@@ -187,7 +193,7 @@ impl CheckResult {
 }
 
 /// Every check, step by step, in the order reports show them.
-pub static REGISTRY: [&[Check]; 12] = [
+pub static REGISTRY: [&[Check]; coursegen::STEPS.len()] = [
     step_00::CHECKS,
     step_01::CHECKS,
     step_02::CHECKS,
@@ -200,6 +206,7 @@ pub static REGISTRY: [&[Check]; 12] = [
     step_09::CHECKS,
     step_10::CHECKS,
     step_11::CHECKS,
+    step_12::CHECKS,
 ];
 
 /// The ids of the checks step `step` introduces.
@@ -263,6 +270,10 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
             None => return Some("the comparison did not run".into()),
         },
         Needs::QuickRun => obs.quick_run.iter().collect(),
+        Needs::Resume => match &obs.resume {
+            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
+            None => return Some("the stopped and resumed runs did not run".into()),
+        },
     };
     let failed = processes.into_iter().find(|e| !e.success())?;
     let mut why = format!("{} ended with {}", failed.name, failed.describe());
@@ -361,13 +372,14 @@ mod tests {
             fail_run: (step >= 10).then(not_started),
             quick_run: (step >= 11).then(not_started),
             equivalence: None,
+            resume: None,
             downloads: (step >= 5).then(BTreeMap::new),
         }
     }
 
     #[test]
     fn the_registry_is_what_judge_reports() {
-        for step in 0..12u8 {
+        for step in 0..=coursegen::LAST_STEP {
             let results = judge(&nothing(step));
             for s in 0..=step {
                 let reported: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();

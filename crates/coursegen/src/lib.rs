@@ -31,7 +31,14 @@ pub const STEPS: &[&str] = &[
     "validation metrics averaged over all ranks",
     "the program spawns its own ranks",
     "the quick evaluation",
+    "checkpoint and resume",
 ];
+
+/// The last step of NVIDIA's DLI lab, which this course ports: its solution is the
+/// finished lab (the quick evaluation), and `grade all` grades the finished program on
+/// steps 0 to this one. The steps after it go beyond the lab ("Beyond DDP") and are
+/// graded each on its own (`grade step N`); `verify all` runs every step.
+pub const LAB_LAST_STEP: u8 = 11;
 
 /// The lab's last step, whose solution is the finished lab: the one number of steps
 /// that the checker, coursegen and the guide's tools read (a step is added to
@@ -171,7 +178,7 @@ fn header(version: Version) -> String {
              //! Look for `TODO Step {n}`: those comments mark this step's work.\n\
              //! `cargo checker verify step {n}` checks it; `cargo checker hint step {n}` helps when you are stuck.\n"
         ),
-        Version::Solution(LAST_STEP) => format!(
+        Version::Solution(LAB_LAST_STEP) => format!(
             "//! ddp-lab, solution of step {n}: {title}.\n\
              //!\n\
              //! This is the finished lab: every step is done.\n"

@@ -410,7 +410,7 @@ n2n4
         let solution = render(master, Solution(7));
         assert!(solution.starts_with("//! ddp-lab, solution of step 7: one device per rank"));
         assert!(!solution.contains("finished lab"));
-        assert!(render(master, Solution(LAST_STEP)).contains("This is the finished lab"));
+        assert!(render(master, Solution(crate::LAB_LAST_STEP)).contains("This is the finished lab"));
     }
 
     #[test]

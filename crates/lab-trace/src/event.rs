@@ -73,8 +73,15 @@ events! {
     Collective,
     /// `labkit::resume`: training continues from a checkpoint.
     Resumed,
-    /// `labkit::save_checkpoint`: rank 0 saved a checkpoint.
+    /// `labkit::save_checkpoint` or `write_checkpoint`: a checkpoint has been written
+    /// (this line's time is when it became whole: its commit).
     CheckpointSaved,
+    /// `labkit::write_checkpoint` begins writing (before any file is touched).
+    SaveCheckpoint,
+    /// `labkit::load_checkpoint` begins reading (before any file is opened).
+    LoadCheckpoint,
+    /// `labkit::load_checkpoint` has loaded a checkpoint's weights.
+    CheckpointLoaded,
 }
 
 /// See [`Event::World`].
@@ -288,4 +295,35 @@ pub struct CheckpointSaved {
     pub weights: String,
     /// Its MD5.
     pub md5: String,
+}
+
+/// See [`Event::SaveCheckpoint`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SaveCheckpoint {
+    /// The epoch being saved after.
+    pub epoch: usize,
+    /// The checkpoint directory.
+    pub dir: String,
+}
+
+/// See [`Event::LoadCheckpoint`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadCheckpoint {
+    /// The checkpoint directory.
+    pub dir: String,
+    /// Where the saved tensors are loaded to (PyTorch's `map_location`), e.g. "cpu" or "cuda:1".
+    pub device: String,
+    /// Where this rank's model lives: a correct device mapping loads onto it.
+    pub model_device: String,
+}
+
+/// See [`Event::CheckpointLoaded`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointLoaded {
+    /// The epoch the checkpoint was saved after.
+    pub epoch: usize,
+    /// Its weights file.
+    pub weights: String,
+    /// The loaded weights' digest, as [`Weights::digest`].
+    pub digest: String,
 }

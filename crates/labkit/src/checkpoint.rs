@@ -17,6 +17,13 @@
 //! model on its own device, and continue with the next epoch. Without a checkpoint it
 //! starts from epoch 0, so one command line serves the first run and every restart.
 //!
+//! Step 12 does the same in sight, as PyTorch's tutorial does: rank 0 alone calls
+//! [`write_checkpoint`] when [`checkpoint_due`], a barrier follows, and every rank then
+//! calls [`load_checkpoint`] with its own device (PyTorch's `map_location`); at the
+//! start, [`resume_after`] continues after a checkpoint loaded under `--resume`.
+//! [`resume`] and [`save`] are the same steps for the programs of steps 0-11, out of
+//! sight there.
+//!
 //! SGD without momentum keeps no per-parameter state: the optimizer's state is its
 //! learning rate, stored as such.
 use std::collections::{BTreeMap, HashMap};
@@ -306,13 +313,20 @@ pub fn read(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
     Ok(Some(checkpoint))
 }
 
-/// Copies the checkpoint's weights into `vs`, on whatever device `vs` lives on. The
-/// names and shapes must match the model exactly (same `--width`).
-pub fn load_weights(dir: &Path, checkpoint: &Checkpoint, vs: &VarStore) -> Result<(), CheckpointError> {
+/// Copies the checkpoint's weights into `vs`: the saved tensors are loaded onto
+/// `device` first (PyTorch's `map_location`), then copied into the model. The names and
+/// shapes must match the model exactly (same `--width`).
+pub fn load_weights(
+    dir: &Path,
+    checkpoint: &Checkpoint,
+    vs: &VarStore,
+    device: Device,
+) -> Result<(), CheckpointError> {
     let path = dir.join(&checkpoint.weights);
     let saved: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
         .map_err(|e| CheckpointError::invalid(&path, format!("it is not a readable safetensors file ({e})")))?
         .into_iter()
+        .map(|(name, tensor)| (name, tensor.to_device(device)))
         .collect();
     let variables = vs.variables();
     let mut missing: Vec<&String> = variables.keys().filter(|k| !saved.contains_key(*k)).collect();
@@ -389,7 +403,7 @@ pub fn resume(
         }
         return Ok(fresh);
     };
-    load_weights(dir, &checkpoint, vs)?;
+    load_weights(dir, &checkpoint, vs, vs.device())?;
     early_stopping.restore(&checkpoint.accuracy_history);
     crate::report::restore(&checkpoint.accuracy_history, checkpoint.total_time);
     if early_stopping.should_stop() {
@@ -419,6 +433,131 @@ pub fn resume(
         trace::record(event::Resumed { epoch: start.epoch, weights: checkpoint.weights.clone(), digest });
     }
     Ok(start)
+}
+
+impl Start {
+    /// A run that starts at epoch 0.
+    pub const FRESH: Start = Start { epoch: 0, total_time: 0.0 };
+}
+
+/// Every rank's half of a checkpoint: loads the last checkpoint of `--checkpoint-dir`
+/// into `vs`, its tensors loaded onto `device` first (PyTorch's `map_location`: pass
+/// this rank's own device, or every rank stages the whole model on the device it was
+/// saved from). `None` when the directory holds no checkpoint yet.
+///
+/// Call it only once the checkpoint is whole: after the barrier that follows rank 0's
+/// [`write_checkpoint`], or at the start of a restarted job.
+///
+/// ```
+/// use labkit::{CheckpointOptions, EarlyStopping, TrainingState};
+/// use tch::{nn::{self, VarStore}, Device};
+///
+/// let dir = std::env::temp_dir().join(format!("labkit-doc-load-{}", std::process::id()));
+/// let options = CheckpointOptions { save_every: Some(1), checkpoint_dir: dir.clone(), resume: true };
+/// let vs = VarStore::new(Device::Cpu);
+/// let _layer = nn::linear(vs.root() / "fc", 4, 2, Default::default());
+/// let mut early_stopping = EarlyStopping::new(0.9, 2);
+/// assert!(labkit::load_checkpoint(&options, &vs, Device::Cpu)?.is_none(), "nothing saved yet");
+///
+/// early_stopping.record(0.8);
+/// let state =
+///     TrainingState { epoch: 0, total_time: 1.5, learning_rate: 0.1, early_stopping: &early_stopping };
+/// if labkit::checkpoint_due(&options, state.epoch) {
+///     labkit::write_checkpoint(&options, &vs, state)?; // rank 0 only, then a barrier
+/// }
+/// let checkpoint = labkit::load_checkpoint(&options, &vs, Device::Cpu)?;
+/// let start = labkit::resume_after(checkpoint.as_ref(), &mut EarlyStopping::new(0.9, 2));
+/// assert_eq!((start.epoch, start.total_time), (1, 1.5));
+/// # std::fs::remove_dir_all(dir)?;
+/// # Ok::<(), labkit::BoxError>(())
+/// ```
+pub fn load_checkpoint(
+    options: &impl AsRef<CheckpointOptions>,
+    vs: &VarStore,
+    device: Device,
+) -> Result<Option<Checkpoint>> {
+    let dir = &options.as_ref().checkpoint_dir;
+    // Before any file is opened: the checker compares when each rank began reading
+    // with when rank 0's checkpoint became whole (step 12's barrier).
+    trace::record(event::LoadCheckpoint {
+        dir: dir.to_string_lossy().into_owned(),
+        device: format!("{device:?}"),
+        model_device: format!("{:?}", vs.device()),
+    });
+    let Some(checkpoint) = read(dir)? else { return Ok(None) };
+    load_weights(dir, &checkpoint, vs, device)?;
+    if trace::enabled() {
+        let digest = trace::fingerprint(&vs.trainable_variables()).digest;
+        trace::record(event::CheckpointLoaded {
+            epoch: checkpoint.epoch,
+            weights: checkpoint.weights.clone(),
+            digest,
+        });
+    }
+    Ok(Some(checkpoint))
+}
+
+/// Where a run continues after `checkpoint` (loaded by [`load_checkpoint`] under
+/// `--resume`): the epoch after it, with its early-stopping history and time restored;
+/// epoch 0 without one. See [`load_checkpoint`] for an example.
+pub fn resume_after(checkpoint: Option<&Checkpoint>, early_stopping: &mut EarlyStopping) -> Start {
+    let Some(checkpoint) = checkpoint else {
+        if run::is_rank_zero() {
+            println!("resume: no checkpoint yet, starting at epoch 0");
+        }
+        return Start::FRESH;
+    };
+    early_stopping.restore(&checkpoint.accuracy_history);
+    crate::report::restore(&checkpoint.accuracy_history, checkpoint.total_time);
+    if early_stopping.should_stop() {
+        if run::is_rank_zero() {
+            println!(
+                "resume: the saved run had already stopped early after epoch {} (target reached); nothing left to train",
+                checkpoint.epoch
+            );
+        }
+        return Start { epoch: usize::MAX, total_time: checkpoint.total_time };
+    }
+    let start = Start { epoch: checkpoint.epoch + 1, total_time: checkpoint.total_time };
+    run::continue_at(start.epoch);
+    if run::is_rank_zero() {
+        println!("resume: continuing at epoch {} (saved after epoch {})", start.epoch, checkpoint.epoch);
+    }
+    start
+}
+
+/// Whether `--save-every N` asks for a checkpoint after `epoch` (0-based): N divides the
+/// number of epochs done. Never without `--save-every`.
+pub fn checkpoint_due(options: &impl AsRef<CheckpointOptions>, epoch: usize) -> bool {
+    options.as_ref().save_every.is_some_and(|every| (epoch + 1).is_multiple_of(every))
+}
+
+/// Writes a checkpoint of `vs` and `state` into `--checkpoint-dir` now, atomically
+/// (see the module documentation), whichever rank calls it: the lab calls it on rank 0
+/// only, as every rank holds the same weights. See [`load_checkpoint`] for an example.
+pub fn write_checkpoint(
+    options: &impl AsRef<CheckpointOptions>,
+    vs: &VarStore,
+    state: TrainingState<'_>,
+) -> Result<()> {
+    let dir = &options.as_ref().checkpoint_dir;
+    trace::record(event::SaveCheckpoint { epoch: state.epoch, dir: dir.to_string_lossy().into_owned() });
+    probes::before_saving_checkpoint();
+    let fields = Checkpoint {
+        epoch: state.epoch,
+        total_time: state.total_time,
+        learning_rate: state.learning_rate,
+        accuracy_history: state.early_stopping.history().to_vec(),
+        weights: String::new(),
+        weights_md5: String::new(),
+    };
+    let saved = write(dir, vs, &fields)?;
+    trace::record(event::CheckpointSaved {
+        epoch: state.epoch,
+        weights: saved.weights,
+        md5: saved.weights_md5,
+    });
+    Ok(())
 }
 
 /// Where training stands after an epoch: what [`save`] records besides the weights (the
@@ -510,7 +649,7 @@ mod tests {
         );
         let other = model(2, 3);
         assert!(!same(&saved, &other));
-        load_weights(&dir, &back, &other).unwrap();
+        load_weights(&dir, &back, &other, Device::Cpu).unwrap();
         assert!(same(&saved, &other), "weights and BatchNorm statistics restored");
         // A newer checkpoint replaces the older weights file after its commit.
         write(&dir, &saved, &fields(5)).unwrap();
@@ -563,7 +702,7 @@ mod tests {
         let written = write(&dir, &saved, &fields(0)).unwrap();
         // Another width: names match, shapes do not.
         let wider = model(1, 5);
-        let e = load_weights(&dir, &written, &wider).unwrap_err();
+        let e = load_weights(&dir, &written, &wider, Device::Cpu).unwrap_err();
         assert!(e.to_string().contains("--width") && e.exit_code() == 2, "{e}");
         // Truncated weights: the MD5 catches it.
         let w = dir.join(&written.weights);

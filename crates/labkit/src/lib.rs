@@ -30,7 +30,8 @@ pub mod trace;
 mod widths;
 
 pub use checkpoint::{
-    resume, save as save_checkpoint, CheckpointError, CheckpointOptions, Start, TrainingState,
+    checkpoint_due, load_checkpoint, resume, resume_after, save as save_checkpoint, write_checkpoint,
+    Checkpoint, CheckpointError, CheckpointOptions, Start, TrainingState,
 };
 pub use console::{announce_world, worker_started};
 pub use data::{
@@ -48,7 +49,7 @@ pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_nod
 pub use perf::{forward_flops_per_image, Amp};
 pub use probes::{
     EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_PREPARE_DELAY,
-    SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, STALL_RANK_ENV,
+    SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, SLOW_SAVE_DELAY, SLOW_SAVE_ENV, STALL_RANK_ENV,
 };
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};

@@ -50,6 +50,22 @@ pub(crate) fn before_preparing_data() {
     }
 }
 
+/// Environment variable: `1` makes [`crate::write_checkpoint`] start a second late, so
+/// a rank that loads the checkpoint without waiting for it (no barrier) always reads
+/// too early (the checker's step 12).
+pub const SLOW_SAVE_ENV: &str = "DDP_LAB_SLOW_SAVE";
+/// How late writing a checkpoint starts under [`SLOW_SAVE_ENV`]: as for preparing the
+/// data, far more than a loaded machine's scheduling jitter.
+pub const SLOW_SAVE_DELAY: Duration = Duration::from_secs(1);
+
+/// At the start of `write_checkpoint`, before any file is touched: late under
+/// [`SLOW_SAVE_ENV`].
+pub(crate) fn before_saving_checkpoint() {
+    if std::env::var(SLOW_SAVE_ENV).is_ok_and(|v| v.trim() == "1") {
+        std::thread::sleep(SLOW_SAVE_DELAY);
+    }
+}
+
 /// Whether the checker hook `var` names this process's rank (the global rank once
 /// the process group exists, the local rank before).
 fn hook_targets_me(var: &str) -> bool {

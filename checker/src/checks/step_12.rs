@@ -1,0 +1,191 @@
+//! Step 12 (beyond the DLI lab): checkpoint and resume. Rank 0 alone writes, no rank
+//! reads before the checkpoint is whole, and a run stopped after an epoch and resumed
+//! ends with the weights of a run never stopped.
+//!
+//! Where each rank loads the checkpoint to (PyTorch's `map_location`) is recorded in
+//! the trace (`load_checkpoint`'s `device` beside the model's), but it is not a check:
+//! on CPU every rank's device is the CPU, so a missing mapping cannot show there, and a
+//! check that passes on CPU machines and fails on GPU ones would grade the machine.
+use std::collections::BTreeSet;
+
+use lab_trace::event::{
+    CheckpointLoaded, CheckpointSaved, LoadCheckpoint, SaveCheckpoint, TrainIndices, Weights,
+};
+use lab_trace::Record;
+
+use super::{events, id, malformed, set, Check, Finding, Needs};
+use crate::observe::Observation;
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: id::ONE_WRITER,
+        step: 12,
+        observes: "who writes the checkpoint after each epoch (--save-every 1)",
+        needs: Needs::Main,
+        hint: "every rank holds the same weights: only global rank 0 calls labkit::write_checkpoint (guide: step 12)",
+        judge: one_writer,
+    },
+    Check {
+        id: id::READ_AFTER_WHOLE,
+        step: 12,
+        observes: "when each rank begins loading the checkpoint, against when rank 0's write finished (writing made 1 s late)",
+        needs: Needs::Main,
+        hint: "a dist::barrier() between rank 0's write and every rank's labkit::load_checkpoint (guide: step 12)",
+        judge: read_after_whole,
+    },
+    Check {
+        id: id::RESUME_EQUALS_UNINTERRUPTED,
+        step: 12,
+        observes: "a run stopped after epoch 0 and resumed with --resume, against the same run never stopped (weight digests, dropout off)",
+        needs: Needs::Resume,
+        hint: "with --resume, every rank loads the checkpoint (labkit::load_checkpoint) and the loop starts at labkit::resume_after's epoch (guide: step 12)",
+        judge: resume_equals_uninterrupted,
+    },
+];
+
+/// "rank 1 (local rank 1)", or what the record says of who wrote it.
+fn who(record: &Record) -> String {
+    match (record.rank, record.local_rank) {
+        (Some(rank), _) => format!("rank {rank}"),
+        (None, Some(local)) => format!("local rank {local}"),
+        (None, None) => format!("process {}", record.pid),
+    }
+}
+
+const ONE_WRITER_EXPECTED: &str = "global rank 0, and only it, writes the checkpoint after each epoch";
+
+fn one_writer(obs: &Observation) -> Option<Finding> {
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let writes = events::<SaveCheckpoint>(trace);
+    if writes.is_empty() {
+        return Finding::missing(
+            "no rank wrote a checkpoint (--save-every 1 was given)",
+            ONE_WRITER_EXPECTED,
+        );
+    }
+    let writers: BTreeSet<Option<usize>> = writes.iter().map(|(r, _)| r.rank).collect();
+    let epochs: BTreeSet<usize> = writes.iter().map(|(_, w)| w.epoch).collect();
+    let observed = format!(
+        "{} write(s) of epochs {}, by {}",
+        writes.len(),
+        set(&epochs),
+        writes
+            .iter()
+            .map(|(r, _)| who(r))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let every_epoch = epochs.len() == obs.variation.epochs;
+    Finding::shown(writers == BTreeSet::from([Some(0)]) && every_epoch, observed, ONE_WRITER_EXPECTED)
+}
+
+const READ_AFTER_WHOLE_EXPECTED: &str =
+    "every rank begins loading the checkpoint after rank 0 has finished writing it (the barrier)";
+
+/// Every read against the writes begun before it: each must have finished (its
+/// `checkpoint_saved`) before the read began, and at least one must have.
+fn read_after_whole(obs: &Observation) -> Option<Finding> {
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let reads = events::<LoadCheckpoint>(trace);
+    if reads.is_empty() {
+        return Finding::missing(
+            "no rank loaded the checkpoint after it was written",
+            READ_AFTER_WHOLE_EXPECTED,
+        );
+    }
+    let start = trace.first().map_or(0.0, |r| r.time);
+    // Each write's start and, once whole, its finish (the same process's next
+    // `checkpoint_saved`).
+    let mut writes: Vec<(u32, usize, f64, Option<f64>)> = Vec::new();
+    for record in trace {
+        if let Some(save) = record.get::<SaveCheckpoint>() {
+            writes.push((record.pid, save.epoch, record.time, None));
+        } else if let Some(saved) = record.get::<CheckpointSaved>() {
+            if let Some(w) =
+                writes.iter_mut().find(|w| w.0 == record.pid && w.1 == saved.epoch && w.3.is_none())
+            {
+                w.3 = Some(record.time);
+            }
+        }
+    }
+    let mut early = Vec::new();
+    for (record, _) in &reads {
+        let began = record.time;
+        let begun_before: Vec<_> = writes.iter().filter(|w| w.2 <= began).collect();
+        if begun_before.is_empty() {
+            early.push(format!(
+                "{} began loading at {:.2} s, before any checkpoint was written",
+                who(record),
+                began - start
+            ));
+        } else if let Some(w) = begun_before.iter().find(|w| w.3.is_none_or(|done| done > began)) {
+            let finished = match w.3 {
+                Some(done) => format!("finished {:.2} s later", done - began),
+                None => "never finished".into(),
+            };
+            early.push(format!(
+                "{} began loading at {:.2} s while epoch {}'s checkpoint was being written ({finished})",
+                who(record),
+                began - start,
+                w.1
+            ));
+        }
+    }
+    if early.is_empty() {
+        let observed = format!("all {} load(s) began after the checkpoint was whole", reads.len());
+        Finding::shown(true, observed, READ_AFTER_WHOLE_EXPECTED)
+    } else {
+        Finding::shown(false, early.join("; "), READ_AFTER_WHOLE_EXPECTED)
+    }
+}
+
+const RESUME_EXPECTED: &str =
+    "the resumed run trains only the epochs after the checkpoint and ends with the uninterrupted run's weights, bit for bit";
+
+fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
+    let Some(runs) = obs.resume.as_ref() else {
+        return Finding::missing("the stopped and resumed runs did not run", RESUME_EXPECTED);
+    };
+    let (Ok(whole), Ok(resumed)) = (runs.uninterrupted_trace.checked(), runs.resumed_trace.checked()) else {
+        let bad = if runs.uninterrupted_trace.checked().is_err() {
+            &runs.uninterrupted_trace
+        } else {
+            &runs.resumed_trace
+        };
+        return malformed(bad);
+    };
+    let last = runs.settings.epochs - 1;
+    let final_digest = |trace: &[Record]| {
+        events::<Weights>(trace)
+            .into_iter()
+            .find(|(r, w)| r.rank == Some(0) && w.epoch == last)
+            .map(|(_, w)| w.digest.clone())
+    };
+    let Some(expected_digest) = final_digest(whole) else {
+        return Finding::missing(
+            format!("the uninterrupted run left no weights after epoch {last}"),
+            RESUME_EXPECTED,
+        );
+    };
+    let trained: BTreeSet<usize> = events::<TrainIndices>(resumed)
+        .into_iter()
+        .filter(|(r, _)| r.rank == Some(0))
+        .map(|(_, t)| t.epoch)
+        .collect();
+    let loaded = events::<CheckpointLoaded>(resumed).into_iter().filter(|(r, _)| r.rank == Some(0)).count();
+    let Some(digest) = final_digest(resumed) else {
+        return Finding::missing(
+            format!("the resumed run left no weights after epoch {last}"),
+            RESUME_EXPECTED,
+        );
+    };
+    let continued = trained == (runs.stopped_after + 1..=last).collect::<BTreeSet<_>>();
+    let observed = format!(
+        "stopped after epoch {}; the resumed run loaded {loaded} checkpoint(s) on rank 0, trained epochs {}, ended with weights {digest} (uninterrupted: {expected_digest})",
+        runs.stopped_after,
+        set(&trained)
+    );
+    Finding::shown(continued && loaded > 0 && digest == expected_digest, observed, RESUME_EXPECTED)
+}
