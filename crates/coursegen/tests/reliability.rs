@@ -13,6 +13,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use lab_trace::{event, Record, Trace};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -144,19 +145,16 @@ fn pid_alive(pid: i32) -> bool {
     }
 }
 
-fn trace_events(dir: &Path) -> Vec<Value> {
-    let mut events = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        events.extend(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()));
-    }
-    events
+/// The records of a run's trace so far (a line being written as it is read is left
+/// for the next look).
+fn trace_events(dir: &Path) -> Vec<Record> {
+    Trace::read(dir).records
 }
 
 fn lab_command(step: u8, args: &[String], port: u16, trace: &Path) -> Command {
     let mut cmd = Command::new(bin(step));
     cmd.args(args)
-        .env("DDP_LAB_TRACE", trace)
+        .env(lab_trace::TRACE_ENV, trace)
         .env("MASTER_ADDR", "127.0.0.1")
         .env("MASTER_PORT", port.to_string())
         .env_remove("LOCAL_RANK")
@@ -166,16 +164,15 @@ fn lab_command(step: u8, args: &[String], port: u16, trace: &Path) -> Command {
 }
 
 /// The pid of the worker with `local_rank`, once its trace says it started training.
-fn wait_for_training(trace: &Path, local_rank: u64, limit: Duration) -> i32 {
+fn wait_for_training(trace: &Path, local_rank: usize, limit: Duration) -> i32 {
     let start = Instant::now();
     loop {
         let events = trace_events(trace);
-        let pid = events
-            .iter()
-            .find(|e| e["event"] == "worker" && e["worker_local_rank"] == local_rank)
-            .and_then(|e| e["pid"].as_i64());
+        let pid = lab_trace::events::<event::Worker>(&events)
+            .find(|(_, w)| w.worker_local_rank == local_rank)
+            .map(|(record, _)| record.pid);
         if let Some(pid) = pid {
-            if events.iter().any(|e| e["event"] == "train_indices" && e["pid"] == pid) {
+            if lab_trace::events::<event::TrainIndices>(&events).any(|(record, _)| record.pid == pid) {
                 return pid as i32;
             }
         }
@@ -308,7 +305,7 @@ fn a_rank_killed_mid_epoch_ends_the_run_and_leaves_nothing() {
 /// epoch: the survivor ends by itself, non-zero, naming the rank that went away. When
 /// rank 0 goes, the rendezvous store (in its process) goes with it, which is how the
 /// survivor knows.
-fn launched_rank_killed(victim_rank: u64) {
+fn launched_rank_killed(victim_rank: usize) {
     let logs = scratch(&format!("sigkill-launched-{victim_rank}"));
     let trace = logs.join("trace");
     let timeout = 15u64;
@@ -336,7 +333,7 @@ fn launched_rank_killed(victim_rank: u64) {
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: a rank process this test started.
     unsafe { libc::kill(victim, libc::SIGKILL) };
-    let survivor = procs[survivor_rank as usize].take().unwrap();
+    let survivor = procs[survivor_rank].take().unwrap();
     let what = format!("rank {survivor_rank} after rank {victim_rank} was killed");
     let finished = survivor.wait(Duration::from_secs(timeout + 60), &what);
     eprintln!("{what}: {}\n{}", finished.status, finished.stderr);
@@ -393,12 +390,10 @@ fn checkpoint_json(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("checkpoint.json")).unwrap()).unwrap()
 }
 
-fn last_digest(events: &[Value], pid_filter: impl Fn(&Value) -> bool) -> String {
-    events
-        .iter()
-        .filter(|e| e["event"] == "weights" && pid_filter(e))
+fn last_digest(events: &[Record]) -> String {
+    lab_trace::events::<event::Weights>(events)
         .last()
-        .map(|e| e["digest"].as_str().unwrap().to_string())
+        .map(|(_, w)| w.digest.clone())
         .expect("a weights event")
 }
 
@@ -425,7 +420,7 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     let weights = saved["weights"].as_str().unwrap().to_string();
     assert!(weights.ends_with(".safetensors"));
     let events1 = trace_events(&trace1);
-    let digest_after_1 = last_digest(&events1, |_| true);
+    let digest_after_1 = last_digest(&events1);
 
     // 2. Resume, and crash while saving epoch 2's checkpoint (before its commit).
     let trace2 = logs.join("trace2");
@@ -452,10 +447,10 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     assert_eq!(epochs.len(), 1, "{}", resumed.stdout);
     assert!(epochs[0].starts_with("Epoch =  2:"), "{}", epochs[0]);
     let events3 = trace_events(&trace3);
-    let loaded: Vec<&Value> = events3.iter().filter(|e| e["event"] == "resumed").collect();
+    let loaded: Vec<&event::Resumed> = events3.iter().filter_map(Record::get).collect();
     assert_eq!(loaded.len(), 2, "both ranks resume");
     for e in loaded {
-        assert_eq!(e["digest"].as_str().unwrap(), digest_after_1, "loaded weights differ from the saved");
+        assert_eq!(e.digest, digest_after_1, "loaded weights differ from the saved");
     }
     assert_eq!(checkpoint_json(&ckpt)["epoch"], 2);
     // Only the committed weights file remains.
@@ -695,14 +690,14 @@ fn two_nodes_over_real_tcp_in_network_namespaces() {
     assert!(outputs[0].contains("Quick evaluation: 4 ranks"), "{}", outputs[0]);
     let events = trace_events(&trace);
     let mut ranks = std::collections::BTreeMap::new();
-    for e in events.iter().filter(|e| e["event"] == "weights") {
-        ranks.insert(e["rank"].as_u64().unwrap(), e["digest"].as_str().unwrap().to_string());
+    for (record, w) in lab_trace::events::<event::Weights>(&events) {
+        ranks.insert(record.rank.unwrap(), w.digest.clone());
     }
     assert_eq!(ranks.len(), 4, "four ranks trained: {ranks:?}");
     let digests: std::collections::BTreeSet<&String> = ranks.values().collect();
     assert_eq!(digests.len(), 1, "weights differ between ranks: {ranks:?}");
     // Shared filesystem: prepared once per node, concurrently, and intact.
-    let prepared = events.iter().filter(|e| e["event"] == "dataset_ready").count();
+    let prepared = lab_trace::events::<event::DatasetReady>(&events).count();
     assert_eq!(prepared, 2, "each node's local rank 0 prepares the data");
     drop(ns);
 }

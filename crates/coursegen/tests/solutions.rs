@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use lab_trace::{event, EventKind, Record, Trace};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -46,8 +47,8 @@ fn data_dir() -> PathBuf {
 struct Run {
     /// stdout of every process, concatenated in rank order.
     stdout: String,
-    /// The trace events of every process.
-    trace: Vec<Value>,
+    /// The trace of every process (labkit's events, read as the checker reads them).
+    trace: Vec<Record>,
 }
 
 /// Waits for `child`, killing its group after `limit` so that a hang fails the test
@@ -97,7 +98,7 @@ fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, 
         .map(|local_rank| {
             let mut cmd = Command::new(&bin);
             cmd.args(&args)
-                .env("DDP_LAB_TRACE", &trace_dir)
+                .env(lab_trace::TRACE_ENV, &trace_dir)
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", &port)
                 .envs(env.iter().copied())
@@ -124,11 +125,11 @@ fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, 
         );
         stdout.push_str(&out.stdout);
     }
-    let mut trace = Vec::new();
-    for entry in std::fs::read_dir(&trace_dir).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        trace.extend(text.lines().map(|l| serde_json::from_str::<Value>(l).expect("a trace line is JSON")));
-    }
+    let trace = Trace::read(&trace_dir);
+    let trace = match trace.checked() {
+        Ok(records) => records.to_vec(),
+        Err(bad) => panic!("solution {step} wrote a trace line labkit's events do not read: {bad}"),
+    };
     let _ = std::fs::remove_dir_all(&trace_dir);
     Run { stdout, trace }
 }
@@ -148,10 +149,10 @@ fn epoch_lines(stdout: &str) -> Vec<&str> {
 }
 
 /// Events of one kind, grouped by process.
-fn events<'a>(trace: &'a [Value], kind: &str) -> BTreeMap<u64, Vec<&'a Value>> {
-    let mut by_pid: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
-    for e in trace.iter().filter(|e| e["event"] == kind) {
-        by_pid.entry(e["pid"].as_u64().unwrap()).or_default().push(e);
+fn events<E: EventKind>(trace: &[Record]) -> BTreeMap<u32, Vec<&E>> {
+    let mut by_pid: BTreeMap<u32, Vec<&E>> = BTreeMap::new();
+    for (record, e) in lab_trace::events::<E>(trace) {
+        by_pid.entry(record.pid).or_default().push(e);
     }
     by_pid
 }
@@ -175,45 +176,43 @@ fn check_solution(step: u8) {
             assert!(run.stdout.contains(&format!("Worker started: local rank {r}")), "{}", run.stdout);
         }
     }
-    let train = events(&run.trace, "train_indices");
+    let train = events::<event::TrainIndices>(&run.trace);
     assert_eq!(train.len(), 2, "two processes trained");
     if step >= 6 {
         // Each epoch, the two ranks' shares are disjoint and together cover the subset.
         for epoch in 0..2 {
             let mut seen = BTreeSet::new();
             for shares in train.values() {
-                for i in shares[epoch]["indices"].as_array().unwrap() {
-                    assert!(seen.insert(i.as_u64().unwrap()), "index {i} on two ranks in epoch {epoch}");
+                for i in &shares[epoch].indices {
+                    assert!(seen.insert(*i), "index {i} on two ranks in epoch {epoch}");
                 }
             }
             assert_eq!(seen.len(), 200);
         }
         let first = train.values().next().unwrap();
-        assert_ne!(first[0]["indices"], first[1]["indices"], "set_epoch reshuffles");
+        assert_ne!(first[0].indices, first[1].indices, "set_epoch reshuffles");
     } else {
         // Every process goes through the whole subset.
         for shares in train.values() {
-            assert_eq!(shares[0]["indices"].as_array().unwrap().len(), 200);
+            assert_eq!(shares[0].indices.len(), 200);
         }
     }
-    let weights = events(&run.trace, "weights");
-    let digests: BTreeSet<String> =
-        weights.values().map(|w| w.last().unwrap()["digest"].as_str().unwrap().to_string()).collect();
+    let weights = events::<event::Weights>(&run.trace);
+    let digests: BTreeSet<&str> = weights.values().map(|w| w.last().unwrap().digest.as_str()).collect();
     if step >= 7 {
         assert_eq!(digests.len(), 1, "DDP keeps the ranks' weights identical");
     }
     if step >= 8 {
-        let per_rank: f64 =
-            events(&run.trace, "images_per_sec").values().map(|v| v[0]["value"].as_f64().unwrap()).sum();
-        let printed = events(&run.trace, "printed");
-        let printed = printed.values().next().unwrap()[0]["images_per_sec"].as_f64().unwrap();
+        let per_rank: f64 = events::<event::ImagesPerSec>(&run.trace).values().map(|v| v[0].value).sum();
+        let printed = events::<event::Printed>(&run.trace);
+        let printed = printed.values().next().unwrap()[0].images_per_sec;
         assert!((printed - per_rank).abs() <= 1e-6 * per_rank, "printed {printed} vs sum {per_rank}");
     }
     if step >= 9 {
-        let raw = events(&run.trace, "validation");
-        let mean: f64 = raw.values().map(|v| v[0]["accuracy"].as_f64().unwrap()).sum::<f64>() / 2.0;
-        for reports in events(&run.trace, "epoch_report").values() {
-            let held = reports[0]["validation_accuracy"].as_f64().unwrap();
+        let raw = events::<event::Validation>(&run.trace);
+        let mean: f64 = raw.values().map(|v| v[0].accuracy).sum::<f64>() / 2.0;
+        for reports in events::<event::EpochReport>(&run.trace).values() {
+            let held = reports[0].validation_accuracy;
             assert!((held - mean).abs() < 1e-12, "rank holds {held}, mean is {mean}");
         }
     }
@@ -305,21 +304,14 @@ fn seeded_metrics(seed: &str) -> Vec<(f64, f64, String)> {
     args.extend(["--seed", seed]);
     let run = run_solution(11, &args);
     assert_eq!(epoch_lines(&run.stdout).len(), 2, "{}", run.stdout);
-    let rank0 = |kind: &str| -> Vec<Value> {
-        run.trace.iter().filter(|e| e["event"] == kind && e["rank"] == 0).cloned().collect()
-    };
-    let (reports, weights) = (rank0("epoch_report"), rank0("weights"));
+    let rank0 = run.trace.iter().filter(|r| r.rank == Some(0));
+    let reports: Vec<&event::EpochReport> = rank0.clone().filter_map(Record::get).collect();
+    let weights: Vec<&event::Weights> = rank0.filter_map(Record::get).collect();
     assert_eq!((reports.len(), weights.len()), (2, 2), "rank 0's reports and weights per epoch");
     reports
         .iter()
         .zip(&weights)
-        .map(|(r, w)| {
-            (
-                r["validation_loss"].as_f64().unwrap(),
-                r["validation_accuracy"].as_f64().unwrap(),
-                w["digest"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|(r, w)| (r.validation_loss, r.validation_accuracy, w.digest.clone()))
         .collect()
 }
 
