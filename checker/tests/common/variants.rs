@@ -107,4 +107,16 @@ pub const VARIANTS: &[Variant] = &[
         from: "let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));",
         to: "let result = worker(0, args);",
     },
+    Variant {
+        step: 12,
+        name: "every-rank-saves",
+        from: "            if global_rank == 0 {\n                let state = labkit::TrainingState {",
+        to: "            if global_rank < usize::MAX {\n                let state = labkit::TrainingState {",
+    },
+    Variant {
+        step: 12,
+        name: "no-barrier-before-load",
+        from: "            dist::barrier()?;\n            labkit::load_checkpoint(&args.run, &vs, device)?;",
+        to: "            labkit::load_checkpoint(&args.run, &vs, device)?;",
+    },
 ];
