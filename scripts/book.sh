@@ -5,7 +5,7 @@
 #
 #   bash scripts/book.sh build          build into target/book
 #   bash scripts/book.sh check          build, then fail on a page missing from SUMMARY.md,
-#                                       a broken internal link or a missing image
+#                                       a broken link (README.md's too) or a missing image
 #   bash scripts/book.sh serve [PORT]   build, then serve on http://127.0.0.1:PORT (3000)
 #   bash scripts/book.sh open [STEP]    build, then open the book (or step STEP's page)
 #                                       in a browser; prints its path when none is found
@@ -43,7 +43,7 @@ case "${1:-}" in
         ;;
     check)
         build
-        cargo run -q -p bookcheck -- lab-guide/src "$BOOK"
+        cargo run -q -p bookcheck -- lab-guide/src "$BOOK" README.md
         ;;
     serve)
         port=${2:-3000}

@@ -10,7 +10,7 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy -q --workspace --all-targets -- -D warnings
-echo "== lab guide: the book builds; SUMMARY.md, internal links and images are whole" >&2
+echo "== lab guide: the book builds; SUMMARY.md, internal links, images and README.md's links are whole" >&2
 bash scripts/book.sh check
 echo "== cargo test" >&2
 # Setup has just installed torch, the real Fashion-MNIST, Chromium and bubblewrap, and the book

@@ -181,10 +181,11 @@ fn values_after<'a>(text: &'a str, tag: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// README's "One job, two languages" commands, run as written (with this build's
+/// The guide's "One job, two languages" commands (`lab-guide/src/maintainers/tch-distributed.md`,
+/// which README links to), run as written (with this build's
 /// `ddp_peer` for `target/release/ddp_peer`, and a free port).
 #[test]
-fn the_readme_example_runs_as_written() {
+fn the_guide_example_runs_as_written() {
     if !workspace().join(".venv/bin/python").exists() {
         assert!(
             std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
@@ -192,8 +193,9 @@ fn the_readme_example_runs_as_written() {
         );
         return;
     }
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
-    let section = &readme[readme.find("### One job, two languages").expect("README's mixed-job section")..];
+    let page =
+        std::fs::read_to_string(workspace().join("lab-guide/src/maintainers/tch-distributed.md")).unwrap();
+    let section = &page[page.find("## One job, two languages").expect("the guide's mixed-job section")..];
     let block =
         section.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("its first sh block");
     assert!(block.contains("cargo build --release -p ddp-bench --bin ddp_peer"), "{block}");
@@ -208,7 +210,7 @@ fn the_readme_example_runs_as_written() {
         .collect();
     let mut cmd = Command::new("bash");
     cmd.args(["-euc", &script]).current_dir(workspace());
-    let out = launcher::output(cmd, Some(DEADLINE)).expect("run the README's commands");
+    let out = launcher::output(cmd, Some(DEADLINE)).expect("run the guide's commands");
     let text = format!("{}{}", out.stdout, out.stderr);
     assert!(out.success(), "{script}\n{text}");
     let starts = values_after(&text, "start: ");

@@ -14,6 +14,8 @@ use std::io::{Cursor, Write};
 use std::path::Path;
 use std::process::Command;
 
+use crate::grade::Graded;
+
 const SETUP: &str = include_str!("../autograder/gradescope/setup.sh");
 const RUN_AUTOGRADER: &str = include_str!("../autograder/gradescope/run_autograder");
 /// The course's folder inside the zip (and in /autograder/source).
@@ -21,7 +23,7 @@ pub const COURSE_DIR: &str = "ddp-lab";
 
 /// Writes `out/autograder.zip`, with `setup.sh` and `run_autograder` beside it (to read);
 /// returns what to tell the instructor.
-pub fn gradescope(root: &Path, step: u8, out: &Path) -> Result<String, String> {
+pub fn gradescope(root: &Path, graded: Graded, out: &Path) -> Result<String, String> {
     let commit = git(root, &["rev-parse", "HEAD"]).map_err(|e| {
         format!(
             "{}: not a git checkout ({e}); the autograder carries the course at a commit \
@@ -39,8 +41,8 @@ pub fn gradescope(root: &Path, step: u8, out: &Path) -> Result<String, String> {
     }
     let course = git(root, &["archive", "--format=zip", &format!("--prefix={COURSE_DIR}/"), "HEAD"])
         .map_err(|e| format!("git archive HEAD failed in {}: {e}", root.display()))?;
-    let setup = fill(SETUP, step, &commit);
-    let run = fill(RUN_AUTOGRADER, step, &commit);
+    let setup = fill(SETUP, graded, &commit);
+    let run = fill(RUN_AUTOGRADER, graded, &commit);
     std::fs::create_dir_all(out)
         .map_err(|e| format!("--out {}: {e}; name a folder you can write", out.display()))?;
     let zip_path = out.join("autograder.zip");
@@ -55,15 +57,26 @@ pub fn gradescope(root: &Path, step: u8, out: &Path) -> Result<String, String> {
         executable.write(&path, text).map_err(|e| written(&e, &path))?;
     }
     Ok(format!(
-        "wrote {zip} (course commit {commit}, step {step}), and its setup.sh and run_autograder beside it\n\
-         upload {zip} on the Gradescope assignment's \"Configure Autograder\" page; each step is worth 10 points",
-        zip = zip_path.display()
+        "wrote {zip} (course commit {commit}, {what}), and its setup.sh and run_autograder beside it\n\
+         upload {zip} on the Gradescope assignment's \"Configure Autograder\" page; each step is worth 10 points \
+         ({max} in all)",
+        zip = zip_path.display(),
+        what = graded.describe(),
+        max = graded.max_points()
     ))
 }
 
-/// A template with its step and commit filled in.
-fn fill(template: &str, step: u8, commit: &str) -> String {
+/// A template with what is graded and the commit filled in: `@GRADE@` is the words after
+/// `grade` (`step 7`, `all`), `@STEP@`/`@STEP2@` the step whose reference solution setup
+/// checks (the last step's for `all`, the finished lab).
+fn fill(template: &str, graded: Graded, commit: &str) -> String {
+    let step = graded.run_as();
+    let grade = match graded {
+        Graded::Step(step) => format!("step {step}"),
+        Graded::Final => "all".to_string(),
+    };
     template
+        .replace("@GRADE@", &grade)
         .replace("@STEP2@", &format!("{step:02}"))
         .replace("@STEP@", &step.to_string())
         .replace("@COMMIT@", commit)
@@ -105,7 +118,7 @@ mod tests {
 
     #[test]
     fn the_scripts_name_the_step_and_what_a_trial_run_sets() {
-        let run = fill(RUN_AUTOGRADER, 7, "abc123");
+        let run = fill(RUN_AUTOGRADER, Graded::Step(7), "abc123");
         assert!(run.contains("grade step 7 --crate \"$AUTOGRADER_ROOT/submission\""), "{run}");
         assert!(run.contains("course commit abc123"), "{run}");
         assert!(!run.contains('@'), "a placeholder left: {run}");
@@ -114,9 +127,19 @@ mod tests {
         }
         assert!(run.contains("${AUTOGRADER_ROOT:-/autograder}"));
         assert!(run.contains(&format!("$AUTOGRADER_ROOT/source/{COURSE_DIR}")));
-        let setup = fill(SETUP, 7, "abc123");
+        let setup = fill(SETUP, Graded::Step(7), "abc123");
         assert!(setup.contains("--crate solutions/step_07 "), "{setup}");
         assert!(setup.contains(&format!("$AUTOGRADER_ROOT/source/{COURSE_DIR}")));
+        assert!(!setup.contains('@'), "a placeholder left: {setup}");
+    }
+
+    #[test]
+    fn the_finished_program_is_graded_on_every_step_and_setup_checks_the_last_solution() {
+        let run = fill(RUN_AUTOGRADER, Graded::Final, "abc123");
+        assert!(run.contains("grade all --crate \"$AUTOGRADER_ROOT/submission\""), "{run}");
+        assert!(!run.contains("grade step"), "{run}");
+        let setup = fill(SETUP, Graded::Final, "abc123");
+        assert!(setup.contains("verify step 11 --crate solutions/step_11 "), "{setup}");
         assert!(!setup.contains('@'), "a placeholder left: {setup}");
     }
 }

@@ -4,8 +4,10 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
+use coursegen::LAST_STEP;
 
-use crate::{commands, sandbox, Failure};
+use crate::grade::Graded;
+use crate::{sandbox, Failure};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
 /// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
@@ -17,6 +19,11 @@ use crate::{commands, sandbox, Failure};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Colour the report: `auto` on a terminal unless NO_COLOR is set (no-color.org),
+    /// `always` (also into a pipe or a file), or `never`.
+    // Listed last in every subcommand's help, after its own options.
+    #[arg(long, value_name = "WHEN", value_enum, default_value_t = clap::ColorChoice::Auto, global = true, display_order = 900)]
+    pub color: clap::ColorChoice,
 }
 
 #[derive(Subcommand, Debug)]
@@ -29,14 +36,12 @@ pub enum Command {
     },
     /// What to change in a step and the common mistakes, from the lab guide: `cargo checker hint step 7`.
     Hint {
-        /// `step N` (N from 0 to 11).
-        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
     },
     /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `cargo checker reset step 7`.
     Reset {
-        /// `step N` (N from 0 to 11).
-        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
         /// Do not ask (the backup is still made).
         #[arg(long)]
@@ -74,12 +79,19 @@ pub enum Command {
         /// only the main.rs is taken, built with the step's own manifest, in a sandbox.
         #[arg(long = "crate", value_name = "PATH", conflicts_with = "solutions")]
         krate: Option<PathBuf>,
-        /// Grade every submission in DIR (a folder per student holding its program, or a
-        /// .zip), each in its own sandbox: `grade step 7 --crates handed-in --json-dir
-        /// results` writes results/<name>.json (exercism's format) per submission and
-        /// results/gradebook.csv (a row each, points per step). `grade all --crates`
-        /// grades finished programs on every check of steps 0-11.
-        #[arg(long, value_name = "DIR", conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"], requires = "json_dir")]
+        #[arg(
+            long,
+            value_name = "DIR",
+            conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"],
+            requires = "json_dir",
+            help = format!(
+                "Grade every submission in DIR (a folder per student holding its program, or a .zip), \
+                 each in its own sandbox: `grade step 7 --crates handed-in --json-dir results` writes \
+                 results/<name>.json (exercism's format) per submission and results/gradebook.csv (a \
+                 row each, points per step). `grade all --crates` grades finished programs on every \
+                 check of steps 0-{LAST_STEP}"
+            )
+        )]
         crates: Option<PathBuf>,
         /// With --crates: where each submission's report goes, as <name>.json.
         #[arg(long, value_name = "DIR", requires = "crates")]
@@ -94,7 +106,7 @@ pub enum Command {
         /// I-th), as one task of a Slurm job array; `cargo checker gradebook` then
         /// merges the tasks' reports (scripts/slurm/submit.sh does both).
         #[arg(long, value_name = "I/N", requires = "crates")]
-        shard: Option<commands::Shard>,
+        shard: Option<Shard>,
     },
     /// The gradebook (CSV, a row per submission) of the reports in a --json-dir:
     /// `cargo checker gradebook results --crates handed-in`, after graded shards.
@@ -114,8 +126,7 @@ pub enum Command {
     },
     /// Verify a step (and every earlier step's checks): `cargo checker verify step 7`, or `cargo checker verify all`.
     Verify {
-        /// `step N` (N from 0 to 11) or `all`.
-        #[arg(value_name = "step N | all", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N | all", num_args = 1..=2, required = true, help = step_n_help(" or `all`"))]
         target: Vec<String>,
         /// Check the reference solutions (solutions/step_NN) instead of your steps.
         #[arg(long)]
@@ -141,8 +152,7 @@ pub enum Command {
     /// serves the whole session, so a check fails or passes because of your edit, not
     /// because of a new hidden variation.
     Watch {
-        /// `step N` (N from 0 to 11).
-        #[arg(value_name = "step N", num_args = 1..=2, required = true)]
+        #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
         #[command(flatten)]
         runs: RunArgs,
@@ -152,6 +162,15 @@ pub enum Command {
         /// Stop after this many verifications (scripts and tests); the exit status is the last one's.
         #[arg(long, value_name = "N", hide = true)]
         max_runs: Option<usize>,
+    },
+    /// Print a tab-completion script for the `checker` binary: `cargo checker completions bash`.
+    ///
+    /// For bash: `cargo checker completions bash > ~/.local/share/bash-completion/completions/checker`;
+    /// it completes `target/debug/checker` run by that name (on PATH), subcommands and options.
+    Completions {
+        /// The shell to write the script for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
     },
 }
 
@@ -166,9 +185,16 @@ pub enum Platform {
     /// results/results.json; in a sandbox where bubblewrap can make one, else
     /// unsandboxed, which the results say.
     Gradescope {
-        /// The step whose program students hand in (0 to 11).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
-        step: u8,
+        #[arg(
+            long,
+            value_name = "N|all",
+            value_parser = graded_program,
+            help = format!(
+                "The step whose program students hand in (0 to {LAST_STEP}), graded on that step's \
+                 checks; or `all`: the finished program, graded on every check of steps 0-{LAST_STEP}"
+            )
+        )]
+        step: Graded,
         /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
@@ -193,6 +219,37 @@ pub enum Platform {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+}
+
+/// `completions SHELL`: the script that makes SHELL complete the checker's subcommands
+/// and options, written to stdout.
+pub fn write_completions(shell: clap_complete::Shell) {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    // The binary's own name: a shell completes a command word, and `cargo checker` is two.
+    clap_complete::generate(shell, &mut cli, "checker", &mut std::io::stdout());
+}
+
+/// Task `index` of `count` (`--shard I/N`): it grades the submissions whose place in
+/// the sorted list is `index` modulo `count`, as one task of a Slurm job array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Shard, String> {
+        let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+        match parsed {
+            Some((index, count)) if index < count => Ok(Shard { index, count }),
+            _ => Err(format!(
+                "`{text}` is not a shard: write I/N, task I (from 0) of N, e.g. \
+                 --shard \"$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\""
+            )),
+        }
+    }
 }
 
 /// How the programs are run: shared by `verify`, `watch` and `grade`.
@@ -295,14 +352,32 @@ pub fn repo_root() -> PathBuf {
     }
 }
 
+/// The help of a `step N` argument: which N there are.
+fn step_n_help(or: &str) -> String {
+    format!("`step N` (N from 0 to {LAST_STEP}){or}")
+}
+
 fn new_seed() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64 % 1_000_000).unwrap_or(1)
+}
+
+/// `--step`'s value: a step of the lab, or `all` for the finished program.
+fn graded_program(value: &str) -> Result<Graded, String> {
+    if value == "all" {
+        return Ok(Graded::Final);
+    }
+    match value.parse::<u8>() {
+        Ok(step) if step <= LAST_STEP => Ok(Graded::Step(step)),
+        _ => Err(format!(
+            "{value:?} is not a step: write a step from 0 to {LAST_STEP}, or `all` for the finished program"
+        )),
+    }
 }
 
 /// `["step", "7"]` or `["7"]`.
 pub fn one_step(target: &[String]) -> Result<u8, String> {
     if target.len() == 1 && target[0] == "all" {
-        return Err("name one step: `step N` (N from 0 to 11)".into());
+        return Err(format!("name one step: `step N` (N from 0 to {LAST_STEP})"));
     }
     parse_target(target).map(|steps| steps[0])
 }
@@ -311,17 +386,32 @@ pub fn one_step(target: &[String]) -> Result<u8, String> {
 pub fn parse_target(target: &[String]) -> Result<Vec<u8>, String> {
     let words: Vec<&str> = target.iter().map(String::as_str).collect();
     let number = match words.as_slice() {
-        ["all"] => return Ok((0..12).collect()),
+        ["all"] => return Ok((0..=LAST_STEP).collect()),
         ["step", n] | [n] => n,
         _ => {
             return Err(format!(
-                "`verify {}`: write `verify step N` (N from 0 to 11) or `verify all`",
+                "`verify {}`: write `verify step N` (N from 0 to {LAST_STEP}) or `verify all`",
                 words.join(" ")
             ))
         }
     };
     match number.parse::<u8>() {
-        Ok(n) if n <= 11 => Ok(vec![n]),
-        _ => Err(format!("there is no step {number}: the steps are 0 to 11")),
+        Ok(n) if n <= LAST_STEP => Ok(vec![n]),
+        _ => Err(format!("there is no step {number}: the steps are 0 to {LAST_STEP}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_task_i_of_n() {
+        assert_eq!("0/3".parse::<Shard>(), Ok(Shard { index: 0, count: 3 }));
+        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { index: 2, count: 3 }));
+        for bad in ["3/3", "1", "a/b", "-1/2", "1/0"] {
+            let err = bad.parse::<Shard>().unwrap_err();
+            assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
+        }
     }
 }

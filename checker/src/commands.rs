@@ -6,9 +6,11 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::cli::{parse_target, repo_root};
+use coursegen::LAST_STEP;
+
+use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
-use crate::grade::{Confinement, Grade, StepGrade};
+use crate::grade::{Confinement, Grade, Graded, StepGrade};
 use crate::handed_in::{self, Refusal};
 use crate::pipeline::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
@@ -134,41 +136,6 @@ pub fn watch_step(
     }
 }
 
-/// What a handed-in program is graded on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Graded {
-    /// One step's program, on that step's checks (`grade step N --crate`).
-    Step(u8),
-    /// The finished lab's program on every check of steps 0-11 (`grade all --crate`):
-    /// one run as the last step judges them all, and each step gets its points from it.
-    Final,
-}
-
-impl Graded {
-    /// The step its program is run as.
-    fn run_as(self) -> u8 {
-        match self {
-            Graded::Step(step) => step,
-            Graded::Final => LAST_STEP,
-        }
-    }
-
-    /// The steps it earns points for.
-    fn steps(self) -> Vec<u8> {
-        match self {
-            Graded::Step(step) => vec![step],
-            Graded::Final => (0..=LAST_STEP).collect(),
-        }
-    }
-
-    pub fn max_points(self) -> f64 {
-        grade::STEP_POINTS * self.steps().len() as f64
-    }
-}
-
-/// The lab's last step: its program is the finished lab.
-const LAST_STEP: u8 = 11;
-
 /// Runs a program once as `graded` needs, and grades every step it earns points for.
 fn grade_program(
     root: &Path,
@@ -187,7 +154,7 @@ fn grade_program(
 }
 
 /// `checker grade`: the points table, and the reports asked for. `--crate` with `all`
-/// grades the handed-in program as the finished lab, on every check of steps 0-11.
+/// grades the handed-in program as the finished lab, on every check of every step.
 pub fn grade(
     target: &[String],
     subject: Subject,
@@ -238,29 +205,6 @@ fn finish_grade(grade: Grade, reports: &Reports) -> Result<(), Failure> {
         println!("report written to {}", path.display());
     }
     Ok(())
-}
-
-/// Task `index` of `count` (`--shard I/N`): it grades the submissions whose place in
-/// the sorted list is `index` modulo `count`, as one task of a Slurm job array.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: usize,
-    pub count: usize,
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Shard, String> {
-        let parsed = text.split_once('/').and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
-        match parsed {
-            Some((index, count)) if index < count => Ok(Shard { index, count }),
-            _ => Err(format!(
-                "`{text}` is not a shard: write I/N, task I (from 0) of N, e.g. \
-                 --shard \"$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT\""
-            )),
-        }
-    }
 }
 
 /// How a folder of submissions is graded.
@@ -420,8 +364,8 @@ fn available_memory() -> Option<u64> {
 }
 
 /// `checker autograder gradescope --step N --out DIR`.
-pub fn autograder_gradescope(step: u8, out: &Path) -> Result<(), Failure> {
-    let written = autograder::gradescope(&repo_root(), step, out)?;
+pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> {
+    let written = autograder::gradescope(&repo_root(), graded, out)?;
     println!("{written}");
     Ok(())
 }
@@ -511,16 +455,6 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_shard_is_task_i_of_n() {
-        assert_eq!("0/3".parse::<Shard>(), Ok(Shard { index: 0, count: 3 }));
-        assert_eq!("2/3".parse::<Shard>(), Ok(Shard { index: 2, count: 3 }));
-        for bad in ["3/3", "1", "a/b", "-1/2", "1/0"] {
-            let err = bad.parse::<Shard>().unwrap_err();
-            assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
-        }
-    }
 
     #[test]
     fn no_more_jobs_than_the_memory_holds_or_the_submissions_need() {

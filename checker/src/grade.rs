@@ -4,6 +4,7 @@
 //! (`formats`); the points table `grade` prints is here.
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use coursegen::LAST_STEP;
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
@@ -322,6 +323,46 @@ pub fn fmt_points(p: f64) -> String {
         format!("{p:.0}")
     } else {
         format!("{p:.1}")
+    }
+}
+
+/// What a handed-in program is graded on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Graded {
+    /// One step's program, on that step's checks (`grade step N --crate`).
+    Step(u8),
+    /// The finished lab's program on every check of every step (`grade all --crate`):
+    /// one run as the last step judges them all, and each step gets its points from it.
+    Final,
+}
+
+impl Graded {
+    /// The step its program is run as.
+    pub fn run_as(self) -> u8 {
+        match self {
+            Graded::Step(step) => step,
+            Graded::Final => LAST_STEP,
+        }
+    }
+
+    /// The steps it earns points for.
+    pub fn steps(self) -> Vec<u8> {
+        match self {
+            Graded::Step(step) => vec![step],
+            Graded::Final => (0..=LAST_STEP).collect(),
+        }
+    }
+
+    pub fn max_points(self) -> f64 {
+        STEP_POINTS * self.steps().len() as f64
+    }
+
+    /// "step 7's program", "the finished program on steps 0-11".
+    pub fn describe(self) -> String {
+        match self {
+            Graded::Step(step) => format!("step {step}'s program"),
+            Graded::Final => format!("the finished program on steps 0-{LAST_STEP}"),
+        }
     }
 }
 

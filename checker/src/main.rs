@@ -8,6 +8,7 @@ mod autograder;
 mod checks;
 mod classroom;
 mod cli;
+mod color;
 mod commands;
 mod confined;
 mod formats;
@@ -79,7 +80,9 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some(confined::SUPERVISOR) {
         return confined::supervise();
     }
-    match try_main(Cli::parse()) {
+    let cli = Cli::parse();
+    color::apply(cli.color);
+    match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             if let Failure::CannotRun(message) = &failure {
@@ -93,7 +96,7 @@ fn main() -> ExitCode {
 fn try_main(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List { checks: false } => {
-            print!("{}", progress::render(&progress::load(&repo_root()), &coursegen::STEPS));
+            print!("{}", progress::render(&progress::load(&repo_root()), coursegen::STEPS));
             Ok(())
         }
         Command::List { checks: true } => {
@@ -116,8 +119,8 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 ));
             }
             let graded = match parse_target(&target)?.as_slice() {
-                [step] => commands::Graded::Step(*step),
-                _ => commands::Graded::Final,
+                [step] => grade::Graded::Step(*step),
+                _ => grade::Graded::Final,
             };
             let (sandbox, why_none) = runs.sandbox_or_why(true)?;
             let out = json_dir.unwrap_or_else(|| PathBuf::from("."));
@@ -158,6 +161,10 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         }
         Command::Autograder { platform: Platform::GithubClassroom { repository, revision, out } } => {
             commands::autograder_github_classroom(&repository, revision.as_deref(), &out)
+        }
+        Command::Completions { shell } => {
+            cli::write_completions(shell);
+            Ok(())
         }
         Command::Watch { target, runs, krate, max_runs } => {
             let step = one_step(&target)?;

@@ -243,6 +243,30 @@ pub fn observe(
     phase: &dyn Fn(&str),
 ) -> Observation {
     let grace = Duration::from_secs(45);
+    // The quick evaluation (step 11) trains for seconds on both cores while the other
+    // runs mostly wait (start-up, rendezvous, the late rank): it runs beside them, on its
+    // own port and in its own sandbox, and is joined last.
+    std::thread::scope(|scope| {
+        let quick_run = (step >= 11).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
+        let mut observation = observe_runs(step, bin, source, v, setup, phase, grace);
+        observation.quick_run = quick_run.map(|run| {
+            phase("finishing the quick evaluation (it started with the first run)");
+            run.join().expect("the quick evaluation's thread")
+        });
+        observation
+    })
+}
+
+/// Every run of a verification but the quick evaluation.
+fn observe_runs(
+    step: u8,
+    bin: &Path,
+    source: String,
+    v: &Variation,
+    setup: &Setup,
+    phase: &dyn Fn(&str),
+    grace: Duration,
+) -> Observation {
     phase(&format!("running {} rank(s)", v.world_size()));
     let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
@@ -268,10 +292,6 @@ pub fn observe(
         phase("running with a failing rank");
         failing_rank_run(step, bin, v, setup, grace)
     });
-    let quick_run = (step >= 11).then(|| {
-        phase("running the quick evaluation (about a minute)");
-        quick_evaluation(bin, setup, grace)
-    });
     Observation {
         step,
         variation: v.clone(),
@@ -282,7 +302,7 @@ pub fn observe(
         help,
         bad_value,
         fail_run,
-        quick_run,
+        quick_run: None,
         downloads: None,
         equivalence,
     }
@@ -329,12 +349,16 @@ fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: D
 }
 
 /// The quick evaluation the checker judges `target-reached` on: the finished lab on the
-/// generated stand-in, 8,000 training images, at most 6 epochs (every seed of 0-19
-/// reached 0.85 by epoch 1; about 30 s). The main job's own evaluation
+/// generated stand-in, 8,000 training images, at most 6 epochs, stopping at the first
+/// epoch that reaches the target (`--patience 1`: `target-reached` asks whether it is
+/// reached, and the lab's default of two epochs in a row would train a second epoch only
+/// to confirm it). Measured over the program's `--seed` 0-19 (2026-11-25): 7 seeds reach
+/// 0.85 at epoch 0, 11 at epoch 1, 2 at epoch 2, so 6 epochs leave a margin of 3; the
+/// checker runs the default seed 0, 0.863 at epoch 0. The main job's own evaluation
 /// (scripts/quick-evaluation.args) trains on the real Fashion-MNIST and takes minutes,
 /// too long for a check that runs on every `verify`; the report names the data set.
-pub const STAND_IN_EVALUATION: [&str; 6] =
-    ["--train-subset", "8000", "--test-subset", "2000", "--epochs", "6"];
+pub const STAND_IN_EVALUATION: [&str; 8] =
+    ["--train-subset", "8000", "--test-subset", "2000", "--epochs", "6", "--patience", "1"];
 
 /// The finished lab's quick evaluation (step 11) on the stand-in ([`STAND_IN_EVALUATION`]).
 fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {

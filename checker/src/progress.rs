@@ -37,7 +37,7 @@ pub fn load(root: &Path) -> BTreeMap<u8, Status> {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(Value::Null);
-    (0..12u8)
+    (0..=coursegen::LAST_STEP)
         .map(|step| {
             let status = match saved[format!("step_{step:02}")].as_str() {
                 Some("done") => Status::Done,
@@ -99,9 +99,13 @@ mod tests {
         assert_eq!(statuses[&3], Status::Done);
         assert_eq!(statuses[&7], Status::Failing);
         assert_eq!(statuses[&5], Status::NotTried);
-        let text = render(&statuses, &["a"; 12]);
-        assert!(text.contains("step  7  failing    a"), "{text}");
-        assert!(text.ends_with("[####--------------------] 2/12 steps done\n"), "{text}");
+        let text = render(&statuses, coursegen::STEPS);
+        assert!(text.contains(&format!("step  7  failing    {}\n", coursegen::STEPS[7])), "{text}");
+        // 2 steps done of every step of the lab, on a bar 24 wide.
+        let steps = coursegen::STEPS.len();
+        let filled = 2 * 24 / steps;
+        let bar = format!("[{}{}] 2/{steps} steps done\n", "#".repeat(filled), "-".repeat(24 - filled));
+        assert!(text.ends_with(&bar), "{text}");
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -1,10 +1,10 @@
 //! The terminal report of `verify` and `watch`: every check with what was observed and
 //! expected, a hint and the guide's page for each failure, and a summary naming where
 //! to start.
-use std::io::IsTerminal;
 use std::path::Path;
 
 use crate::checks::{self, CheckResult, Verdict};
+use crate::color;
 use crate::pipeline::StepRun;
 
 /// `verify`: one step's full report; true when every check passed.
@@ -19,20 +19,16 @@ pub fn print_run(root: &Path, step: u8, seed: u64, run: &StepRun) -> bool {
 
 /// Prints every check; true when all passed.
 fn report(root: &Path, step: u8, results: &[CheckResult]) -> bool {
-    let color = std::io::stdout().is_terminal();
-    let paint = |verdict: Verdict| match (verdict, color) {
-        (Verdict::Pass, true) => "\x1b[32mPASS\x1b[0m",
-        (Verdict::Fail, true) => "\x1b[31mFAIL\x1b[0m",
-        (Verdict::CouldNotJudge, true) => "\x1b[33m????\x1b[0m",
-        (Verdict::Pass, false) => "PASS",
-        (Verdict::Fail, false) => "FAIL",
-        (Verdict::CouldNotJudge, false) => "????",
+    let paint = |verdict: Verdict| match verdict {
+        Verdict::Pass => color::paint(color::PASS, "PASS"),
+        Verdict::Fail => color::paint(color::FAIL, "FAIL"),
+        Verdict::CouldNotJudge => color::paint(color::UNJUDGED, "????"),
         // Only `grade` says it, never of a check in a run's report.
-        (Verdict::Error, true) => "\x1b[31mERR!\x1b[0m",
-        (Verdict::Error, false) => "ERR!",
+        Verdict::Error => color::paint(color::FAIL, "ERR!"),
     };
     for r in results {
-        println!("{} step {:>2} {}: {}", paint(r.verdict), r.step, r.id, first_line(&r.observed));
+        // Through anstream: coloured or not as `--color` and NO_COLOR say (see `color`).
+        anstream::println!("{} step {:>2} {}: {}", paint(r.verdict), r.step, r.id, first_line(&r.observed));
         if !r.passed() {
             for line in r.observed.lines().skip(1) {
                 println!("         {line}");

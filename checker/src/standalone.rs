@@ -6,7 +6,9 @@
 //! crate's own manifest and build script, so a copy cannot change its dependencies. That crate is its own workspace
 //! and shares the repository's target directory, so dependencies build once.
 use std::hash::Hasher;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
+
+use toml_edit::{value, DocumentMut, InlineTable, Item, Table, TableLike, Value};
 
 use crate::handed_in;
 
@@ -34,7 +36,7 @@ pub fn prepare(root: &Path, step: u8, given: &Path) -> Result<Standalone, String
     // at the same time, do not mix.
     let key = fnv(&given.canonicalize().unwrap_or_else(|_| given.to_path_buf()).display().to_string());
     let package = format!("checked_step_{step:02}_{:08x}", key >> 32);
-    let manifest = standalone_manifest(&manifest, &workspace, root, &package)?;
+    let manifest = standalone_manifest(&manifest, &workspace, root, step, &package)?;
     let dir = root.join("target").join("checker-crates").join(&package);
     let write = |rel: &str, text: &str| -> Result<(), String> {
         let path = dir.join(rel);
@@ -61,65 +63,191 @@ pub fn prepare(root: &Path, step: u8, given: &Path) -> Result<Standalone, String
 }
 
 /// The step crate's manifest made independent of the workspace: its own name, the
-/// workspace's inherited values spelled out, absolute paths, and an empty
-/// `[workspace]` table so cargo does not look for a parent workspace.
+/// workspace's inherited values spelled out, dependency paths made absolute, an empty
+/// `[workspace]` table so cargo does not look for a parent workspace, and the
+/// workspace's `[profile]` tables. Built with the same profiles, the crate's
+/// dependencies are the workspace's already compiled ones (same cargo fingerprints in
+/// the shared target directory), not another copy of the whole tree.
+///
+/// Edited as TOML (toml_edit), not as lines: each key is changed in the table it
+/// belongs to, whatever other table has a key of the same name, paths are written as
+/// TOML strings (a quote, a backslash or a space in the repository's path is escaped),
+/// and the comments and layout of the step's manifest stay.
 fn standalone_manifest(
     manifest: &str,
     workspace: &str,
     root: &Path,
+    step: u8,
     package: &str,
 ) -> Result<String, String> {
-    let inherited = |key: &str| -> Result<String, String> {
-        workspace
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                (k.trim() == key).then(|| v.trim().to_string())
-            })
-            .ok_or_else(|| format!("the workspace's Cargo.toml does not define `{key}`"))
-    };
-    let crates = root.join("crates");
-    let mut out = String::new();
-    for line in manifest.lines() {
-        let trimmed = line.trim();
-        let line = if trimmed.starts_with("name = ") {
-            format!("name = \"{package}\"")
-        } else if trimmed == "edition.workspace = true" {
-            format!("edition = {}", inherited("edition")?)
-        } else if trimmed.ends_with(".workspace = true") {
-            let key = trimmed.trim_end_matches(".workspace = true");
-            if key == "license" || key == "rust-version" {
-                continue;
-            }
-            format!("{key} = {}", inherited(key)?)
-        } else {
-            line.replace("\"../../crates/", &format!("\"{}/", crates.display()))
-        };
-        out.push_str(&line);
-        out.push('\n');
+    let step_dir = root.join(format!("steps/step_{step:02}"));
+    let mut doc = manifest.parse::<DocumentMut>().map_err(|e| {
+        format!(
+            "{}/Cargo.toml is not valid TOML, so handed-in code cannot be built with it: {e}\
+             undo the edit, or restore the step's starter with `cargo checker reset step {step}` \
+             (it keeps a backup of your files)",
+            step_dir.display()
+        )
+    })?;
+    let workspace = workspace
+        .parse::<DocumentMut>()
+        .map_err(|e| format!("{}/Cargo.toml (the workspace's) is not valid TOML: {e}", root.display()))?;
+    let package_table = doc
+        .get_mut("package")
+        .and_then(Item::as_table_like_mut)
+        .ok_or_else(|| format!("{}/Cargo.toml has no [package] table", step_dir.display()))?;
+    package_table.insert("name", value(package));
+    for key in inheriting(&*package_table) {
+        // Neither matters to a crate that is only built here, and the workspace need
+        // not define them.
+        if key == "license" || key == "rust-version" {
+            package_table.remove(&key);
+            continue;
+        }
+        let inherited = workspace_value(&workspace, "package", &key)?;
+        replace(package_table, &key, inherited);
     }
-    out.push_str("\n[workspace]\n");
-    out.push_str(&profiles(workspace));
-    Ok(out)
+    for table in dependency_tables(&mut doc) {
+        for name in table.iter().map(|(name, _)| name.to_string()).collect::<Vec<_>>() {
+            let item = table.get(&name).expect("a key just listed");
+            let (mut dependency, base) = if inherits(item) {
+                (inherited_dependency(&workspace, &name, item)?, root)
+            } else {
+                match item.as_value() {
+                    Some(v) => (v.clone(), step_dir.as_path()),
+                    None => continue,
+                }
+            };
+            absolute_path(&mut dependency, base)?;
+            replace(table, &name, dependency);
+        }
+    }
+    doc.insert("workspace", Item::Table(Table::new()));
+    if let Some(profile) = workspace.get("profile") {
+        doc.insert("profile", profile.clone());
+    }
+    Ok(doc.to_string())
 }
 
-/// The workspace's `[profile…]` sections, verbatim. Built with the same profiles, the
-/// crate's dependencies are the workspace's already compiled ones (same cargo
-/// fingerprints in the shared target directory), not another copy of the whole tree.
-fn profiles(workspace: &str) -> String {
-    let mut out = String::new();
-    let mut inside = false;
-    for line in workspace.lines() {
-        let trimmed = line.trim();
-        if trimmed.starts_with('[') {
-            inside = trimmed.starts_with("[profile.");
-            if inside {
-                out.push('\n');
+/// Sets `table[key]` to `value` where the key is, keeping the comment above it. The
+/// comment above a dotted key (`tch.workspace = true`) is held by its last part
+/// (`workspace`), which goes: it moves to `tch`.
+fn replace(table: &mut dyn TableLike, key: &str, value: Value) {
+    let item = table.get_mut(key).expect("the key is in the table");
+    let comment = match &*item {
+        Item::Table(dotted) if dotted.is_dotted() => dotted
+            .iter()
+            .next()
+            .and_then(|(part, _)| dotted.key(part))
+            .and_then(|k| k.leaf_decor().prefix().cloned()),
+        _ => None,
+    };
+    *item = Item::Value(value.decorated(" ", ""));
+    if let (Some(comment), Some(mut key)) = (comment, table.key_mut(key)) {
+        key.leaf_decor_mut().set_prefix(comment);
+    }
+}
+
+/// `key.workspace = true` (or `key = { workspace = true, ... }`).
+fn inherits(item: &Item) -> bool {
+    item.as_table_like().and_then(|t| t.get("workspace")).and_then(Item::as_bool) == Some(true)
+}
+
+/// The keys of `table` that inherit their value from the workspace.
+fn inheriting(table: &dyn TableLike) -> Vec<String> {
+    table.iter().filter(|(_, item)| inherits(item)).map(|(key, _)| key.to_string()).collect()
+}
+
+/// `[workspace.<table>].key`, as a value to put in the crate's manifest.
+fn workspace_value(workspace: &DocumentMut, table: &str, key: &str) -> Result<Value, String> {
+    let item = workspace.get("workspace").and_then(|w| w.get(table)).and_then(|t| t.get(key));
+    let value = match item {
+        Some(Item::Value(v)) => Some(v.clone()),
+        // `[workspace.dependencies.foo]` written as a table of its own.
+        Some(Item::Table(t)) => Some(Value::InlineTable(t.clone().into_inline_table())),
+        _ => None,
+    };
+    value.map(|v| v.decorated(" ", "")).ok_or_else(|| {
+        format!(
+            "the workspace's Cargo.toml does not define `{key}` in [workspace.{table}], which the step's \
+             manifest inherits (`{key}.workspace = true`)"
+        )
+    })
+}
+
+/// An inherited dependency spelled out: the workspace's entry, plus what the crate
+/// adds to it (`features` are added to the workspace's, `optional` is the crate's).
+fn inherited_dependency(workspace: &DocumentMut, name: &str, item: &Item) -> Result<Value, String> {
+    let inherited = workspace_value(workspace, "dependencies", name)?;
+    let local = item.as_table_like().expect("an inheriting dependency is a table");
+    let added: Vec<(&str, &Item)> = local.iter().filter(|(key, _)| *key != "workspace").collect();
+    if added.is_empty() {
+        return Ok(inherited);
+    }
+    let mut merged = match inherited {
+        Value::InlineTable(t) => t,
+        version => {
+            let mut t = InlineTable::new();
+            t.insert("version", version.decorated(" ", ""));
+            t
+        }
+    };
+    for (key, item) in added {
+        let Some(v) = item.as_value() else { continue };
+        match (key, merged.get_mut("features").and_then(Value::as_array_mut), v.as_array()) {
+            ("features", Some(features), Some(more)) => features.extend(more.iter().cloned()),
+            _ => {
+                merged.insert(key, v.clone().decorated(" ", ""));
             }
         }
-        if inside && !trimmed.is_empty() && !trimmed.starts_with('#') {
-            out.push_str(line);
-            out.push('\n');
+    }
+    Ok(Value::InlineTable(merged))
+}
+
+/// Every dependency table of the manifest: `[dependencies]`, `[dev-dependencies]`,
+/// `[build-dependencies]`, and the same under each `[target.'cfg(..)']`.
+fn dependency_tables(doc: &mut DocumentMut) -> Vec<&mut dyn TableLike> {
+    const KINDS: [&str; 3] = ["dependencies", "dev-dependencies", "build-dependencies"];
+    let mut tables = Vec::new();
+    for (key, item) in doc.as_table_mut().iter_mut() {
+        if KINDS.contains(&key.get()) {
+            tables.extend(item.as_table_like_mut());
+        } else if key.get() == "target" {
+            for (_, platform) in item.as_table_like_mut().into_iter().flat_map(|t| t.iter_mut()) {
+                for (kind, deps) in platform.as_table_like_mut().into_iter().flat_map(|t| t.iter_mut()) {
+                    if KINDS.contains(&kind.get()) {
+                        tables.extend(deps.as_table_like_mut());
+                    }
+                }
+            }
+        }
+    }
+    tables
+}
+
+/// A dependency's relative `path`, made absolute from `base` (the manifest's folder),
+/// since the crate is built elsewhere.
+fn absolute_path(dependency: &mut Value, base: &Path) -> Result<(), String> {
+    let Some(table) = dependency.as_inline_table_mut() else { return Ok(()) };
+    let Some(relative) = table.get("path").and_then(Value::as_str) else { return Ok(()) };
+    let absolute = join_lexically(base, Path::new(relative));
+    let absolute = absolute
+        .to_str()
+        .ok_or_else(|| format!("{} is not valid UTF-8, which a Cargo.toml needs", absolute.display()))?;
+    table.insert("path", Value::from(absolute).decorated(" ", " "));
+    Ok(())
+}
+
+/// `base/relative` with its `.` and `..` taken away, without asking the file system.
+fn join_lexically(base: &Path, relative: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in base.join(relative).components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            other => out.push(other),
         }
     }
     out
@@ -136,31 +264,92 @@ fn fnv(text: &str) -> u64 {
 mod tests {
     use super::*;
 
+    const WORKSPACE: &str = "[workspace.package]\nedition = \"2021\"\nlicense = \"MIT\"\n\n[workspace.dependencies]\ntch = \"=0.24.0\"\nclap = { version = \"4\", features = [\"derive\"] }\n";
+
+    fn standalone(manifest: &str, workspace: &str, root: &str) -> Result<String, String> {
+        standalone_manifest(manifest, workspace, Path::new(root), 7, "checked_step_07")
+    }
+
     #[test]
     fn the_manifest_stands_alone() {
-        let workspace = "[workspace.package]\nedition = \"2021\"\nlicense = \"MIT\"\n\n[workspace.dependencies]\ntch = \"=0.24.0\"\nclap = { version = \"4\", features = [\"derive\"] }\n";
-        let manifest = "[package]\nname = \"step_07\"\nedition.workspace = true\nlicense.workspace = true\n\n[dependencies]\nlabkit = { path = \"../../crates/labkit\" }\ntch.workspace = true\nclap.workspace = true\n";
-        let out = standalone_manifest(manifest, workspace, Path::new("/repo"), "checked_step_07").unwrap();
+        let manifest = "# Generated by coursegen.\n[package]\nname = \"step_07\"\nedition.workspace = true\nlicense.workspace = true\n\n[dependencies]\nlabkit = { path = \"../../crates/labkit\" }\n# Direct: build.rs reads it.\ntch.workspace = true\nclap.workspace = true\n";
+        let out = standalone(manifest, WORKSPACE, "/repo").unwrap();
         assert_eq!(
             out,
-            "[package]\nname = \"checked_step_07\"\nedition = \"2021\"\n\n[dependencies]\nlabkit = { path = \"/repo/crates/labkit\" }\ntch = \"=0.24.0\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n"
+            "# Generated by coursegen.\n[package]\nname = \"checked_step_07\"\nedition = \"2021\"\n\n[dependencies]\nlabkit = { path = \"/repo/crates/labkit\" }\n# Direct: build.rs reads it.\ntch = \"=0.24.0\"\nclap = { version = \"4\", features = [\"derive\"] }\n\n[workspace]\n"
         );
     }
 
     #[test]
     fn the_workspaces_profiles_come_along() {
         let workspace = "[workspace.package]\nedition = \"2021\"\n\n# why\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[profile.dev.package.labkit]\nopt-level = 2\n[workspace.dependencies]\ntch = \"=0.24.0\"\n";
-        let out =
-            standalone_manifest("[package]\nname = \"step_07\"\n", workspace, Path::new("/r"), "p").unwrap();
+        let out = standalone("[package]\nname = \"step_07\"\n", workspace, "/r").unwrap();
         assert_eq!(
             out,
-            "[package]\nname = \"p\"\n\n[workspace]\n\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[profile.dev.package.labkit]\nopt-level = 2\n"
+            "[package]\nname = \"checked_step_07\"\n\n[workspace]\n\n# why\n[profile.dev]\ndebug = \"line-tables-only\"\n\n[profile.dev.package.labkit]\nopt-level = 2\n"
         );
     }
 
     #[test]
+    fn a_key_is_changed_only_in_its_own_table() {
+        // `name`, `edition` and `path` also appear in other tables, before the ones meant.
+        let workspace = "[workspace.metadata.course]\nedition = \"not this\"\ntch = \"not this\"\n\n[workspace.package]\nedition = \"2021\"\n\n[workspace.dependencies]\ntch = \"=0.24.0\"\n";
+        let manifest = "[package.metadata.lab]\nname = \"kept\"\npath = \"../../crates/kept\"\n\n[package]\nname = \"step_07\"\nedition.workspace = true\n\n[[bin]]\nname = \"step_07\"\npath = \"src/main.rs\"\n\n[dependencies]\ntch.workspace = true\n";
+        let out = standalone(manifest, workspace, "/repo").unwrap();
+        let doc = out.parse::<DocumentMut>().unwrap();
+        assert_eq!(doc["package"]["name"].as_str(), Some("checked_step_07"), "{out}");
+        assert_eq!(doc["package"]["edition"].as_str(), Some("2021"), "{out}");
+        assert_eq!(doc["package"]["metadata"]["lab"]["name"].as_str(), Some("kept"), "{out}");
+        assert_eq!(doc["package"]["metadata"]["lab"]["path"].as_str(), Some("../../crates/kept"), "{out}");
+        assert_eq!(doc["bin"][0]["name"].as_str(), Some("step_07"), "{out}");
+        assert_eq!(doc["bin"][0]["path"].as_str(), Some("src/main.rs"), "{out}");
+        assert_eq!(doc["dependencies"]["tch"].as_str(), Some("=0.24.0"), "{out}");
+    }
+
+    #[test]
+    fn paths_are_escaped_as_toml_strings() {
+        let root = r#"/home/a "quoted" \back\slashed and spaced"#;
+        let manifest = "[package]\nname = \"step_07\"\n\n[dependencies]\nlabkit = { path = \"../../crates/labkit\" }\n\n[build-dependencies]\nhelper = { path = \"../helper\", version = \"1\" }\n";
+        let out = standalone(manifest, WORKSPACE, root).unwrap();
+        let doc = out.parse::<DocumentMut>().expect("the manifest stays valid TOML");
+        assert_eq!(doc["dependencies"]["labkit"]["path"].as_str(), Some(&*format!("{root}/crates/labkit")));
+        let helper = format!("{root}/steps/helper");
+        assert_eq!(doc["build-dependencies"]["helper"]["path"].as_str(), Some(&*helper));
+        assert_eq!(doc["build-dependencies"]["helper"]["version"].as_str(), Some("1"));
+    }
+
+    #[test]
+    fn an_inherited_dependency_keeps_what_the_crate_adds() {
+        let manifest = "[package]\nname = \"step_07\"\n\n[target.'cfg(unix)'.dev-dependencies]\nclap = { workspace = true, features = [\"env\"], optional = true }\nlocal = { path = \"../local\" }\n";
+        let out = standalone(manifest, WORKSPACE, "/repo").unwrap();
+        let doc = out.parse::<DocumentMut>().unwrap();
+        let clap = &doc["target"]["cfg(unix)"]["dev-dependencies"]["clap"];
+        assert_eq!(clap["version"].as_str(), Some("4"), "{out}");
+        let features: Vec<_> =
+            clap["features"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        assert_eq!(features, ["derive", "env"], "{out}");
+        assert_eq!(clap["optional"].as_bool(), Some(true), "{out}");
+        assert!(clap.get("workspace").is_none(), "{out}");
+        let local = &doc["target"]["cfg(unix)"]["dev-dependencies"]["local"];
+        assert_eq!(local["path"].as_str(), Some("/repo/steps/local"), "{out}");
+    }
+
+    #[test]
     fn an_undefined_inherited_key_is_an_error() {
-        let err = standalone_manifest("serde.workspace = true\n", "", Path::new("/r"), "p").unwrap_err();
-        assert!(err.contains("`serde`"), "{err}");
+        let err = standalone("[package]\nname = \"s\"\n[dependencies]\nserde.workspace = true\n", "", "/r")
+            .unwrap_err();
+        assert!(err.contains("`serde`") && err.contains("[workspace.dependencies]"), "{err}");
+    }
+
+    #[test]
+    fn a_manifest_that_is_not_toml_is_refused_saying_how_to_restore_it() {
+        let err = standalone("[package\nname = \"step_07\"\n", WORKSPACE, "/repo").unwrap_err();
+        assert!(err.starts_with("/repo/steps/step_07/Cargo.toml is not valid TOML"), "{err}");
+        assert!(err.contains("line 1"), "{err}");
+        assert!(err.contains("cargo checker reset step 7"), "{err}");
+        let err = standalone("name = \"step_07\"\n", WORKSPACE, "/repo").unwrap_err();
+        assert!(err.contains("has no [package] table"), "{err}");
+        let err = standalone("[package]\nname = \"s\"\n", "[workspace", "/repo").unwrap_err();
+        assert!(err.contains("the workspace's) is not valid TOML"), "{err}");
     }
 }

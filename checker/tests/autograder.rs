@@ -15,7 +15,12 @@ use serde_json::Value;
 
 /// Writes the step 0 autograder into `out`.
 fn make_autograder(out: &Path) {
-    let v = checker_with(&["autograder", "gradescope", "--step", "0", "--out"], &[out]);
+    make_autograder_for("0", out);
+}
+
+/// Writes the autograder for `--step step` into `out`.
+fn make_autograder_for(step: &str, out: &Path) {
+    let v = checker_with(&["autograder", "gradescope", "--step", step, "--out"], &[out]);
     assert_eq!(v.code, Some(0), "{}", v.output());
     assert!(v.stdout.contains("autograder.zip"), "{}", v.stdout);
 }
@@ -153,4 +158,25 @@ fn a_nested_crate_is_graded_unsandboxed_where_no_sandbox_can_be_made() {
     assert_eq!(report["extra_data"]["sandbox"], "none");
     let why = report["extra_data"]["unsandboxed_because"].as_str().unwrap();
     assert!(why.contains("/nonexistent/bwrap"), "{why}");
+}
+
+#[test]
+fn the_finished_programs_autograder_grades_a_main_rs_on_every_step() {
+    let out = tempfile::tempdir().unwrap();
+    make_autograder_for("all", out.path());
+    let setup = std::fs::read_to_string(out.path().join("setup.sh")).unwrap();
+    assert!(setup.contains("verify step 11 --crate solutions/step_11 "), "{setup}");
+    let root = autograder_root("autograder-all");
+    // A bare main.rs, the finished lab's.
+    std::fs::copy(repo().join("solutions/step_11/src/main.rs"), root.join("submission/main.rs")).unwrap();
+    let report = run_autograder(&out.path().join("run_autograder"), &root, &[]);
+    assert_eq!(report["score"], 120.0, "{report:#}");
+    let tests = report["tests"].as_array().unwrap();
+    for step in 0..=11 {
+        let prefix = format!("step {step}: ");
+        let of_step: Vec<&Value> =
+            tests.iter().filter(|t| t["name"].as_str().unwrap().starts_with(&prefix)).collect();
+        assert!(!of_step.is_empty(), "no test of step {step}: {report:#}");
+        assert!(of_step.iter().all(|t| t["status"] == "passed"), "{report:#}");
+    }
 }

@@ -52,10 +52,11 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     let scratch = tempfile::tempdir().unwrap();
     let (handed_in, results) = (scratch.path().join("handed-in"), scratch.path().join("results"));
     // Sorted: alice (task 0), bob (task 1), carol (task 0) with two tasks.
-    write(&handed_in.join("alice/src/main.rs"), &solution(11));
+    let last = coursegen::LAST_STEP;
+    write(&handed_in.join("alice/src/main.rs"), &solution(last));
     write(&handed_in.join("bob/src/main.rs"), "fn main() { let x: u8 = 300; }\n");
     std::fs::create_dir_all(&handed_in).unwrap();
-    zipped_crate(&handed_in.join("carol.zip"), "step_11", &starter(11));
+    zipped_crate(&handed_in.join("carol.zip"), &format!("step_{last:02}"), &starter(last));
     let how = if sandbox_works() { "--sandbox" } else { "--unsandboxed" };
     let course = repo();
     let course = course.to_str().unwrap();
@@ -108,9 +109,9 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     assert!(out.contains("carol  110/120  fail"), "{out}");
     let rows = gradebook();
     let header: Vec<&str> = rows[0].iter().map(String::as_str).collect();
-    let steps: Vec<String> = (0..12).map(|s| format!("step {s}")).collect();
+    let steps: Vec<String> = (0..=coursegen::LAST_STEP).map(|s| format!("step {s}")).collect();
     assert_eq!(header[..4], ["submission", "status", "points", "max_points"]);
-    assert_eq!(header[4..16], steps.iter().map(String::as_str).collect::<Vec<_>>()[..]);
+    assert_eq!(header[4..4 + steps.len()], steps.iter().map(String::as_str).collect::<Vec<_>>()[..]);
     let alice = rows.iter().find(|r| r[0] == "alice").unwrap();
     assert_eq!(alice[1..4], ["pass", "120", "120"].map(String::from));
     let carol = rows.iter().find(|r| r[0] == "carol").unwrap();
@@ -188,7 +189,7 @@ fn every_command_of_the_classroom_workflow_runs_as_the_command_grader_runs_it() 
     let ws = scratch.path().join("workspace");
     std::fs::create_dir_all(&ws).unwrap();
     std::os::unix::fs::symlink(repo().canonicalize().unwrap(), ws.join("grader")).unwrap();
-    for step in 0..12u8 {
+    for step in 0..=coursegen::LAST_STEP {
         let source = if step == 0 { solution(0) } else { "fn main() { undefined_in_this_step() }\n".into() };
         write(&ws.join(format!("submission/steps/step_{step:02}/src/main.rs")), &source);
     }

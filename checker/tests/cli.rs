@@ -33,6 +33,23 @@ fn help_texts() {
 }
 
 #[test]
+fn completions_name_every_subcommand() {
+    let out = cmd().args(["completions", "bash"]).assert().success().get_output().stdout.clone();
+    let script = String::from_utf8(out).unwrap();
+    assert!(script.contains("complete -F _checker"), "{script}");
+    for subcommand in
+        ["list", "hint", "reset", "grade", "gradebook", "autograder", "verify", "watch", "completions"]
+    {
+        assert!(script.contains(&format!("checker,{subcommand})")), "no `{subcommand}` in:\n{script}");
+    }
+    assert!(script.contains("--color"), "{script}");
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        cmd().args(["completions", shell]).assert().success().stdout(contains("verify"));
+    }
+    cmd().args(["completions", "tcsh"]).assert().code(2).stderr(contains("invalid value 'tcsh'"));
+}
+
+#[test]
 fn a_step_out_of_range_is_a_usage_error() {
     cmd()
         .args(["verify", "step", "12"])
@@ -81,6 +98,32 @@ fn verify_and_grade_end_alike_when_a_step_cannot_run() {
 }
 
 #[test]
+fn a_step_manifest_that_is_not_toml_is_refused_before_anything_is_built() {
+    // A repository whose steps/step_03/Cargo.toml a student broke: the handed-in
+    // program is built with that manifest, so the checker stops there (exit 2), says
+    // where and how to restore it, and writes no crate.
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path().join("repo");
+    let step = root.join("steps/step_03");
+    std::fs::create_dir_all(&step).unwrap();
+    std::fs::write(root.join("Cargo.toml"), "[workspace]\nmembers = [\"steps/*\"]\n").unwrap();
+    std::fs::write(step.join("Cargo.toml"), "[package]\nname = \"step_03\"\nedition.workspace = \n").unwrap();
+    std::fs::write(step.join("build.rs"), "fn main() {}\n").unwrap();
+    let handed_in = scratch.path().join("main.rs");
+    std::fs::write(&handed_in, "fn main() {}\n").unwrap();
+    cmd()
+        .env(checker::ROOT_ENV, &root)
+        .args(["verify", "step", "3", "--unsandboxed", "--crate"])
+        .arg(&handed_in)
+        .assert()
+        .code(2)
+        .stderr(contains(format!("{}/Cargo.toml is not valid TOML", step.display())))
+        .stderr(contains("line 3"))
+        .stderr(contains("cargo checker reset step 3"));
+    assert!(!root.join("target/checker-crates").exists(), "a crate was written");
+}
+
+#[test]
 fn a_compile_error_is_shown_readably() {
     let dir = variant(2, "does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
     let v = checker_with(&["verify", "step", "2", "--seed", "1", "--crate"], &[&dir]);
@@ -94,6 +137,44 @@ fn a_compile_error_is_shown_readably() {
         "{}",
         v.stdout
     );
+}
+
+#[test]
+fn colour_follows_color_and_no_color_also_into_a_pipe() {
+    // A program that does not compile: its report (FAIL builds) comes quickly.
+    let dir =
+        variant(2, "colour-does-not-compile", "args.world_size = ", "args.world_size = undefined_name + ");
+    let red_fail = "\x1b[31mFAIL\x1b[0m step  0 builds";
+    // (options, environment, coloured): stdout is a pipe here, so `auto` colours only
+    // when CLICOLOR_FORCE says so, and NO_COLOR (set, not empty) overrides that.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 7] = [
+        (&[], &[], false),
+        (&["--color", "always"], &[], true),
+        (&["--color", "never"], &[("CLICOLOR_FORCE", "1")], false),
+        (&[], &[("CLICOLOR_FORCE", "1")], true),
+        (&[], &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")], false),
+        (&[], &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "")], true),
+        // What the command line asks for wins over the environment (no-color.org).
+        (&["--color=always"], &[("NO_COLOR", "1")], true),
+    ];
+    for (options, env, coloured) in cases {
+        let mut c = cmd();
+        for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE"] {
+            c.env_remove(var);
+        }
+        c.envs(env.iter().copied())
+            .args(["verify", "step", "2", "--seed", "1", "--unsandboxed"])
+            .args(options);
+        let out = c.arg("--crate").arg(&dir).assert().code(1).get_output().stdout.clone();
+        let stdout = String::from_utf8_lossy(&out);
+        let case = format!("{options:?} {env:?}:\n{stdout}");
+        if coloured {
+            assert!(stdout.contains(red_fail), "{case}");
+        } else {
+            assert!(stdout.contains("FAIL step  0 builds") && !stdout.contains('\x1b'), "{case}");
+        }
+    }
 }
 
 /// Processes whose command line names `needle`.

@@ -54,10 +54,10 @@ const RECORD_STEPS_ENV: &str = "RECORD_STEPS";
 
 /// The steps `RECORD_STEPS` names.
 fn steps_to_record() -> std::ops::RangeInclusive<u8> {
-    let Ok(text) = std::env::var(RECORD_STEPS_ENV) else { return 0..=11 };
+    let Ok(text) = std::env::var(RECORD_STEPS_ENV) else { return 0..=coursegen::LAST_STEP };
     let parse = |s: &str| -> u8 {
         s.trim().parse().unwrap_or_else(|_| {
-            panic!("{RECORD_STEPS_ENV}={text:?}: a step (0-11) or a range of steps (5-11) expected")
+            panic!("{RECORD_STEPS_ENV}={text:?}: a step or a range of steps (5-11) expected")
         })
     };
     match text.split_once('-') {
@@ -70,7 +70,7 @@ fn steps_to_record() -> std::ops::RangeInclusive<u8> {
 #[ignore = "re-records the fixtures (minutes): cargo test -p checker --test record_fixtures -- --ignored"]
 fn record_every_case() {
     let steps = steps_to_record();
-    for step in 0..12u8 {
+    for step in 0..=coursegen::LAST_STEP {
         if !steps.contains(&step) {
             continue;
         }
@@ -89,7 +89,7 @@ fn record_every_case() {
 #[test]
 fn every_case_recorded_todays_program() {
     let read = |path: String| std::fs::read_to_string(common::repo().join(path)).unwrap();
-    let mut programs: Vec<(String, String)> = (0..12u8)
+    let mut programs: Vec<(String, String)> = (0..=coursegen::LAST_STEP)
         .flat_map(|s| {
             [
                 (format!("solution-{s:02}"), read(format!("solutions/step_{s:02}/src/main.rs"))),
@@ -124,7 +124,7 @@ fn every_case_is_recorded_and_every_variant_still_applies() {
     for v in VARIANTS {
         let _ = v.program();
     }
-    let mut cases: Vec<String> = (0..12u8)
+    let mut cases: Vec<String> = (0..=coursegen::LAST_STEP)
         .flat_map(|s| [format!("solution-{s:02}"), format!("starter-{s:02}")])
         .chain(VARIANTS.iter().map(|v| v.case()))
         .collect();

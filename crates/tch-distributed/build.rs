@@ -1,5 +1,6 @@
 //! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
-//! (shim/sync_batch_norm.cpp), and bf16 autocast (shim/amp.cpp).
+//! (shim/sync_batch_norm.cpp), bf16 autocast (shim/amp.cpp) and FSDP's autograd and
+//! storage pieces (shim/fsdp.cpp).
 //!
 //! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`);
 //! the gloo headers, which libtorch's ProcessGroupGloo.hpp includes, as `gloo_include`
@@ -15,6 +16,7 @@ fn main() {
         "ddp.cpp",
         "sync_batch_norm.cpp",
         "amp.cpp",
+        "fsdp.cpp",
         "cuda_anchor.cpp",
         "tchd.h",
         "tchd_internal.h",
@@ -40,6 +42,7 @@ fn main() {
         .file("shim/ddp.cpp")
         .file("shim/sync_batch_norm.cpp")
         .file("shim/amp.cpp")
+        .file("shim/fsdp.cpp")
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))

@@ -166,7 +166,7 @@ fn grade(
     }
     let mut phases = BTreeMap::new();
     for line in output.stderr.lines() {
-        // "[timing] 20.3 s  running the quick evaluation (about a minute)"
+        // "[timing] 6.4 s  running 3 rank(s)", "[timing] 3.0 s  finishing the quick evaluation (it started …)"
         let Some(rest) = line.strip_prefix("[timing] ") else { continue };
         let Some((secs, phase)) = rest.split_once(" s  ") else { continue };
         let Ok(secs) = secs.parse::<f64>() else { continue };

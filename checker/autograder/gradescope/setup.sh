@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu;
 # the autograder zip unpacked in /autograder/source). Written by
-# `cargo checker autograder gradescope --step @STEP@`; course commit @COMMIT@.
+# `cargo checker autograder gradescope` (grade @GRADE@); course commit @COMMIT@.
 #
 # It installs what the course builds with (a C++ compiler, Python with venv, Rust), runs
 # the course's own setup (libtorch, the gloo headers, the data set), builds the checker,

@@ -14,7 +14,7 @@ pub const CHECKS: &[Check] = &[
     Check {
         id: id::TARGET_REACHED,
         step: 11,
-        observes: "a quick evaluation on the generated stand-in (8,000 training images, at most 6 epochs)",
+        observes: "a quick evaluation on the generated stand-in (8,000 training images, until the first epoch that reaches the target, at most 6)",
         needs: Needs::QuickRun,
         hint: "check the learning rate and batch size against the lab's defaults (guide: step 11)",
         judge: target_reached,

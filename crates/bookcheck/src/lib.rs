@@ -8,12 +8,19 @@
 //! - every image of the source is shown by some page (a figure nobody sees is stale);
 //! - the search index was built.
 //!
+//! [`check_repository_file`] checks the links of a Markdown file outside the book (the
+//! README) into the repository and into the built book.
+//!
 //! Links that leave the book (`https:`, `mailto:` …) are not followed: the check runs
 //! offline. The HTML is mdBook's own, so a small scanner is enough: attribute values are
 //! always double-quoted, and text never holds a raw `"` (it is escaped as `&quot;`).
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
+
+mod repository;
+
+pub use repository::check_repository_file;
 
 /// File extensions counted as images.
 const IMAGE_EXTENSIONS: [&str; 6] = ["svg", "png", "jpg", "jpeg", "gif", "webp"];

@@ -128,3 +128,111 @@ fn a_link_out_of_the_book() {
     write(&page, &text);
     the_problem(book.path(), &["link \"../../README.md\" points outside the book"]);
 }
+
+/// The sound book with a README beside it, at the root of the "repository", linking a
+/// file, a folder, a book page's heading, one of its own headings and the web.
+fn book_with_readme() -> tempfile::TempDir {
+    let book = sound_book();
+    write(&book.path().join("data/README.md"), "# Data\n\n## The stand-in\n");
+    write(
+        &book.path().join("README.md"),
+        "# Project\n\n## For students\n\nRead [the step](src/steps/step.md#goal), \
+         [the data](data/README.md#the-stand-in) in [its folder](data/), go back to\n\
+         [the top](#for-students) or [PyTorch](https://pytorch.org). `[not](a-link.md)`\n\n\
+         ```sh\n[not](either.md)\n```\n",
+    );
+    book
+}
+
+fn readme_problems(dir: &Path) -> Vec<String> {
+    bookcheck::check_repository_file(&dir.join("README.md"), dir, &dir.join("src"), &dir.join("html"))
+        .unwrap()
+}
+
+/// The one problem the README has, which must mention every `needle`.
+fn the_readme_problem(dir: &Path, needles: &[&str]) {
+    let found = readme_problems(dir);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    for needle in needles {
+        assert!(found[0].contains(needle), "{needle:?} not in {:?}", found[0]);
+    }
+}
+
+fn edit_readme(dir: &Path, from: &str, to: &str) {
+    let readme = dir.join("README.md");
+    let text = fs::read_to_string(&readme).unwrap();
+    assert!(text.contains(from), "{from:?} not in the README");
+    write(&readme, &text.replace(from, to));
+}
+
+#[test]
+fn a_readme_whose_links_resolve_has_no_problem() {
+    let book = book_with_readme();
+    assert_eq!(readme_problems(book.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_readme_link_to_a_missing_file() {
+    let book = book_with_readme();
+    edit_readme(book.path(), "data/README.md#the-stand-in", "data/READ.md#the-stand-in");
+    the_readme_problem(
+        book.path(),
+        &["README.md:5: link \"data/READ.md#the-stand-in\"", "data/READ.md does not exist"],
+    );
+}
+
+#[test]
+fn a_readme_link_to_a_book_heading_that_is_not_there() {
+    let book = book_with_readme();
+    edit_readme(book.path(), "step.md#goal", "step.md#gaol");
+    the_readme_problem(book.path(), &["step.html has no heading or anchor with id \"gaol\""]);
+}
+
+#[test]
+fn a_readme_link_to_a_page_the_book_did_not_build() {
+    let book = book_with_readme();
+    write(&book.path().join("src/steps/draft.md"), "# Draft\n");
+    edit_readme(book.path(), "src/steps/step.md#goal", "src/steps/draft.md");
+    the_readme_problem(
+        book.path(),
+        &["the book has no page", "draft.html", "list steps/draft.md in SUMMARY.md"],
+    );
+}
+
+#[test]
+fn a_readme_link_to_a_heading_of_its_own_or_of_another_file_that_is_not_there() {
+    let book = book_with_readme();
+    edit_readme(book.path(), "(#for-students)", "(#for-student)");
+    the_readme_problem(book.path(), &["README.md has no heading whose anchor is \"#for-student\""]);
+    let book = book_with_readme();
+    edit_readme(book.path(), "#the-stand-in", "#the-standin");
+    the_readme_problem(book.path(), &["data/README.md has no heading whose anchor is \"#the-standin\""]);
+}
+
+#[test]
+fn a_readme_link_out_of_the_repository() {
+    let book = book_with_readme();
+    edit_readme(book.path(), "(data/)", "(../elsewhere/)");
+    the_readme_problem(book.path(), &["link \"../elsewhere/\" points outside the repository"]);
+}
+
+/// The repository's own README, against the book `scripts/book.sh build` made (which
+/// scripts/test.sh builds before the tests, and says so with DDP_LAB_REQUIRE_BOOK).
+#[test]
+fn the_repository_readme_links_resolve() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let html = root.join("target/book");
+    if !html.join("index.html").is_file() {
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_BOOK").is_none(),
+            "{} has no built book although DDP_LAB_REQUIRE_BOOK is set: run bash scripts/book.sh build",
+            html.display()
+        );
+        eprintln!("skipped: no book built in {} (bash scripts/book.sh build)", html.display());
+        return;
+    }
+    let problems =
+        bookcheck::check_repository_file(&root.join("README.md"), &root, &root.join("lab-guide/src"), &html)
+            .unwrap();
+    assert!(problems.is_empty(), "{problems:#?}");
+}

@@ -13,10 +13,12 @@ pub mod markers;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use toml_edit::{DocumentMut, Item, Value};
+
 pub use files::{check_all, crate_files, write_all, Drift};
 
 /// The title of each step, as the headers and package descriptions show it.
-pub const STEPS: [&str; 12] = [
+pub const STEPS: &[&str] = &[
     "import the distributed module",
     "the --num-nodes, --num-gpus and --node-id options",
     "world size and rendezvous address",
@@ -31,9 +33,15 @@ pub const STEPS: [&str; 12] = [
     "the quick evaluation",
 ];
 
+/// The lab's last step, whose solution is the finished lab: the one number of steps
+/// that the checker, coursegen and the guide's tools read (a step is added to
+/// [`STEPS`], nowhere else).
+pub const LAST_STEP: u8 = STEPS.len() as u8 - 1;
+
 /// Where the master program lives, relative to the repository root.
 pub const MASTER: &str = "course/lab/main.rs";
-/// The manifest template: `{{name}}` and `{{description}}` are filled in per crate.
+/// The manifest template: its `[package]` `name` and `description` (`"{{name}}"`,
+/// `"{{description}}"` there) are set per crate.
 pub const MANIFEST_TEMPLATE: &str = "course/lab/Cargo.toml.in";
 /// Copied verbatim into every crate.
 pub const BUILD_SCRIPT: &str = "course/lab/build.rs";
@@ -101,7 +109,7 @@ impl Version {
         }
     }
 
-    /// The step's title; panics for a step outside 0..=11 (see [`Version::validate`]).
+    /// The step's title; panics for a step after [`LAST_STEP`] (see [`Version::validate`]).
     pub fn title(self) -> &'static str {
         STEPS[usize::from(self.step())]
     }
@@ -163,7 +171,7 @@ fn header(version: Version) -> String {
              //! Look for `TODO Step {n}`: those comments mark this step's work.\n\
              //! `cargo checker verify step {n}` checks it; `cargo checker hint step {n}` helps when you are stuck.\n"
         ),
-        Version::Solution(n) if usize::from(n) == STEPS.len() - 1 => format!(
+        Version::Solution(LAST_STEP) => format!(
             "//! ddp-lab, solution of step {n}: {title}.\n\
              //!\n\
              //! This is the finished lab: every step is done.\n"
@@ -172,17 +180,32 @@ fn header(version: Version) -> String {
     }
 }
 
-/// Fills in the manifest template for one version.
+/// Fills in the manifest template for one version: its `[package]` `name` and
+/// `description`, set as TOML values (escaped as TOML needs), the rest of the template
+/// as it is, comments included.
 pub fn render_manifest(template: &str, version: Version) -> Result<String, CourseError> {
     let version = version.validate()?;
-    // The template quotes the description, so it is escaped as a TOML basic string.
-    let description = version.description().replace('\\', "\\\\").replace('"', "\\\"");
-    let mut out = String::new();
-    for (i, line) in template.lines().enumerate() {
-        let line = line.replace("{{name}}", &version.package_name()).replace("{{description}}", &description);
-        check_leftover(MANIFEST_TEMPLATE, i + 1, &line, version)?;
-        out.push_str(&line);
-        out.push('\n');
+    let mut manifest = template
+        .parse::<DocumentMut>()
+        .map_err(|e| CourseError::ManifestTemplate { reason: format!("it is not valid TOML: {e}") })?;
+    let package = manifest
+        .get_mut("package")
+        .and_then(Item::as_table_like_mut)
+        .ok_or_else(|| CourseError::ManifestTemplate { reason: "it has no [package] table".into() })?;
+    for (key, text) in [("name", version.package_name()), ("description", version.description())] {
+        let Some(Item::Value(value)) = package.get_mut(key) else {
+            return Err(CourseError::ManifestTemplate {
+                reason: format!("its [package] table has no `{key} = \"{{{{{key}}}}}\"` line"),
+            });
+        };
+        // The new string where the placeholder was, with the spacing and comment around it.
+        let decor = value.decor().clone();
+        *value = Value::from(text);
+        *value.decor_mut() = decor;
+    }
+    let out = manifest.to_string();
+    for (i, line) in out.lines().enumerate() {
+        check_leftover(MANIFEST_TEMPLATE, i + 1, line, version)?;
     }
     Ok(out)
 }
@@ -215,7 +238,7 @@ pub enum CourseError {
          `//@ todo`, `//@ old`, `//@ end` or `//@ header`"
     )]
     UnknownDirective { line: usize, text: String },
-    #[error("{MASTER}:{line}: `//@ step {found}`: the step must be a number from 0 to 11")]
+    #[error("{MASTER}:{line}: `//@ step {found}`: the step must be a number from 0 to {LAST_STEP}")]
     BadStep { line: usize, found: String },
     #[error("{MASTER}:{line}: `//@ {directive}` outside any block; open one with `//@ step N` first")]
     NoOpenBlock { line: usize, directive: &'static str },
@@ -260,7 +283,7 @@ pub enum CourseError {
     DirectiveInHeader { line: usize, opened: usize },
     #[error("{MASTER}:{line}: the header block opened here is never closed; add `//@ end`")]
     UnclosedHeader { line: usize },
-    #[error("there is no step {step}: the lab's steps are 0 to 11")]
+    #[error("there is no step {step}: the lab's steps are 0 to {LAST_STEP}")]
     NoSuchStep { step: u8 },
     #[error(
         "{version}: the starter has no `TODO Step {step}` marker; give step {step}'s block in \
@@ -273,6 +296,11 @@ pub enum CourseError {
          the manifest template's substitutions ({{{{name}}}} and {{{{description}}}})"
     )]
     Leftover { source_file: &'static str, line: usize, marker: &'static str, version: String, text: String },
+    #[error(
+        "{MANIFEST_TEMPLATE}: {reason}; it must be a Cargo.toml whose [package] has \
+         `name = \"{{{{name}}}}\"` and `description = \"{{{{description}}}}\"`"
+    )]
+    ManifestTemplate { reason: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("rustfmt is not on PATH; install it with `rustup component add rustfmt`")]

@@ -39,10 +39,10 @@ enum Command {
 #[command(group(ArgGroup::new("version").required(true).args(["starter", "solution"])))]
 struct RenderArgs {
     /// The student's starter for step N (steps/step_NN)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(coursegen::LAST_STEP)))]
     starter: Option<u8>,
     /// The solution of step N (solutions/step_NN)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=11))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(coursegen::LAST_STEP)))]
     solution: Option<u8>,
     /// Skip rustfmt: the text whose line numbers rustfmt's errors refer to
     #[arg(long)]

@@ -7,7 +7,7 @@
 //! ```text
 //! //@ header   opens the header block: the master's own `//!` lines, replaced in
 //!              every crate by that crate's header; `//@ end` closes it
-//! //@ step N   opens a block owned by step N (0..=11); its first section is "new"
+//! //@ step N   opens a block owned by step N (0 to LAST_STEP); its first section is "new"
 //! //@ todo     starts the block's "todo" section (optional)
 //! //@ old      starts the block's "old" section (optional)
 //! //@ end      closes the block
@@ -293,7 +293,7 @@ fn emit_into<'a>(nodes: &'a [Node<'a>], version: Version, out: &mut Vec<Emitted<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render_main;
+    use crate::{render_main, LAST_STEP};
     use Version::{Solution, Starter};
 
     fn render(master: &str, version: Version) -> String {
@@ -332,7 +332,7 @@ z
         assert_eq!(emitted(THREE, Starter(3)), "a\n// TODO Step 3: do it\nold3\nz\n");
         assert_eq!(emitted(THREE, Solution(3)), "a\nnew3\nz\n");
         assert_eq!(emitted(THREE, Starter(4)), "a\nnew3\nz\n");
-        assert_eq!(emitted(THREE, Solution(11)), "a\nnew3\nz\n");
+        assert_eq!(emitted(THREE, Solution(LAST_STEP)), "a\nnew3\nz\n");
     }
 
     #[test]
@@ -410,7 +410,7 @@ n2n4
         let solution = render(master, Solution(7));
         assert!(solution.starts_with("//! ddp-lab, solution of step 7: one device per rank"));
         assert!(!solution.contains("finished lab"));
-        assert!(render(master, Solution(11)).contains("This is the finished lab"));
+        assert!(render(master, Solution(LAST_STEP)).contains("This is the finished lab"));
     }
 
     #[test]
@@ -433,11 +433,13 @@ n2n4
 
     #[test]
     fn bad_step_numbers_are_rejected() {
-        for bad in ["//@ step 12", "//@ step x", "//@ step -1", "//@ step"] {
+        let after_the_last = format!("//@ step {}", LAST_STEP + 1);
+        for bad in [&*after_the_last, "//@ step x", "//@ step -1", "//@ step"] {
             let e = error(&format!("\n\n{bad}\n//@ end\n"));
             assert!(matches!(e, CourseError::BadStep { line: 3, .. }), "{bad}: {e:?}");
         }
-        assert!(error("//@ step 12\n//@ end\n").to_string().contains("from 0 to 11"));
+        let message = error(&format!("{after_the_last}\n//@ end\n")).to_string();
+        assert!(message.contains(&format!("from 0 to {LAST_STEP}")), "{message}");
     }
 
     #[test]
@@ -505,22 +507,41 @@ n2n4
     }
 
     #[test]
-    fn manifests_get_name_and_escaped_description() {
-        let template = "name = \"{{name}}\"\ndescription = \"{{description}}\"\n";
+    fn manifests_get_name_and_description_in_package_only() {
+        let template = "# made by coursegen\n[package]\nname = \"{{name}}\"\ndescription = \"{{description}}\" # why\n\n[[bin]]\nname = \"kept\"\n";
         let manifest = crate::render_manifest(template, Solution(1)).unwrap();
         assert_eq!(
             manifest,
-            "name = \"solution_01\"\n\
-             description = \"ddp-lab step 1 solution: the --num-nodes, --num-gpus and --node-id options\"\n"
+            "# made by coursegen\n[package]\nname = \"solution_01\"\n\
+             description = \"ddp-lab step 1 solution: the --num-nodes, --num-gpus and --node-id options\" # why\n\n\
+             [[bin]]\nname = \"kept\"\n"
         );
-        let e = crate::render_manifest("a\nversion = \"{{version}}\"\n", Starter(0)).unwrap_err();
-        assert!(matches!(e, CourseError::Leftover { line: 2, marker: "{{", .. }), "{e:?}");
+        let e = crate::render_manifest(
+            "[package]\nname = \"\"\ndescription = \"\"\nversion = \"{{version}}\"\n",
+            Starter(0),
+        )
+        .unwrap_err();
+        assert!(matches!(e, CourseError::Leftover { line: 4, marker: "{{", .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_manifest_template_that_cargo_could_not_read_is_an_error() {
+        for (template, why) in [
+            ("[package\nname = \"{{name}}\"\n", "not valid TOML"),
+            ("name = \"{{name}}\"\n", "no [package] table"),
+            ("[package]\nname = \"{{name}}\"\n", "no `description = \"{{description}}\"` line"),
+        ] {
+            let e = crate::render_manifest(template, Starter(3)).unwrap_err();
+            assert!(matches!(e, CourseError::ManifestTemplate { .. }), "{e:?}");
+            let message = e.to_string();
+            assert!(message.starts_with("course/lab/Cargo.toml.in: ") && message.contains(why), "{message}");
+        }
     }
 
     #[test]
     fn versions_outside_the_lab_are_rejected() {
-        let e = render_main("a\n", Solution(12)).unwrap_err();
-        assert!(matches!(e, CourseError::NoSuchStep { step: 12 }), "{e:?}");
+        let e = render_main("a\n", Solution(LAST_STEP + 1)).unwrap_err();
+        assert!(matches!(e, CourseError::NoSuchStep { step } if step == LAST_STEP + 1), "{e:?}");
     }
 
     #[test]

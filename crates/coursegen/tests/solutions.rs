@@ -29,7 +29,7 @@ fn solutions_built() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(root()).args(["build", "-q"]);
-        for n in 0..12 {
+        for n in 0..=coursegen::LAST_STEP {
             cmd.args(["-p", &format!("solution_{n:02}")]);
         }
         let status = launcher::status(cmd).expect("run cargo build");
@@ -279,7 +279,7 @@ solution_tests! {
 /// The quick evaluation `scripts/main.sh` runs (same options, the default seed, the
 /// same data: the real Fashion-MNIST when present, as setup installs it): the narrow
 /// model on 2 CPU ranks reaches the lab's 0.85 validation accuracy twice in a row.
-/// README's table has the figures of seeds 0-9. The output is printed, so
+/// The guide's Figures of record (lab-guide/src/figures.md) has seeds 0-9. The output is printed, so
 /// `--nocapture` shows the run.
 #[test]
 fn quick_evaluation_reaches_the_target_accuracy() {

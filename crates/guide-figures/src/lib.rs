@@ -9,11 +9,18 @@
 //! - `timeline-step-08.svg`: a real 2-rank run of step 8 as its timeline
 //!   (`DDP_LAB_TIMELINE`) recorded it, from the trace in `timelines/` (see
 //!   [`timeline`]): the bucket all-reduces overlapping backward, a rank waiting at the
-//!   barrier.
+//!   barrier;
+//! - `pipeline-schedule.svg`: GPipe's schedule of 4 stages with and without
+//!   micro-batches, and its bubble (see [`pipeline`]);
+//! - `fsdp-bytes.svg` and `fsdp-unshard.svg`: the lab's WideResNet sharded as PyTorch's
+//!   FSDP2 shards it, bytes per rank beside DDP's, and the unshard/reshard around each
+//!   block in one step (see [`fsdp`]).
 //!
 //! `cargo run -p guide-figures` redraws them into `lab-guide/src/figures/`; the test
 //! `tests/up_to_date.rs` fails when a committed figure differs from what this draws now.
 //! The guide's other figures are hand-written SVG in the same directory.
+pub mod fsdp;
+pub mod pipeline;
 pub mod svg;
 pub mod timeline;
 
@@ -35,6 +42,7 @@ pub fn figures_dir() -> PathBuf {
 /// per process.
 pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
     let layout = bucket_layout()?;
+    let model = fsdp::lab_model();
     let recorded = timeline::recorded_path();
     let trace: serde_json::Value = std::fs::read_to_string(&recorded)
         .map_err(|e| e.to_string())
@@ -44,6 +52,9 @@ pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
         ("sampler.svg", sampler_figure()),
         ("ddp-buckets.svg", buckets_figure(&layout)),
         ("timeline-step-08.svg", timeline::timeline_figure(&trace)?),
+        ("pipeline-schedule.svg", pipeline::schedule_figure()),
+        ("fsdp-bytes.svg", fsdp::bytes_figure(&model)),
+        ("fsdp-unshard.svg", fsdp::unshard_figure(&model)),
     ])
 }
 
@@ -321,7 +332,7 @@ fn pixels_of(name: &str) -> Result<u64, String> {
 }
 
 /// A size in MiB with one decimal, or in KiB below 1 MiB.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     if bytes < 1024 * 1024 {
         format!("{:.1} KiB", bytes as f64 / 1024.0)
     } else {
@@ -455,7 +466,7 @@ pub fn buckets_figure(layout: &BucketLayout) -> String {
 }
 
 /// 17117466 -> "17,117,466".
-fn group_thousands(n: u64) -> String {
+pub(crate) fn group_thousands(n: u64) -> String {
     let digits = n.to_string();
     // A comma before every digit with a multiple of three digits after it.
     let head = digits.len() % 3;

@@ -11,7 +11,7 @@ fn repo_root() -> PathBuf {
 
 #[test]
 fn every_step_of_the_real_guide_has_a_hint() {
-    for step in 0..=11u8 {
+    for step in 0..=coursegen::LAST_STEP {
         let text = hint(&repo_root(), step).unwrap_or_else(|e| panic!("step {step}: {e}"));
         let change = text.find("## What to change").expect("the first section");
         let mistakes = text.find("## Common mistakes").expect("the second section");
@@ -20,6 +20,20 @@ fn every_step_of_the_real_guide_has_a_hint() {
         let last = text.lines().last().unwrap();
         assert_eq!(last, format!("Full page: lab-guide/src/steps/step-{step:02}.md"));
     }
+}
+
+#[test]
+fn the_guide_has_a_page_for_each_step_and_no_other() {
+    // The guide's step pages follow coursegen's list of steps: adding a step to it
+    // without a page (or leaving a page behind) fails here.
+    let mut pages: Vec<String> = std::fs::read_dir(repo_root().join("lab-guide/src/steps"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("step-") && name.ends_with(".md"))
+        .collect();
+    pages.sort();
+    let expected: Vec<String> = (0..=coursegen::LAST_STEP).map(|s| format!("step-{s:02}.md")).collect();
+    assert_eq!(pages, expected);
 }
 
 #[test]
@@ -40,9 +54,10 @@ fn hint_quotes_the_sections_trimmed() {
 #[test]
 fn hint_errors_name_the_problem() {
     let root = tempdir().unwrap();
-    let err = hint(root.path(), 12).unwrap_err();
-    assert!(matches!(err, HintError::NoSuchStep(CourseError::NoSuchStep { step: 12 })));
-    assert!(err.to_string().contains("0 to 11"), "{err}");
+    let after_the_last = coursegen::LAST_STEP + 1;
+    let err = hint(root.path(), after_the_last).unwrap_err();
+    assert!(matches!(err, HintError::NoSuchStep(CourseError::NoSuchStep { step }) if step == after_the_last));
+    assert!(err.to_string().contains(&format!("0 to {}", coursegen::LAST_STEP)), "{err}");
 
     let err = hint(root.path(), 4).unwrap_err();
     assert!(matches!(err, HintError::GuideMissing { .. }), "{err:?}");

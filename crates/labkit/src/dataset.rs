@@ -3,7 +3,9 @@
 //! these add the line the lab prints and the trace the checker reads.
 use lab_trace::event;
 
-use crate::data::{ensure_dataset, load_ready, DataError, DatasetOptions, DatasetReady, Split};
+use crate::data::{
+    ensure_dataset, load_ready_first, DataError, DatasetOptions, DatasetReady, FashionMnist, Split,
+};
 use crate::error::Result;
 use crate::{probes, trace};
 
@@ -38,7 +40,7 @@ pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataErr
 }
 
 /// The lab's "read" half: loads the data set [`prepare_dataset`] made ready (the same
-/// copy: see [`load_ready`]), without downloading anything, and keeps the first
+/// copy: see [`load_ready`](crate::load_ready)), without downloading anything, and keeps the first
 /// `train_subset` / `test_subset` samples.
 ///
 /// Fails with a message saying the files are missing when nobody prepared them yet:
@@ -66,15 +68,8 @@ pub fn load_dataset(
     // Before any file is opened: the checker compares when each rank began reading
     // with when its node's data was ready (step 5's barrier).
     trace::record(event::LoadDataset { dir: path_text(&options.dir) });
-    let (dir, data) = load_ready(options)?;
-    let train = match train_subset {
-        Some(n) => data.train.subset(n),
-        None => data.train,
-    };
-    let test = match test_subset {
-        Some(n) => data.test.subset(n),
-        None => data.test,
-    };
+    // Only the samples kept are decompressed (every file is still checked).
+    let (dir, FashionMnist { train, test }) = load_ready_first(options, train_subset, test_subset)?;
     trace::record(event::DatasetLoaded { dir: path_text(&dir), train: train.len(), test: test.len() });
     Ok((train, test))
 }

@@ -523,6 +523,83 @@ fn a_recompressed_copy_is_accepted_by_its_content() {
     FashionMnist::load(&fresh.0).unwrap();
 }
 
+// ---------------------------------------------------------------- the first samples only
+
+/// The first samples of each split, as `load` and then `Split::subset` give them.
+fn assert_first_samples(
+    first: &FashionMnist,
+    whole: &FashionMnist,
+    train: Option<usize>,
+    test: Option<usize>,
+) {
+    for (got, all, n) in [(&first.train, &whole.train, train), (&first.test, &whole.test, test)] {
+        let expected = all.subset(n.unwrap_or(usize::MAX));
+        assert_eq!(got.len(), expected.len(), "{n:?}");
+        assert!(got.images.equal(&expected.images) && got.labels.equal(&expected.labels), "{n:?}");
+    }
+}
+
+#[test]
+fn the_first_samples_load_as_the_subset_of_the_whole_by_either_check() {
+    let (files, manifest, served) = (&served_set().0, &served_set().1, &served_set().2);
+    assert!(!files.is_empty());
+    let whole = FashionMnist::load(served).unwrap();
+    // Checked by the .gz MD5 (only the start decompressed), and by content (a
+    // recompressed copy: all decompressed to check it, then cut).
+    let recompressed = Scratch::new("first-recompressed");
+    recompressed_copy(&recompressed.0, 9, |_, _| {});
+    for dir in [served.clone(), recompressed.0.clone()] {
+        for (train, test) in [
+            (Some(0), Some(1)),
+            (Some(17), Some(5)),
+            (Some(300), None),
+            (Some(10_000), Some(10_000)),
+            (None, None),
+        ] {
+            let first = FashionMnist::load_first(&dir, manifest, train, test).unwrap();
+            assert_first_samples(&first, &whole, train, test);
+        }
+    }
+}
+
+#[test]
+fn a_subset_decompresses_only_as_far_as_its_samples_reach() {
+    // A training-images file whose second half is garbage, listed by its own MD5: the
+    // first samples load (nothing after them was read); the whole split does not.
+    let d = Scratch::new("first-prefix");
+    for f in FILES {
+        std::fs::copy(served_set().2.join(f), d.0.join(f)).unwrap();
+    }
+    let path = d.0.join("train-images-idx3-ubyte.gz");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let half = bytes.len() / 2;
+    bytes[half..].iter_mut().for_each(|b| *b ^= 0xA5);
+    std::fs::write(&path, &bytes).unwrap();
+    let text: String =
+        FILES.iter().map(|f| format!("{}  {f}\n", data::md5_file(&d.0.join(f)).unwrap())).collect();
+    let manifest = Manifest::parse(&text, "test").unwrap();
+    let whole = FashionMnist::load(&served_set().2).unwrap();
+    let first = FashionMnist::load_first(&d.0, &manifest, Some(20), Some(20)).unwrap();
+    assert_first_samples(&first, &whole, Some(20), Some(20));
+    let e = FashionMnist::load_with(&d.0, &manifest).unwrap_err();
+    assert!(matches!(e, DataError::Format { .. }) && e.to_string().contains("train-images"), "{e}");
+}
+
+#[test]
+fn a_change_after_the_first_samples_is_still_refused() {
+    // The last pixel of the training images changed: far after the 5 samples asked
+    // for, and still a file that is not the data.
+    let d = Scratch::new("first-changed");
+    recompressed_copy(&d.0, 6, |f, content| {
+        if f == "train-images-idx3-ubyte.gz" {
+            let last = content.len() - 1;
+            content[last] ^= 0x55;
+        }
+    });
+    let e = FashionMnist::load_first(&d.0, &served_set().1, Some(5), Some(5)).unwrap_err();
+    assert!(matches!(e, DataError::Checksum { .. }) && e.to_string().contains("train-images"), "{e}");
+}
+
 #[test]
 fn a_changed_byte_in_any_file_is_refused_and_the_file_kept() {
     for (i, file) in FILES.iter().enumerate() {

@@ -18,8 +18,10 @@
 //!
 //! One job per module: `spawn` starts children, `child` waits for and kills them,
 //! `groups` keeps the live process groups and the watchdog that kills them if this
-//! process dies, `signals` stops them on Ctrl-C and friends, `describe` words an exit
-//! status, `ports` picks free ports, `procs` finds processes by their environment.
+//! process dies, `signals` stops them on Ctrl-C and friends (the one place stop
+//! signals are handled: [`StopSignals`] records them for a supervisor instead),
+//! `describe` words an exit status, `ports` picks free ports, `procs` finds processes
+//! by their environment.
 mod child;
 mod describe;
 mod groups;
@@ -33,5 +35,5 @@ pub use describe::{describe, signal_name};
 pub use groups::{group_alive, kill_group};
 pub use ports::{free_port, free_ports};
 pub use procs::{processes_with_env, wait_until_no_process_with_env};
-pub use signals::{catch_stop_signals, restore_signals, stop_children_on_signals, STOP_SIGNALS};
+pub use signals::{stop_children_on_signals, StopSignals, STOP_SIGNALS};
 pub use spawn::{die_with_parent, output, spawn, status};

@@ -1,10 +1,25 @@
-//! Stop signals: SIGINT, SIGTERM and SIGHUP kill every process group this process
-//! started, then end it with 128 + the signal.
-use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
+//! Stop signals (SIGINT, SIGTERM, SIGHUP): the one place the workspace handles them,
+//! over nix's typed `sigaction`. Two ways to catch them:
+//!
+//! * [`stop_children_on_signals`], for launcher binaries: a stop signal kills every
+//!   process group this process started, then ends it with 128 + the signal;
+//! * [`StopSignals`], for a supervisor that must stop its children itself and report
+//!   (`tch_distributed::spawn`): while it lives a stop signal is only recorded.
+//!
+//! Either way a signal that was ignored stays ignored: under `nohup`, or in a
+//! background job, the user asked for exactly that.
+use std::os::fd::{BorrowedFd, IntoRawFd};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Once;
 
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
 use crate::groups::kill_all_and_exit;
+
+/// SIGINT, SIGTERM and SIGHUP: the signals that ask a launcher to stop.
+pub const STOP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
 /// The write end of the pipe the signal handler wakes the stopping thread through.
 static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
@@ -14,76 +29,153 @@ static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
 /// Ctrl-C, 143 for SIGTERM). A signal that was ignored (e.g. SIGHUP under `nohup`)
 /// stays ignored. For launcher binaries, first thing in `main`; calling it again does
 /// nothing.
+///
+/// ```no_run
+/// launcher::stop_children_on_signals();
+/// // Ctrl-C from here on also stops every child started with launcher::spawn.
+/// ```
 pub fn stop_children_on_signals() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 fills the two descriptors it is given.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return;
-        }
-        let [read_end, write_end] = fds;
-        SIGNAL_PIPE.store(write_end, Ordering::SeqCst);
+        // The handler may only make async-signal-safe calls: it writes the signal's
+        // number to a pipe, and a thread does the rest (kill the groups, exit).
+        let Ok((read_end, write_end)) = nix::unistd::pipe2(OFlag::O_CLOEXEC) else { return };
+        SIGNAL_PIPE.store(write_end.into_raw_fd(), Ordering::SeqCst);
         let started = std::thread::Builder::new().name("launcher-signals".into()).spawn(move || loop {
-            let mut signal = 0u8;
-            // SAFETY: reads one byte into a local.
-            let n = unsafe { libc::read(read_end, (&mut signal as *mut u8).cast(), 1) };
-            if n == 1 {
-                stop_and_exit(i32::from(signal));
-            }
-            if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                return;
+            let mut signal = [0u8];
+            match nix::unistd::read(&read_end, &mut signal) {
+                Ok(1) => kill_all_and_exit(128 + i32::from(signal[0])),
+                Err(Errno::EINTR) => {}
+                _ => return,
             }
         });
-        if started.is_err() {
-            return;
+        if started.is_ok() {
+            // Never restored: this process stops this way until it exits.
+            catch(on_signal_wake_the_stopper);
         }
-        catch_stop_signals(on_stop_signal);
     });
 }
 
-/// SIGINT, SIGTERM and SIGHUP: the signals that ask a launcher to stop.
-pub const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+extern "C" fn on_signal_wake_the_stopper(signal: libc::c_int) {
+    let fd = SIGNAL_PIPE.load(Ordering::SeqCst);
+    // SAFETY: the write end stays open for the life of the process (never closed).
+    let pipe = unsafe { BorrowedFd::borrow_raw(fd) };
+    let _ = nix::unistd::write(pipe, &[signal as u8]);
+}
+
+/// The last stop signal received while a [`StopSignals`] lived (0: none) and how many.
+static CAUGHT_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static CAUGHT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// While it lives, SIGINT, SIGTERM and SIGHUP are recorded instead of ending this
+/// process, so that a supervisor can stop its children and report; the previous
+/// dispositions come back when it is dropped. A signal that was ignored stays ignored.
+///
+/// Signal dispositions belong to the whole process: hold one at a time (the caller
+/// makes sure of it, as `tch_distributed::spawn` does).
+///
+/// ```no_run
+/// let signals = launcher::StopSignals::catch();
+/// // ... supervise children, looking at signals.caught() between polls ...
+/// if let Some(signal) = signals.caught() {
+///     eprintln!("interrupted by {}", launcher::signal_name(signal));
+/// }
+/// ```
+pub struct StopSignals {
+    previous: Vec<(Signal, SigAction)>,
+}
+
+impl StopSignals {
+    /// Starts recording stop signals (none recorded yet).
+    pub fn catch() -> StopSignals {
+        CAUGHT_SIGNAL.store(0, Ordering::SeqCst);
+        CAUGHT_COUNT.store(0, Ordering::SeqCst);
+        StopSignals { previous: catch(on_signal_record) }
+    }
+
+    /// The last stop signal received, if any.
+    pub fn caught(&self) -> Option<i32> {
+        match CAUGHT_SIGNAL.load(Ordering::SeqCst) {
+            0 => None,
+            signal => Some(signal),
+        }
+    }
+
+    /// How many stop signals were received (a second one can mean "hurry").
+    pub fn count(&self) -> usize {
+        CAUGHT_COUNT.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (signal, old) in &self.previous {
+            // SAFETY: puts back a disposition that sigaction itself returned.
+            let _ = unsafe { sigaction(*signal, old) };
+        }
+    }
+}
+
+extern "C" fn on_signal_record(signal: libc::c_int) {
+    // Only lock-free atomics here: this runs inside a signal handler.
+    CAUGHT_SIGNAL.store(signal, Ordering::SeqCst);
+    CAUGHT_COUNT.fetch_add(1, Ordering::SeqCst);
+}
 
 /// Installs `handler` for each of [`STOP_SIGNALS`] that is not ignored, and returns the
-/// dispositions it replaced, for [`restore_signals`]. A signal that was ignored stays
-/// ignored: under `nohup`, or in a background job, the user asked for exactly that.
-pub fn catch_stop_signals(handler: extern "C" fn(libc::c_int)) -> Vec<(libc::c_int, libc::sigaction)> {
+/// dispositions it replaced.
+fn catch(handler: extern "C" fn(libc::c_int)) -> Vec<(Signal, SigAction)> {
+    let action = SigAction::new(SigHandler::Handler(handler), SaFlags::SA_RESTART, SigSet::empty());
     let mut previous = Vec::new();
     for signal in STOP_SIGNALS {
-        // SAFETY: plain sigaction calls with zero-initialized, then filled, structs.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut old) != 0 || old.sa_sigaction == libc::SIG_IGN {
-                continue;
-            }
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = handler as libc::sighandler_t;
-            new.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut new.sa_mask);
-            if libc::sigaction(signal, &new, &mut old) == 0 {
-                previous.push((signal, old));
-            }
+        // SAFETY: both handlers only touch atomics and write(2), which are
+        // async-signal-safe.
+        let Ok(old) = (unsafe { sigaction(signal, &action) }) else { continue };
+        if old.handler() == SigHandler::SigIgn {
+            // sigaction cannot ask without setting: put "ignored" back at once.
+            // SAFETY: restores the disposition just returned.
+            let _ = unsafe { sigaction(signal, &old) };
+            continue;
         }
+        previous.push((signal, old));
     }
     previous
 }
 
-/// Puts back the dispositions [`catch_stop_signals`] replaced.
-pub fn restore_signals(previous: &[(libc::c_int, libc::sigaction)]) {
-    for (signal, old) in previous {
-        // SAFETY: restores a disposition saved by catch_stop_signals.
-        unsafe { libc::sigaction(*signal, old, std::ptr::null_mut()) };
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The disposition of `signal` now, without changing it for longer than the call.
+    fn handler_of(signal: Signal) -> SigHandler {
+        let probe = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+        // SAFETY: sets and at once restores a disposition.
+        let old = unsafe { sigaction(signal, &probe) }.unwrap();
+        unsafe { sigaction(signal, &old) }.unwrap();
+        old.handler()
     }
-}
 
-extern "C" fn on_stop_signal(signal: libc::c_int) {
-    // Only async-signal-safe calls here: hand the signal to the stopping thread.
-    let byte = signal as u8;
-    // SAFETY: write(2) of one byte from a local.
-    unsafe { libc::write(SIGNAL_PIPE.load(Ordering::SeqCst), (&byte as *const u8).cast(), 1) };
-}
-
-fn stop_and_exit(signal: i32) -> ! {
-    kill_all_and_exit(128 + signal)
+    // One test, not several: dispositions are process-wide and tests run in threads.
+    #[test]
+    fn stop_signals_are_recorded_then_restored_and_ignored_ones_stay_ignored() {
+        let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+        // SAFETY: plain dispositions, no handler.
+        let before_hup = unsafe { sigaction(Signal::SIGHUP, &ignore) }.unwrap();
+        let before_term = handler_of(Signal::SIGTERM);
+        {
+            let signals = StopSignals::catch();
+            assert_eq!((signals.caught(), signals.count()), (None, 0));
+            assert_eq!(handler_of(Signal::SIGHUP), SigHandler::SigIgn, "an ignored signal stays ignored");
+            nix::sys::signal::raise(Signal::SIGTERM).unwrap();
+            nix::sys::signal::raise(Signal::SIGHUP).unwrap();
+            nix::sys::signal::raise(Signal::SIGTERM).unwrap();
+            assert_eq!((signals.caught(), signals.count()), (Some(libc::SIGTERM), 2));
+        }
+        assert_eq!(handler_of(Signal::SIGTERM), before_term, "the disposition is back");
+        let again = StopSignals::catch();
+        assert_eq!((again.caught(), again.count()), (None, 0), "a new catch starts from nothing");
+        drop(again);
+        // SAFETY: restores SIGHUP as it was.
+        unsafe { sigaction(Signal::SIGHUP, &before_hup) }.unwrap();
+    }
 }

@@ -257,6 +257,41 @@ int tchd_all_gather(tchd_group* group, void* const* outputs, size_t n, void* inp
   });
 }
 
+int tchd_all_gather_into_tensor(tchd_group* group, void* output, void* input, tchd_work** out, char** err) {
+  return guarded(err, [&] {
+    // torch.distributed.all_gather_into_tensor is c10d's _allgather_base.
+    *out = wrap(group->pg->_allgather_base(tensor_ref(output), tensor_ref(input)));
+  });
+}
+
+int tchd_reduce_scatter_tensor(tchd_group* group, void* output, void* input, int op, tchd_work** out,
+                               char** err) {
+  return guarded(err, [&] {
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = to_reduce_op(op);
+    // torch.distributed.reduce_scatter_tensor is c10d's _reduce_scatter_base.
+    *out = wrap(group->pg->_reduce_scatter_base(tensor_ref(output), tensor_ref(input), opts));
+  });
+}
+
+int tchd_send(tchd_group* group, void* tensor, int dst, int tag, tchd_work** out, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ts{tensor_ref(tensor)};
+    *out = wrap(group->pg->send(ts, dst, tag));
+  });
+}
+
+int tchd_recv(tchd_group* group, void* tensor, int src, int tag, tchd_work** out, char** err) {
+  return guarded(err, [&] {
+    std::vector<at::Tensor> ts{tensor_ref(tensor)};
+    *out = wrap(src < 0 ? group->pg->recvAnysource(ts, tag) : group->pg->recv(ts, src, tag));
+  });
+}
+
+int tchd_work_source_rank(tchd_work* work, int* rank, char** err) {
+  return guarded(err, [&] { *rank = work->work->sourceRank(); });
+}
+
 int tchd_barrier(tchd_group* group, tchd_work** out, char** err) {
   return guarded(err, [&] { *out = wrap(group->pg->barrier()); });
 }

@@ -96,11 +96,22 @@ int tchd_broadcast(tchd_group* group, void* tensor, int root, tchd_work** out, c
 int tchd_all_gather(tchd_group* group, void* const* outputs, size_t n, void* input,
                     tchd_work** out, char** err);
 int tchd_barrier(tchd_group* group, tchd_work** out, char** err);
+// output: world size times input's elements, rank r's input at [r * n, (r + 1) * n).
+int tchd_all_gather_into_tensor(tchd_group* group, void* output, void* input, tchd_work** out, char** err);
+// input: world size times output's elements; rank r gets chunk r reduced over ranks.
+int tchd_reduce_scatter_tensor(tchd_group* group, void* output, void* input, int op, tchd_work** out,
+                               char** err);
+// Point-to-point. src < 0: receive from any source (tchd_work_source_rank says which).
+int tchd_send(tchd_group* group, void* tensor, int dst, int tag, tchd_work** out, char** err);
+int tchd_recv(tchd_group* group, void* tensor, int src, int tag, tchd_work** out, char** err);
+
 
 // timeout_ms <= 0: the group's own timeout.
 int tchd_work_wait(tchd_work* work, int64_t timeout_ms, char** err);
 int tchd_work_is_completed(tchd_work* work);
 void tchd_work_free(tchd_work* work);
+// The rank a completed receive-from-any-source got its tensor from.
+int tchd_work_source_rank(tchd_work* work, int* rank, char** err);
 
 // --- bf16 autocast (amp.cpp) -----------------------------------------------------------
 // Enters a bf16 autocast region on CPU (cuda = 0) or CUDA (cuda = 1); returns whether
@@ -168,6 +179,33 @@ int tchd_reducer_time_buckets(tchd_reducer* reducer, tchd_group* group, tchd_buc
 int tchd_sync_batch_norm(tchd_group* group, const void* input, const void* weight,
                          const void* bias, void* running_mean, void* running_var, int training,
                          double momentum, double eps, int cudnn_enabled, void** out, char** err);
+
+// --- FSDP (fsdp.cpp) --------------------------------------------------------------------
+// Bytes of the tensor's storage (0 once freed).
+int tchd_storage_nbytes(const void* tensor, int64_t* out, char** err);
+// Returns the tensor's memory to its allocator; sizes and strides stay.
+int tchd_storage_free(void* tensor, char** err);
+// Allocates (uninitialised) memory for a tensor whose storage was freed; a no-op if it has it.
+int tchd_storage_alloc(void* tensor, char** err);
+// dst.copy_(src) without bumping dst's version counter (dst may be saved by autograd).
+int tchd_copy_unversioned(void* dst, const void* src, char** err);
+
+// Called by the backward node with the full parameters' gradients (owned `at::Tensor*`,
+// NULL where none arrived); fills shard_grads[i] with owned `at::Tensor*` (or NULL).
+typedef int (*tchd_fsdp_backward_fn)(void* ctx, void* const* grads, size_t n, void** shard_grads,
+                                     char** err);
+typedef int (*tchd_grad_hook_fn)(void* ctx, char** err);
+// Frees a context handed to the functions below (always called, also on failure).
+typedef void (*tchd_ctx_drop_fn)(void* ctx);
+// Makes each params[i] the output i of a new autograd node whose inputs are the shards
+// (which must require grad): when backward reaches it, `callback` turns the parameters'
+// gradients into the shards'. Call once per training forward, before it.
+int tchd_fsdp_attach(void* const* params, size_t n_params, void* const* shards, size_t n_shards,
+                     tchd_fsdp_backward_fn callback, tchd_ctx_drop_fn drop, void* ctx, char** err);
+// Calls `callback` when the gradient of `tensor` (which must require grad) is computed,
+// before it flows on; the gradient is unchanged.
+int tchd_register_grad_hook(void* tensor, tchd_grad_hook_fn callback, tchd_ctx_drop_fn drop, void* ctx,
+                            char** err);
 
 #ifdef __cplusplus
 }

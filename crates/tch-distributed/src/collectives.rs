@@ -55,3 +55,48 @@ pub fn barrier() -> Result<()> {
 pub fn barrier_async() -> Result<Work> {
     default_group()?.barrier_async()
 }
+
+/// [`ProcessGroup::all_gather_into_tensor`](crate::ProcessGroup::all_gather_into_tensor) on the default group.
+pub fn all_gather_into_tensor(output: &mut Tensor, input: &Tensor) -> Result<()> {
+    default_group()?.all_gather_into_tensor(output, input)
+}
+
+/// [`ProcessGroup::all_gather_into_tensor_async`](crate::ProcessGroup::all_gather_into_tensor_async) on the default group.
+pub fn all_gather_into_tensor_async(output: &mut Tensor, input: &Tensor) -> Result<Work> {
+    default_group()?.all_gather_into_tensor_async(output, input)
+}
+
+/// [`ProcessGroup::reduce_scatter_tensor`](crate::ProcessGroup::reduce_scatter_tensor) on the default group.
+pub fn reduce_scatter_tensor(output: &mut Tensor, input: &Tensor, op: ReduceOp) -> Result<()> {
+    default_group()?.reduce_scatter_tensor(output, input, op)
+}
+
+/// [`ProcessGroup::reduce_scatter_tensor_async`](crate::ProcessGroup::reduce_scatter_tensor_async) on the default group.
+pub fn reduce_scatter_tensor_async(output: &mut Tensor, input: &Tensor, op: ReduceOp) -> Result<Work> {
+    default_group()?.reduce_scatter_tensor_async(output, input, op)
+}
+
+/// [`ProcessGroup::send`](crate::ProcessGroup::send) on the default group.
+pub fn send(tensor: &Tensor, dst: usize, tag: i32) -> Result<()> {
+    default_group()?.send(tensor, dst, tag)
+}
+
+/// [`ProcessGroup::isend`](crate::ProcessGroup::isend) on the default group.
+pub fn isend(tensor: &Tensor, dst: usize, tag: i32) -> Result<Work> {
+    default_group()?.isend(tensor, dst, tag)
+}
+
+/// [`ProcessGroup::recv`](crate::ProcessGroup::recv) on the default group.
+pub fn recv(tensor: &mut Tensor, src: usize, tag: i32) -> Result<()> {
+    default_group()?.recv(tensor, src, tag)
+}
+
+/// [`ProcessGroup::irecv`](crate::ProcessGroup::irecv) on the default group.
+pub fn irecv(tensor: &mut Tensor, src: usize, tag: i32) -> Result<Work> {
+    default_group()?.irecv(tensor, src, tag)
+}
+
+/// [`ProcessGroup::recv_any_source`](crate::ProcessGroup::recv_any_source) on the default group.
+pub fn recv_any_source(tensor: &mut Tensor, tag: i32) -> Result<usize> {
+    default_group()?.recv_any_source(tensor, tag)
+}

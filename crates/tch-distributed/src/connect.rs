@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::{DistError, Result};
 use crate::group::{next_group_number, Backend, GroupOptions, ProcessGroup};
-use crate::launch::restart_attempt;
+use crate::launch::{local_rank, restart_attempt, spawned_rank};
 use crate::rendezvous::Rendezvous;
 use crate::store::{Store, TcpStoreOptions};
 
@@ -66,9 +66,9 @@ pub(crate) fn connect_with_store(
 /// as `init_process_group(device_id=torch.device("cuda", local_rank))`). Without a
 /// known local rank the group stays unbound and c10d picks, as PyTorch does.
 pub(crate) fn nccl_device_of_this_rank() -> Option<tch::Device> {
-    let local_rank = match crate::spawned_rank() {
+    let local_rank = match spawned_rank() {
         Some(me) => Some(me.local_rank),
-        None => crate::local_rank().ok().flatten(),
+        None => local_rank().ok().flatten(),
     };
     local_rank.map(tch::Device::Cuda)
 }

@@ -29,18 +29,27 @@ pub const OBSERVED_VALUES_MAX: i64 = 16;
 /// One collective as the program issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveCall {
-    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `barrier`, or DDP's
-    /// `broadcast_coalesced` of the model's state.
+    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `all_gather_into_tensor`,
+    /// `reduce_scatter_tensor`, `barrier`, DDP's `broadcast_coalesced` of the model's
+    /// state, or the point-to-point `send` and `recv`.
     pub op: &'static str,
-    /// The reduction of `all_reduce` and `reduce` (`None` for the others).
+    /// The reduction of `all_reduce`, `reduce` and `reduce_scatter_tensor` (`None` for
+    /// the others).
     pub reduce_op: Option<ReduceOp>,
-    /// The destination of `reduce`, the source of `broadcast`.
+    /// The destination of `reduce`, the source of `broadcast`; the other rank of a
+    /// `send` (its destination) or a `recv` (its source; `None` from any source).
     pub root: Option<usize>,
     /// The input tensor's element type (`None` for a barrier).
     pub dtype: Option<Kind>,
-    /// Elements in the input tensor (0 for a barrier).
+    /// Elements in the input tensor (0 for a barrier): for `all_gather_into_tensor` the
+    /// rank's shard, for `reduce_scatter_tensor` the whole input (world size times the
+    /// output); for `recv` the tensor received into.
     pub numel: i64,
     /// The group's own count of collectives issued through this crate, from 0.
+    /// `send` and `recv` are numbered apart, in their own count from 0 (as NCCL numbers
+    /// its point-to-point calls): only two ranks of the group take part in each, so a
+    /// reader matching calls across ranks by number must leave them out
+    /// ([`is_point_to_point`]).
     pub seq: u64,
     /// Which group of this process, in creation order (0: the first, usually the default).
     pub group: u64,
@@ -54,14 +63,20 @@ pub struct CollectiveCall {
 }
 
 impl CollectiveCall {
-    /// e.g. `reduce(op=SUM, root=1) Double[1]`, in the words PyTorch's logs use.
+    /// e.g. `reduce(op=SUM, root=1) Double[1]` or `send(dst=1) Float[4]`, in the words
+    /// PyTorch's logs and arguments use.
     pub fn describe(&self) -> String {
         let mut args = Vec::new();
         if let Some(op) = self.reduce_op {
             args.push(format!("op={}", reduce_op_name(op)));
         }
         if let Some(root) = self.root {
-            args.push(format!("root={root}"));
+            let key = match self.op {
+                "send" => "dst",
+                "recv" => "src",
+                _ => "root",
+            };
+            args.push(format!("{key}={root}"));
         }
         let tensor = match self.dtype {
             Some(kind) => format!(" {kind:?}[{}]", self.numel),
@@ -69,6 +84,19 @@ impl CollectiveCall {
         };
         format!("{}({}){tensor}", self.op, args.join(", "))
     }
+}
+
+impl CollectiveCall {
+    /// The bytes of the tensor(s) [`numel`](Self::numel) counts.
+    pub fn bytes(&self) -> i64 {
+        self.numel * self.dtype.map_or(0, |kind| kind.elt_size_in_bytes() as i64)
+    }
+}
+
+/// Whether `op` is a `send` or a `recv`: two ranks of the group take part, not all of
+/// them, and [`CollectiveCall::seq`] counts them apart from the collectives.
+pub fn is_point_to_point(op: &str) -> bool {
+    matches!(op, "send" | "recv")
 }
 
 /// PyTorch's names for the reduce ops (`ReduceOp.SUM`, ...).

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::launch::{agent_hosts_store, restart_attempt};
-use crate::{get_rank, DistError, Store};
+use crate::{DistError, Store};
 
 /// The default group's store, kept for [`unresponsive_ranks`].
 struct RollCall {
@@ -49,7 +49,10 @@ pub fn is_communication_failure(error: &(dyn Error + 'static)) -> bool {
 /// did not answer [`unresponsive_ranks`] (waiting `wait`), or `None`.
 pub fn roll_call_note(wait: Duration) -> Option<String> {
     let missing = unresponsive_ranks(wait)?;
-    let me = get_rank().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+    // The default group's rank, as kept with its store (this module stays below the
+    // default group's).
+    let me = DEFAULT_STORE.read().unwrap_or_else(|p| p.into_inner()).as_ref().map(|call| call.rank);
+    let me = me.map(|r| r.to_string()).unwrap_or_else(|| "?".into());
     match missing.as_slice() {
         [] => None,
         [rank] => Some(format!(

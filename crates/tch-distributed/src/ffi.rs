@@ -25,6 +25,15 @@ pub struct tchd_reducer {
 /// (microseconds since the Unix epoch).
 pub type BucketTimingFn = extern "C" fn(usize, usize, i64, f64, f64);
 
+/// `tchd_fsdp_backward_fn`: context, the full gradients (owned, or null), their count,
+/// the shards' gradients to fill, error.
+pub type FsdpBackwardFn =
+    extern "C" fn(*mut c_void, *const *mut c_void, usize, *mut *mut c_void, *mut *mut c_char) -> c_int;
+/// `tchd_grad_hook_fn`: context, error.
+pub type GradHookFn = extern "C" fn(*mut c_void, *mut *mut c_char) -> c_int;
+/// `tchd_ctx_drop_fn`.
+pub type CtxDropFn = extern "C" fn(*mut c_void);
+
 pub const TCHD_OK: c_int = 0;
 pub const TCHD_ERR_OTHER: c_int = 1;
 pub const TCHD_ERR_NETWORK: c_int = 2;
@@ -145,6 +154,38 @@ extern "C" {
         out: *mut *mut tchd_work,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn tchd_all_gather_into_tensor(
+        group: *mut tchd_group,
+        output: *mut c_void,
+        input: *mut c_void,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_reduce_scatter_tensor(
+        group: *mut tchd_group,
+        output: *mut c_void,
+        input: *mut c_void,
+        op: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_send(
+        group: *mut tchd_group,
+        tensor: *mut c_void,
+        dst: c_int,
+        tag: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_recv(
+        group: *mut tchd_group,
+        tensor: *mut c_void,
+        src: c_int,
+        tag: c_int,
+        out: *mut *mut tchd_work,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_work_source_rank(work: *mut tchd_work, rank: *mut c_int, err: *mut *mut c_char) -> c_int;
     pub fn tchd_barrier(group: *mut tchd_group, out: *mut *mut tchd_work, err: *mut *mut c_char) -> c_int;
 
     pub fn tchd_work_wait(work: *mut tchd_work, timeout_ms: i64, err: *mut *mut c_char) -> c_int;
@@ -227,6 +268,29 @@ extern "C" {
         eps: f64,
         cudnn_enabled: c_int,
         out: *mut *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+
+    pub fn tchd_storage_nbytes(tensor: *const c_void, out: *mut i64, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_storage_free(tensor: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_storage_alloc(tensor: *mut c_void, err: *mut *mut c_char) -> c_int;
+    pub fn tchd_copy_unversioned(dst: *mut c_void, src: *const c_void, err: *mut *mut c_char) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn tchd_fsdp_attach(
+        params: *const *mut c_void,
+        n_params: usize,
+        shards: *const *mut c_void,
+        n_shards: usize,
+        callback: FsdpBackwardFn,
+        drop: CtxDropFn,
+        ctx: *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_register_grad_hook(
+        tensor: *mut c_void,
+        callback: GradHookFn,
+        drop: CtxDropFn,
+        ctx: *mut c_void,
         err: *mut *mut c_char,
     ) -> c_int;
 }

@@ -171,6 +171,9 @@ pub struct ProcessGroup {
     store_prefix: String,
     /// Collectives issued so far, for [`crate::debug`]'s sequence numbers.
     issued: AtomicU64,
+    /// Sends and receives issued so far: numbered apart from the collectives, as NCCL
+    /// numbers its point-to-point calls, since only two ranks of the group take part.
+    p2p_issued: AtomicU64,
 }
 
 // SAFETY: c10d process groups are thread-safe: collectives are enqueued under locks.
@@ -264,6 +267,7 @@ impl ProcessGroup {
             id,
             store_prefix: prefix,
             issued: AtomicU64::new(0),
+            p2p_issued: AtomicU64::new(0),
         })
     }
 
@@ -412,6 +416,145 @@ impl ProcessGroup {
         Ok(outputs)
     }
 
+    /// Gathers every rank's `input` into one tensor: `output` holds world size times
+    /// `input`'s elements, rank r's at `[r * n, (r + 1) * n)` of the flattened output
+    /// (`torch.distributed.all_gather_into_tensor`; c10d's `_allgather_base`). `output`
+    /// may be shaped `[world_size * d0, ...]` (concatenated along dim 0) or
+    /// `[world_size, d0, ...]` (stacked): only the element count and order matter.
+    ///
+    /// This is FSDP's unshard: every rank holds one shard of a parameter, and this call
+    /// puts the whole parameter on every rank.
+    ///
+    /// ```no_run
+    /// # use tch::{Device, Kind, Tensor};
+    /// # fn main() -> tch_distributed::Result<()> {
+    /// let group = tch_distributed::default_group()?;
+    /// let shard = Tensor::full([2, 3], group.rank() as f64, (Kind::Float, Device::Cpu));
+    /// let mut full = Tensor::zeros([2 * group.world_size() as i64, 3], (Kind::Float, Device::Cpu));
+    /// group.all_gather_into_tensor(&mut full, &shard)?;
+    /// // Rows 2r and 2r + 1 hold rank r's shard.
+    /// # Ok(()) }
+    /// ```
+    pub fn all_gather_into_tensor(&self, output: &mut Tensor, input: &Tensor) -> Result<()> {
+        self.all_gather_into_tensor_async(output, input)?.wait()
+    }
+
+    /// [`ProcessGroup::all_gather_into_tensor`] without waiting: [`Work::wait`] finishes it.
+    pub fn all_gather_into_tensor_async(&self, output: &mut Tensor, input: &Tensor) -> Result<Work> {
+        const WHAT: &str = "all_gather_into_tensor";
+        self.check_tensor(input, WHAT)?;
+        self.check_tensor(output, WHAT)?;
+        self.check_scattered(output, "output", input, "input", WHAT)?;
+        let span = self.observe(WHAT, None, None, Some(input));
+        // Flat views of the same memory: Gloo wants the output as the inputs concatenated
+        // along dim 0, and this accepts the stacked form (and scalars) as PyTorch does.
+        let (mut flat_out, flat_in) = (output.view([-1]), input.view([-1]));
+        let (out_ptr, in_ptr) = (flat_out.as_mut_ptr() as *mut c_void, flat_in.as_ptr() as *mut c_void);
+        self.start(WHAT, span, |out, err| unsafe {
+            ffi::tchd_all_gather_into_tensor(self.raw.as_ptr(), out_ptr, in_ptr, out, err)
+        })
+    }
+
+    /// Reduces `input` over the ranks with `op` and leaves chunk r of the result on rank
+    /// r: `input` holds world size times `output`'s elements, and rank r's `output` is
+    /// the reduction over every rank of `input[r * n .. (r + 1) * n]` (flattened)
+    /// (`torch.distributed.reduce_scatter_tensor`; c10d's `_reduce_scatter_base`).
+    ///
+    /// This is FSDP's gradient step: every rank computed the gradient of the whole
+    /// parameter, and each keeps the sum over ranks of its own shard's part. Gloo has no
+    /// [`ReduceOp::Avg`] (as in PyTorch): for the average, as DDP takes it, reduce with
+    /// `Sum` and divide by the world size, as FSDP2 does on Gloo.
+    pub fn reduce_scatter_tensor(&self, output: &mut Tensor, input: &Tensor, op: ReduceOp) -> Result<()> {
+        self.reduce_scatter_tensor_async(output, input, op)?.wait()
+    }
+
+    /// [`ProcessGroup::reduce_scatter_tensor`] without waiting: [`Work::wait`] finishes it.
+    pub fn reduce_scatter_tensor_async(
+        &self,
+        output: &mut Tensor,
+        input: &Tensor,
+        op: ReduceOp,
+    ) -> Result<Work> {
+        const WHAT: &str = "reduce_scatter_tensor";
+        self.check_tensor(input, WHAT)?;
+        self.check_tensor(output, WHAT)?;
+        self.check_op(op, WHAT)?;
+        self.check_scattered(input, "input", output, "output", WHAT)?;
+        let span = self.observe(WHAT, Some(op), None, Some(input));
+        // Flat views, as in all_gather_into_tensor: any shapes of the right sizes.
+        let (mut flat_out, flat_in) = (output.view([-1]), input.view([-1]));
+        let (out_ptr, in_ptr) = (flat_out.as_mut_ptr() as *mut c_void, flat_in.as_ptr() as *mut c_void);
+        self.start(WHAT, span, |out, err| unsafe {
+            ffi::tchd_reduce_scatter_tensor(self.raw.as_ptr(), out_ptr, in_ptr, op.raw(), out, err)
+        })
+    }
+
+    /// Sends `tensor` to rank `dst`, which must [`recv`](Self::recv) a tensor of the same
+    /// shape and dtype with the same `tag` (`torch.distributed.send`). Returns once the
+    /// tensor has been handed over: with Gloo, when `dst` has received it.
+    ///
+    /// Only the two ranks take part, so the other ranks issue nothing; two ranks that
+    /// both send to each other first wait for ever: use [`isend`](Self::isend) and
+    /// [`irecv`](Self::irecv) for exchanges.
+    pub fn send(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<()> {
+        self.isend(tensor, dst, tag)?.wait()
+    }
+
+    /// [`ProcessGroup::send`] without waiting (`torch.distributed.isend`): the tensor must
+    /// not change until [`Work::wait`] returned.
+    pub fn isend(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<Work> {
+        const WHAT: &str = "send";
+        self.check_tensor(tensor, WHAT)?;
+        self.check_point_to_point(dst, tag, WHAT, "destination")?;
+        let span = self.observe_point_to_point(WHAT, dst, tensor);
+        // c10d only reads what it sends; the shim's signature is not const-correct.
+        let ptr = tensor.as_ptr() as *mut c_void;
+        self.start(WHAT, span, |out, err| unsafe {
+            ffi::tchd_send(self.raw.as_ptr(), ptr, dst as i32, tag, out, err)
+        })
+    }
+
+    /// Receives into `tensor` what rank `src` [`send`](Self::send)s with the same `tag`
+    /// (`torch.distributed.recv`); the shapes and dtypes must agree.
+    pub fn recv(&self, tensor: &mut Tensor, src: usize, tag: i32) -> Result<()> {
+        self.irecv(tensor, src, tag)?.wait()
+    }
+
+    /// [`ProcessGroup::recv`] without waiting (`torch.distributed.irecv`): `tensor`
+    /// holds the data once [`Work::wait`] returned.
+    pub fn irecv(&self, tensor: &mut Tensor, src: usize, tag: i32) -> Result<Work> {
+        const WHAT: &str = "recv";
+        self.check_tensor(tensor, WHAT)?;
+        self.check_point_to_point(src, tag, WHAT, "source")?;
+        let span = self.observe_point_to_point(WHAT, src, tensor);
+        let ptr = tensor.as_mut_ptr() as *mut c_void;
+        self.start(WHAT, span, |out, err| unsafe {
+            ffi::tchd_recv(self.raw.as_ptr(), ptr, src as i32, tag, out, err)
+        })
+    }
+
+    /// Receives into `tensor` from whichever rank sends first with `tag`, and returns
+    /// that rank (`torch.distributed.recv` with `src=None`). Gloo only: NCCL has no
+    /// receive from any source.
+    pub fn recv_any_source(&self, tensor: &mut Tensor, tag: i32) -> Result<usize> {
+        const WHAT: &str = "recv";
+        self.check_tensor(tensor, WHAT)?;
+        check_tag(tag, WHAT)?;
+        if self.backend == Backend::Nccl {
+            return Err(DistError::new(
+                ErrorKind::Unsupported,
+                "recv from any source: NCCL cannot receive from an unnamed rank (neither can PyTorch's): name the source rank",
+            ));
+        }
+        let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
+        let span = self.describe_call(WHAT, None, None, std::slice::from_ref(tensor), seq);
+        let ptr = tensor.as_mut_ptr() as *mut c_void;
+        let work = self.start(WHAT, span, |out, err| unsafe {
+            ffi::tchd_recv(self.raw.as_ptr(), ptr, -1, tag, out, err)
+        })?;
+        work.wait_for_source()
+    }
+
     /// Waits until every rank of the group has reached this point.
     pub fn barrier(&self) -> Result<()> {
         self.barrier_async()?.wait()
@@ -472,18 +615,39 @@ impl ProcessGroup {
         tensors: &[Tensor],
     ) -> timeline::Span {
         let seq = self.issued.fetch_add(1, Ordering::SeqCst);
+        self.describe_call(op, reduce_op, root, tensors, seq)
+    }
+
+    /// [`observe`](Self::observe) for a send or a receive: `peer` is the other rank, and
+    /// the number is the group's count of sends and receives, not of collectives.
+    fn observe_point_to_point(&self, op: &'static str, peer: usize, tensor: &Tensor) -> timeline::Span {
+        let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
+        self.describe_call(op, None, Some(peer), std::slice::from_ref(tensor), seq)
+    }
+
+    fn describe_call(
+        &self,
+        op: &'static str,
+        reduce_op: Option<ReduceOp>,
+        root: Option<usize>,
+        tensors: &[Tensor],
+        seq: u64,
+    ) -> timeline::Span {
         let numel: i64 = tensors.iter().map(|t| t.numel() as i64).sum();
+        let bytes: i64 = tensors.iter().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
         let mut span = timeline::span(op, "collective", timeline::Lane::Collectives);
         if span.is_timed() {
             span = span
                 .arg("seq", timeline::Arg::Int(seq as i64))
                 .arg("group", timeline::Arg::Int(self.id as i64))
-                .arg("numel", timeline::Arg::Int(numel));
+                .arg("numel", timeline::Arg::Int(numel))
+                .arg("bytes", timeline::Arg::Int(bytes));
             if let Some(op) = reduce_op {
                 span = span.arg("reduce_op", timeline::Arg::Text(crate::debug::reduce_op_name(op).into()));
             }
             if let Some(root) = root {
-                span = span.arg("root", timeline::Arg::Int(root as i64));
+                let key = if crate::debug::is_point_to_point(op) { "peer" } else { "root" };
+                span = span.arg(key, timeline::Arg::Int(root as i64));
             }
         }
         if !crate::debug::wanted() {
@@ -546,6 +710,50 @@ impl ProcessGroup {
         Ok(())
     }
 
+    /// `big` must hold world size times `small`'s elements, of the same dtype and device.
+    fn check_scattered(
+        &self,
+        big: &Tensor,
+        big_name: &str,
+        small: &Tensor,
+        small_name: &str,
+        what: &str,
+    ) -> Result<()> {
+        if big.kind() != small.kind() || big.device() != small.device() {
+            return Err(DistError::invalid(format!(
+                "{what}: the {big_name} is {:?} on {:?} but the {small_name} is {:?} on {:?}: both must have the same dtype and device",
+                big.kind(),
+                big.device(),
+                small.kind(),
+                small.device()
+            )));
+        }
+        let want = small.numel() as i64 * self.world_size as i64;
+        if big.numel() as i64 != want {
+            return Err(DistError::invalid(format!(
+                "{what}: the {big_name} has {} elements ({:?}) but must have world size x {small_name} = {} x {} = {want} (e.g. shape [{}, ...] for a {small_name} of shape {:?})",
+                big.numel(),
+                big.size(),
+                self.world_size,
+                small.numel(),
+                small.size().first().copied().unwrap_or(1) * self.world_size as i64,
+                small.size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_point_to_point(&self, peer: usize, tag: i32, what: &str, role: &str) -> Result<()> {
+        self.check_peer(peer, what, role)?;
+        if peer == self.rank {
+            return Err(DistError::invalid(format!(
+                "{what}: the {role} rank {peer} is this rank itself: a rank cannot {what} to or from itself (as in PyTorch); name another rank of 0..{}",
+                self.world_size
+            )));
+        }
+        check_tag(tag, what)
+    }
+
     fn check_peer(&self, peer: usize, what: &str, role: &str) -> Result<()> {
         if peer >= self.world_size {
             return Err(DistError::invalid(format!(
@@ -592,12 +800,26 @@ unsafe impl Send for Work {}
 impl Work {
     /// Blocks until the collective completed; its error (e.g. a timeout) otherwise.
     pub fn wait(mut self) -> Result<()> {
+        self.wait_in_place()
+    }
+
+    fn wait_in_place(&mut self) -> Result<()> {
         let mut err = ptr::null_mut();
         let status = unsafe { ffi::tchd_work_wait(self.raw.as_ptr(), 0, &mut err) };
         if let Some(span) = self.span.take() {
             span.end();
         }
         check(status, err).map_err(|e| explain(e, self.what, self.rank, self.world_size, self.timeout))
+    }
+
+    /// Waits for a receive from any source and returns the rank it came from.
+    fn wait_for_source(mut self) -> Result<usize> {
+        self.wait_in_place()?;
+        let mut source = -1;
+        let mut err = ptr::null_mut();
+        check(unsafe { ffi::tchd_work_source_rank(self.raw.as_ptr(), &mut source, &mut err) }, err)
+            .map_err(|e| explain(e, self.what, self.rank, self.world_size, self.timeout))?;
+        Ok(source as usize)
     }
 
     /// Whether the collective has finished, without waiting for it.
@@ -621,6 +843,17 @@ fn explain(e: DistError, what: &str, rank: usize, world_size: usize, timeout: Du
         _ => String::new(),
     };
     e.context(format!("{what} on rank {rank} of {world_size}{hint}"))
+}
+
+/// Tags tell apart several messages between the same two ranks; Gloo refuses
+/// negative ones.
+fn check_tag(tag: i32, what: &str) -> Result<()> {
+    if tag < 0 {
+        return Err(DistError::invalid(format!(
+            "{what}: tag {tag} is negative: tags are 0 or more (0 by default)"
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn validate_rank(rank: usize, world_size: usize) -> Result<()> {

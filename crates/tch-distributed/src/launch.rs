@@ -1,5 +1,8 @@
-//! torchrun's environment, so that a program runs unchanged under
-//! `torchrun --no-python ./program ARGS` as well as on its own.
+//! How this process was launched, from its environment: torchrun's variables, so that
+//! a program runs unchanged under `torchrun --no-python ./program ARGS` as well as on
+//! its own, and those [`spawn`](crate::spawn) gives the ranks it starts.
+use std::sync::OnceLock;
+
 use crate::error::{DistError, Result};
 
 /// torchrun's variable: the global rank, `0..WORLD_SIZE`.
@@ -19,6 +22,37 @@ pub const GROUP_WORLD_SIZE_ENV: &str = "GROUP_WORLD_SIZE";
 pub const MASTER_ADDR_ENV: &str = "MASTER_ADDR";
 /// `env://`'s variable: the port of rank 0's store.
 pub const MASTER_PORT_ENV: &str = "MASTER_PORT";
+
+/// Set in a child: its local rank.
+pub(crate) const SPAWN_LOCAL_RANK_VAR: &str = "TCHD_SPAWN_LOCAL_RANK";
+/// Set in a child: how many ranks its parent started.
+pub(crate) const SPAWN_NPROCS_VAR: &str = "TCHD_SPAWN_NPROCS";
+/// Set in a child: its parent's pid. A process whose parent is someone else (a program
+/// a worker started, which inherited the environment) is not a spawned rank.
+pub(crate) const SPAWN_PARENT_PID_VAR: &str = "TCHD_SPAWN_PARENT_PID";
+
+/// A process started by [`spawn`](crate::spawn): which rank it is and of how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpawnedRank {
+    /// This process's rank on its node, from 0.
+    pub local_rank: usize,
+    /// How many ranks [`spawn`](crate::spawn) started on this node.
+    pub nprocs: usize,
+}
+
+/// `Some` when this process is a rank started by [`spawn`](crate::spawn) (its parent is alive and is
+/// the process that started it), `None` in the parent and in any unrelated process.
+pub fn spawned_rank() -> Option<SpawnedRank> {
+    static ROLE: OnceLock<Option<SpawnedRank>> = OnceLock::new();
+    *ROLE.get_or_init(|| {
+        let read = |name: &str| std::env::var(name).ok()?.trim().parse::<usize>().ok();
+        let parent = read(SPAWN_PARENT_PID_VAR)?;
+        if parent != std::os::unix::process::parent_id() as usize {
+            return None;
+        }
+        Some(SpawnedRank { local_rank: read(SPAWN_LOCAL_RANK_VAR)?, nprocs: read(SPAWN_NPROCS_VAR)? })
+    })
+}
 
 /// What torchrun set for this process, read by [`LaunchEnv::from_env`].
 ///

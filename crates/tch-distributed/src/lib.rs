@@ -58,6 +58,12 @@
 //!
 //! [`SyncBatchNorm`] (see [`sync_batch_norm2d`]) replaces `nn::batch_norm2d` with batch
 //! norm whose training statistics span all ranks, on CPU (Gloo) and CUDA alike.
+//!
+//! Beyond DDP: [`FullyShard`] shards a model's parameters, gradients and optimizer
+//! state over the ranks as PyTorch's FSDP2 `fully_shard` does, on top of
+//! [`all_gather_into_tensor`] and [`reduce_scatter_tensor`]; [`send`] and [`recv`]
+//! (and [`isend`], [`irecv`]) move tensors between two ranks, which [`Pipeline`] uses
+//! to run a model cut into stages with GPipe's schedule.
 #![warn(missing_docs)]
 mod amp;
 mod collectives;
@@ -69,9 +75,11 @@ mod default_group;
 pub mod diagnostics;
 mod error;
 mod ffi;
+mod fsdp;
 mod group;
 mod launch;
 mod new_group;
+mod pipeline;
 mod rendezvous;
 mod sampler;
 mod spawn;
@@ -83,8 +91,9 @@ use std::time::Duration;
 
 pub use amp::autocast_bf16;
 pub use collectives::{
-    all_gather, all_gather_async, all_reduce, all_reduce_async, barrier, barrier_async, broadcast,
-    broadcast_async, reduce, reduce_async,
+    all_gather, all_gather_async, all_gather_into_tensor, all_gather_into_tensor_async, all_reduce,
+    all_reduce_async, barrier, barrier_async, broadcast, broadcast_async, irecv, isend, recv,
+    recv_any_source, reduce, reduce_async, reduce_scatter_tensor, reduce_scatter_tensor_async, send,
 };
 pub use connect::connect;
 pub use ddp::{broadcast_coalesced, DdpOptions, DistributedDataParallel};
@@ -93,17 +102,19 @@ pub use default_group::{
     is_initialized, InitOptions,
 };
 pub use error::{DistError, ErrorKind, Result};
+pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
 pub use launch::{
-    local_rank, LaunchEnv, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV, LOCAL_WORLD_SIZE_ENV,
-    MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
+    local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,
+    LOCAL_WORLD_SIZE_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };
 pub use new_group::new_group;
+pub use pipeline::{Pipeline, PipelineStep};
 pub use rendezvous::{Init, Rendezvous};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
-    set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, spawned_rank, SpawnOptions, SpawnedRank,
-    WorkerFailure, WorkerOutcome, DEFAULT_GRACE_PERIOD,
+    set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, SpawnOptions, WorkerFailure, WorkerOutcome,
+    DEFAULT_GRACE_PERIOD,
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};

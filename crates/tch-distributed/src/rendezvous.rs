@@ -1,12 +1,12 @@
 //! Where the ranks meet: parsing `init_method` (`env://`, `tcp://host:port`) and
 //! resolving it, with world size and global rank, from the arguments or torchrun's
 //! environment, all checked before any network activity.
-use std::net::IpAddr;
 use std::str::FromStr;
 
 use crate::error::{DistError, Result};
 use crate::group::validate_rank;
 use crate::launch::{agent_hosts_store, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
+use crate::store::is_loopback;
 
 /// Where the ranks meet (PyTorch's `init_method`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,13 +138,6 @@ impl Rendezvous {
     }
 }
 
-/// Whether `host` names the loopback interface.
-pub(crate) fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host.eq_ignore_ascii_case("ip6-localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
 fn required_env(name: &str, what: &str) -> Result<String> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
@@ -200,15 +193,5 @@ mod tests {
         );
         let ok = Rendezvous::resolve(&tcp, Some(3), Some(2)).unwrap();
         assert!(!ok.hosts_store() && ok.is_loopback());
-    }
-
-    #[test]
-    fn loopback_names() {
-        for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1"] {
-            assert!(is_loopback(h), "{h}");
-        }
-        for h in ["10.0.0.1", "node0", "0.0.0.0"] {
-            assert!(!is_loopback(h), "{h}");
-        }
     }
 }

@@ -6,21 +6,14 @@ use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use launcher::signal_name;
+use launcher::{signal_name, StopSignals};
 
 use crate::error::{DistError, ErrorKind, Result};
-
-/// Set in a child: its local rank.
-pub(crate) const SPAWN_LOCAL_RANK_VAR: &str = "TCHD_SPAWN_LOCAL_RANK";
-/// Set in a child: how many ranks its parent started.
-pub(crate) const SPAWN_NPROCS_VAR: &str = "TCHD_SPAWN_NPROCS";
-/// Set in a child: its parent's pid. A process whose parent is someone else (a program
-/// a worker started, which inherited the environment) is not a spawned rank.
-pub(crate) const SPAWN_PARENT_PID_VAR: &str = "TCHD_SPAWN_PARENT_PID";
+use crate::launch::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
 
 /// How long stopped ranks get between SIGTERM and SIGKILL by default.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
@@ -117,29 +110,6 @@ static SPAWN_CHECK: OnceLock<SpawnCheck> = OnceLock::new();
 /// in a process counts.
 pub fn set_spawn_check(check: impl Fn(usize) -> std::result::Result<(), String> + Send + Sync + 'static) {
     let _ = SPAWN_CHECK.set(Box::new(check));
-}
-
-/// A process started by [`spawn`]: which rank it is and of how many.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpawnedRank {
-    /// This process's rank on its node, from 0.
-    pub local_rank: usize,
-    /// How many ranks [`spawn`] started on this node.
-    pub nprocs: usize,
-}
-
-/// `Some` when this process is a rank started by [`spawn`] (its parent is alive and is
-/// the process that started it), `None` in the parent and in any unrelated process.
-pub fn spawned_rank() -> Option<SpawnedRank> {
-    static ROLE: OnceLock<Option<SpawnedRank>> = OnceLock::new();
-    *ROLE.get_or_init(|| {
-        let read = |name: &str| std::env::var(name).ok()?.trim().parse::<usize>().ok();
-        let parent = read(SPAWN_PARENT_PID_VAR)?;
-        if parent != std::os::unix::process::parent_id() as usize {
-            return None;
-        }
-        Some(SpawnedRank { local_rank: read(SPAWN_LOCAL_RANK_VAR)?, nprocs: read(SPAWN_NPROCS_VAR)? })
-    })
 }
 
 /// Runs `worker(local_rank)` in `nprocs` processes, as `torch.multiprocessing.spawn`
@@ -321,7 +291,7 @@ fn exit_now(code: i32) -> ! {
     }
 }
 
-/// One spawn at a time per process: the signal handling below is process-wide.
+/// One spawn at a time per process: its signal handling (`StopSignals`) is process-wide.
 static PARENT_ACTIVE: AtomicBool = AtomicBool::new(false);
 
 struct ActiveGuard;
@@ -367,7 +337,10 @@ impl Rank {
 
 fn run_parent(opts: &SpawnOptions) -> Result<()> {
     let _active = ActiveGuard::acquire()?;
-    let signals = SignalGuard::install();
+    // While the parent supervises, SIGINT, SIGTERM and SIGHUP are recorded instead of
+    // killing it, so that it can stop its ranks and report; the previous dispositions
+    // come back when spawn returns.
+    let signals = StopSignals::catch();
     let mut ranks: Vec<Rank> = Vec::with_capacity(opts.nprocs);
     // What ends the run early, unless a signal does.
     let mut problem: Option<(ErrorKind, String)> = None;
@@ -467,7 +440,7 @@ fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> 
 
 /// SIGTERM to every running rank, SIGKILL to those still there after `grace` (or at
 /// once on a further signal to the parent), and reaps them all.
-fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &SignalGuard) {
+fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &StopSignals) {
     for rank in ranks.iter_mut() {
         if rank.poll().ok().flatten().is_none() {
             // SAFETY: kill(2) on our own unreaped child: the pid cannot have been reused.
@@ -500,50 +473,6 @@ fn describe_status(status: ExitStatus) -> String {
         format!("was killed by signal {signal} ({}{core})", signal_name(signal))
     } else {
         format!("ended with {status}")
-    }
-}
-
-/// The last stop signal the parent received during spawn (0: none) and how many.
-static CAUGHT_SIGNAL: AtomicI32 = AtomicI32::new(0);
-static CAUGHT_COUNT: AtomicUsize = AtomicUsize::new(0);
-
-extern "C" fn on_stop_signal(signal: libc::c_int) {
-    // Only lock-free atomics here: this runs inside a signal handler.
-    CAUGHT_SIGNAL.store(signal, Ordering::SeqCst);
-    CAUGHT_COUNT.fetch_add(1, Ordering::SeqCst);
-}
-
-/// While the parent supervises, SIGINT, SIGTERM and SIGHUP set a flag instead of
-/// killing it, so that it can stop its ranks and report. The previous dispositions come
-/// back when spawn returns. A signal the program ignored stays ignored (e.g. SIGINT
-/// under `nohup` or in a background job).
-struct SignalGuard {
-    previous: Vec<(libc::c_int, libc::sigaction)>,
-}
-
-impl SignalGuard {
-    fn install() -> SignalGuard {
-        CAUGHT_SIGNAL.store(0, Ordering::SeqCst);
-        CAUGHT_COUNT.store(0, Ordering::SeqCst);
-        let previous = launcher::catch_stop_signals(on_stop_signal);
-        SignalGuard { previous }
-    }
-
-    fn caught(&self) -> Option<i32> {
-        match CAUGHT_SIGNAL.load(Ordering::SeqCst) {
-            0 => None,
-            s => Some(s),
-        }
-    }
-
-    fn count(&self) -> usize {
-        CAUGHT_COUNT.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for SignalGuard {
-    fn drop(&mut self) {
-        launcher::restore_signals(&self.previous);
     }
 }
 

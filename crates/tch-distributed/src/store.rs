@@ -186,11 +186,19 @@ impl Drop for Store {
     }
 }
 
+/// Whether `host` names the loopback interface (where a store server binds, and what
+/// [`Rendezvous::is_loopback`](crate::Rendezvous::is_loopback) asks).
+pub(crate) fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.eq_ignore_ascii_case("ip6-localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The address a store server listens on: the loopback address for `localhost`
 /// (IPv4 first), otherwise the first address `host` resolves to, which must be one of
 /// this machine's.
 pub(crate) fn server_bind_address(host: &str, port: u16) -> Result<SocketAddr> {
-    if crate::rendezvous::is_loopback(host) && host.parse::<IpAddr>().is_err() {
+    if is_loopback(host) && host.parse::<IpAddr>().is_err() {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
     let addrs: Vec<SocketAddr> = (host, port)
@@ -231,4 +239,19 @@ pub(crate) fn cstring(s: &str) -> Result<CString> {
 
 pub(crate) fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_names() {
+        for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1"] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in ["10.0.0.1", "node0", "0.0.0.0"] {
+            assert!(!is_loopback(h), "{h}");
+        }
+    }
 }

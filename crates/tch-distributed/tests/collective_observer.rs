@@ -1,7 +1,8 @@
 //! Every collective a group starts reaches the observer, in order, as the program
 //! asked for it: operation, reduce op, root, dtype, element count, sequence number and
 //! (small tensors) the input's values before the call. The checker judges steps 8 and
-//! 9 from exactly this.
+//! 9 from exactly this. FSDP's collectives are seen the same way, and timed with their
+//! sizes in bytes.
 mod common;
 
 use common::single_rank_group;
@@ -9,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tch::{Kind, Tensor};
 use tch_distributed::debug::{self, CollectiveCall};
+use tch_distributed::timeline::Arg;
 use tch_distributed::ReduceOp;
 
 #[test]
@@ -29,6 +31,18 @@ fn the_observer_sees_each_call_as_issued() {
     // Refused before it starts: not a collective, no number.
     assert!(group.reduce(&mut throughput, 3, ReduceOp::Sum).is_err());
     group.all_gather_to_vec(&Tensor::from(1i64)).unwrap();
+    // FSDP's collectives, timed on the timeline with their sizes in bytes.
+    tch_distributed::timeline::start();
+    let shard = Tensor::from_slice(&[1.5f32, 2.5, 3.5]);
+    let mut full = Tensor::zeros([3], (Kind::Float, tch::Device::Cpu));
+    group.all_gather_into_tensor(&mut full, &shard).unwrap();
+    assert_eq!(Vec::<f32>::try_from(&full).unwrap(), [1.5, 2.5, 3.5]);
+    let grads = Tensor::ones([2, 64], (Kind::Double, tch::Device::Cpu));
+    let mut grad_shard = Tensor::zeros([2, 64], (Kind::Double, tch::Device::Cpu));
+    group.reduce_scatter_tensor(&mut grad_shard, &grads, ReduceOp::Sum).unwrap();
+    // One rank cannot send to itself: refused, no number taken.
+    assert!(group.send(&shard, 0, 0).is_err());
+    tch_distributed::timeline::stop();
 
     let seen = seen.lock().unwrap();
     let described: Vec<(u64, String)> = seen.iter().map(|c| (c.seq, c.describe())).collect();
@@ -40,6 +54,21 @@ fn the_observer_sees_each_call_as_issued() {
             (2, "barrier()".to_string()),
             (3, "broadcast(root=0) Float[100]".to_string()),
             (4, "all_gather() Int64[1]".to_string()),
+            (5, "all_gather_into_tensor() Float[3]".to_string()),
+            (6, "reduce_scatter_tensor(op=SUM) Double[128]".to_string()),
+        ]
+    );
+    assert_eq!((seen[5].bytes(), seen[6].bytes()), (12, 1024));
+    assert_eq!(seen[5].values, Some(vec![1.5, 2.5, 3.5]));
+    let timed: Vec<(String, Option<Arg>)> = tch_distributed::timeline::take()
+        .into_iter()
+        .map(|e| (e.name, e.args.iter().find(|(k, _)| *k == "bytes").map(|(_, v)| v.clone())))
+        .collect();
+    assert_eq!(
+        timed,
+        [
+            ("all_gather_into_tensor".to_string(), Some(Arg::Int(12))),
+            ("reduce_scatter_tensor".to_string(), Some(Arg::Int(1024)))
         ]
     );
     assert_eq!(seen[0].values, Some(vec![652.5]));

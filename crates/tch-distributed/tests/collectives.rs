@@ -1,6 +1,7 @@
 //! Collectives across real processes on loopback (CPU, Gloo): 2, 3 and 4 ranks; every
 //! collective and reduce op; f32, f64, i64; 1 element to 64 MB; env:// and explicit
-//! init; default-group lifecycle; async work handles.
+//! init; default-group lifecycle; async work handles; the tensor forms FSDP uses
+//! (`all_gather_into_tensor`, `reduce_scatter_tensor`) and point-to-point `send`/`recv`.
 mod common;
 
 use std::time::{Duration, Instant};
@@ -23,6 +24,8 @@ fn rank_entry() {
         ("explicit_init", explicit_init_scenario),
         ("lifecycle", lifecycle_scenario),
         ("async", async_scenario),
+        ("tensor_forms", tensor_forms_scenario),
+        ("point_to_point", point_to_point_scenario),
     ]);
 }
 
@@ -204,6 +207,209 @@ fn async_scenario() {
     assert!(started.elapsed() < TIMEOUT);
     assert_eq!(big.double_value(&[0]), world as f64);
     dist::destroy_process_group().unwrap();
+}
+
+/// `all_gather_into_tensor` and `reduce_scatter_tensor`, as PyTorch defines them: the
+/// gathered tensor is the ranks' inputs in rank order; rank r's reduce-scatter output is
+/// chunk r of the input, reduced over the ranks.
+fn tensor_forms_scenario() {
+    init_env();
+    let rank = dist::get_rank().unwrap() as i64;
+    let world = dist::get_world_size().unwrap() as i64;
+    for kind in [Kind::Float, Kind::Double, Kind::Int64] {
+        // Rank r's shard [2, 3]: 100 r + i.
+        let shard =
+            |r: i64| (Tensor::arange(6, (Kind::Int64, Device::Cpu)) + r * 100).to_kind(kind).view([2, 3]);
+        let want: Vec<i64> = (0..world).flat_map(|r| (0..6).map(move |i| r * 100 + i)).collect();
+        // Concatenated along dim 0, and stacked: only the element count matters.
+        let mut cat = Tensor::zeros([world * 2, 3], (kind, Device::Cpu));
+        dist::all_gather_into_tensor(&mut cat, &shard(rank)).unwrap();
+        assert_eq!(as_i64(&cat.flatten(0, -1)), want, "all_gather_into_tensor {kind:?}");
+        let mut stacked = Tensor::zeros([world, 2, 3], (kind, Device::Cpu));
+        dist::all_gather_into_tensor_async(&mut stacked, &shard(rank)).unwrap().wait().unwrap();
+        assert_eq!(as_i64(&stacked.flatten(0, -1)), want, "all_gather_into_tensor_async {kind:?} stacked");
+
+        let n = 5;
+        for op in [ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min, ReduceOp::Max] {
+            // Element j of rank r's input is contribution(r, j): chunk k is [k n, (k + 1) n).
+            let full = expected(op, world, world * n);
+            let mut out = Tensor::zeros([n], (kind, Device::Cpu));
+            dist::reduce_scatter_tensor(&mut out, &input(kind, rank, world * n), op).unwrap();
+            let chunk = full[(rank * n) as usize..((rank + 1) * n) as usize].to_vec();
+            assert_eq!(as_i64(&out), chunk, "reduce_scatter_tensor {op:?} {kind:?}");
+        }
+        let mut out = Tensor::zeros([1, n], (kind, Device::Cpu));
+        let work = dist::reduce_scatter_tensor_async(&mut out, &input(kind, rank, world * n), ReduceOp::Sum);
+        work.unwrap().wait().unwrap();
+        let full = expected(ReduceOp::Sum, world, world * n);
+        assert_eq!(
+            as_i64(&out.flatten(0, -1)),
+            full[(rank * n) as usize..((rank + 1) * n) as usize].to_vec()
+        );
+    }
+    // Refused before anything starts, naming what is wrong.
+    let shard = Tensor::ones([2, 3], (Kind::Float, Device::Cpu));
+    let mut short = Tensor::zeros([2, 3], (Kind::Float, Device::Cpu));
+    let e = dist::all_gather_into_tensor(&mut short, &shard).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(
+        e.message().contains(&format!("must have world size x input = {world} x 6 = {}", world * 6)),
+        "{e}"
+    );
+    let mut doubles = Tensor::zeros([world * 2, 3], (Kind::Double, Device::Cpu));
+    let e = dist::all_gather_into_tensor(&mut doubles, &shard).unwrap_err();
+    assert!(e.message().contains("same dtype and device"), "{e}");
+    let mut out = Tensor::zeros([4], (Kind::Float, Device::Cpu));
+    let e = dist::reduce_scatter_tensor(&mut out, &shard, ReduceOp::Sum).unwrap_err();
+    let want = format!("the input has 6 elements ([2, 3]) but must have world size x output = {world} x 4");
+    assert!(e.message().contains(&want), "{e}");
+    let mut out = Tensor::zeros([2, 3], (Kind::Float, Device::Cpu));
+    let full = Tensor::ones([world * 2, 3], (Kind::Float, Device::Cpu));
+    let e = dist::reduce_scatter_tensor(&mut out, &full, ReduceOp::Avg).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert!(
+        e.message().contains("reduce_scatter_tensor: ReduceOp::Avg is not supported by the Gloo backend"),
+        "{e}"
+    );
+    let strided = Tensor::ones([3, world * 2], (Kind::Float, Device::Cpu)).transpose(0, 1);
+    let e = dist::reduce_scatter_tensor(&mut out, &strided, ReduceOp::Sum).unwrap_err();
+    assert!(e.message().contains("not contiguous"), "{e}");
+    // The group still works after rejected calls.
+    dist::barrier().unwrap();
+    dist::destroy_process_group().unwrap();
+}
+
+/// Rank r's message to rank `to` with `tag`: values that name sender, receiver and tag.
+fn message(r: i64, to: i64, tag: i64) -> Tensor {
+    Tensor::from_slice(&[r * 100 + to * 10 + tag, -r, tag]).to_kind(Kind::Float)
+}
+
+/// send/recv and their async forms: a ring of isend/irecv, blocking sends from rank 0 to
+/// every other rank, messages told apart by their tags, and receives from any source;
+/// argument errors; and the observer numbering point-to-point calls apart from the
+/// collectives, which keep their own numbers.
+fn point_to_point_scenario() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<dist::debug::CollectiveCall>>> = Arc::default();
+    let sink = seen.clone();
+    assert!(dist::debug::set_collective_observer(move |call| sink.lock().unwrap().push(call.clone())));
+    init_env();
+    let rank = dist::get_rank().unwrap() as i64;
+    let world = dist::get_world_size().unwrap() as i64;
+    let (next, prev) = ((rank + 1) % world, (rank + world - 1) % world);
+
+    dist::barrier().unwrap();
+    // A ring: everyone sends to the next rank and receives from the previous one at once.
+    let send = message(rank, next, 7);
+    let sent = dist::isend(&send, next as usize, 7).unwrap();
+    let mut got = Tensor::zeros([3], (Kind::Float, Device::Cpu));
+    dist::irecv(&mut got, prev as usize, 7).unwrap().wait().unwrap();
+    sent.wait().unwrap();
+    assert_eq!(as_i64(&got), as_i64(&message(prev, rank, 7)), "ring: from rank {prev}");
+
+    // Blocking: rank 0 sends each other rank its own message, in rank order.
+    if rank == 0 {
+        for to in 1..world {
+            dist::send(&message(0, to, 0), to as usize, 0).unwrap();
+        }
+    } else {
+        let mut got = Tensor::zeros([3], (Kind::Float, Device::Cpu));
+        dist::recv(&mut got, 0, 0).unwrap();
+        assert_eq!(as_i64(&got), as_i64(&message(0, rank, 0)));
+    }
+
+    // Tags: the last rank sends two messages to rank 0, which receives them in the other
+    // order; each arrives where its tag says.
+    let last = world - 1;
+    if rank == last {
+        let (a, b) = (message(last, 0, 1), message(last, 0, 2));
+        let works = [dist::isend(&a, 0, 1).unwrap(), dist::isend(&b, 0, 2).unwrap()];
+        works.into_iter().for_each(|w| w.wait().unwrap());
+    } else if rank == 0 {
+        let (mut two, mut one) =
+            (Tensor::zeros([3], (Kind::Float, Device::Cpu)), Tensor::zeros([3], (Kind::Float, Device::Cpu)));
+        dist::recv(&mut two, last as usize, 2).unwrap();
+        dist::recv(&mut one, last as usize, 1).unwrap();
+        assert_eq!(as_i64(&two), as_i64(&message(last, 0, 2)));
+        assert_eq!(as_i64(&one), as_i64(&message(last, 0, 1)));
+    }
+
+    // From any source: rank 0 learns who sent what.
+    if rank == 0 {
+        let mut sources = Vec::new();
+        for _ in 1..world {
+            let mut got = Tensor::zeros([3], (Kind::Float, Device::Cpu));
+            let from = dist::recv_any_source(&mut got, 5).unwrap() as i64;
+            assert_eq!(as_i64(&got), as_i64(&message(from, 0, 5)), "the message says it came from {from}");
+            sources.push(from);
+        }
+        sources.sort();
+        assert_eq!(sources, (1..world).collect::<Vec<_>>());
+    } else {
+        dist::send(&message(rank, 0, 5), 0, 5).unwrap();
+    }
+
+    // Refused before anything starts.
+    let e = dist::send(&send, rank as usize, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("is this rank itself"), "{e}");
+    let e = dist::recv(&mut got, world as usize, 0).unwrap_err();
+    assert!(e.message().contains(&format!("source rank {world} does not exist")), "{e}");
+    let e = dist::send(&send, next as usize, -1).unwrap_err();
+    assert!(e.message().contains("tag -1 is negative"), "{e}");
+    let mut strided = Tensor::zeros([3, 2], (Kind::Float, Device::Cpu)).transpose(0, 1);
+    assert!(dist::recv(&mut strided, prev as usize, 0).unwrap_err().message().contains("not contiguous"));
+    dist::barrier().unwrap();
+
+    // The observer: the two barriers are collectives #0 and #1 whatever was sent
+    // between them; sends and receives have their own numbers, with the other rank.
+    let seen = seen.lock().unwrap();
+    let collectives: Vec<(u64, String)> = seen
+        .iter()
+        .filter(|c| !dist::debug::is_point_to_point(c.op))
+        .map(|c| (c.seq, c.describe()))
+        .collect();
+    assert_eq!(collectives, [(0, "barrier()".to_string()), (1, "barrier()".to_string())]);
+    let p2p: Vec<&dist::debug::CollectiveCall> =
+        seen.iter().filter(|c| dist::debug::is_point_to_point(c.op)).collect();
+    assert_eq!(p2p.iter().map(|c| c.seq).collect::<Vec<_>>(), (0..p2p.len() as u64).collect::<Vec<_>>());
+    assert_eq!(p2p[0].describe(), format!("send(dst={next}) Float[3]"));
+    assert_eq!(p2p[1].describe(), format!("recv(src={prev}) Float[3]"));
+    assert_eq!(
+        (p2p[0].bytes(), p2p[0].values.clone()),
+        (12, Some(vec![(rank * 100 + next * 10 + 7) as f64, -rank as f64, 7.0]))
+    );
+    if rank == 0 {
+        // Receives from any source name no source.
+        let any: Vec<String> = p2p.iter().rev().take((world - 1) as usize).map(|c| c.describe()).collect();
+        assert!(any.iter().all(|d| d == "recv() Float[3]"), "{any:?}");
+    }
+    drop(seen);
+    dist::destroy_process_group().unwrap();
+}
+
+#[test]
+fn tensor_forms_on_2_ranks() {
+    let port = launcher::free_port().unwrap();
+    assert_all_ok(&run_ranks("tensor_forms", env_ranks(0..2, 2, port), &[], DEADLINE));
+}
+
+#[test]
+fn tensor_forms_on_3_ranks() {
+    let port = launcher::free_port().unwrap();
+    assert_all_ok(&run_ranks("tensor_forms", env_ranks(0..3, 3, port), &[], DEADLINE));
+}
+
+#[test]
+fn point_to_point_on_2_ranks() {
+    let port = launcher::free_port().unwrap();
+    assert_all_ok(&run_ranks("point_to_point", env_ranks(0..2, 2, port), &[], DEADLINE));
+}
+
+#[test]
+fn point_to_point_on_3_ranks() {
+    let port = launcher::free_port().unwrap();
+    assert_all_ok(&run_ranks("point_to_point", env_ranks(0..3, 3, port), &[], DEADLINE));
 }
 
 #[test]

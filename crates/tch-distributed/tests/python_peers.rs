@@ -1,7 +1,8 @@
 //! One job, two languages: Rust ranks (this test binary) and PyTorch ranks
 //! (`tests/python/peer.py`, run by the workspace's `.venv/bin/python`) join one Gloo
 //! group through env:// or tcp://, either side hosting the store, and run the same
-//! collectives, reduce ops, subgroups and DDP's coalesced broadcast. Every rank,
+//! collectives, reduce ops, subgroups, DDP's coalesced broadcast, FSDP's
+//! `all_gather_into_tensor` and `reduce_scatter_tensor`, and a ring of `isend`/`irecv`. Every rank,
 //! whatever its language, must print exactly the results worked out here.
 mod common;
 
@@ -113,6 +114,21 @@ fn mixed_scenario() {
     everyone.all_reduce(&mut t, ReduceOp::Max).unwrap();
     show("new_group all", &t);
 
+    let shard = Tensor::from_slice(&[r * 10, r]);
+    let mut full = Tensor::zeros([2 * n as i64], (Kind::Int64, tch::Device::Cpu));
+    dist::all_gather_into_tensor(&mut full, &shard).unwrap();
+    show("all_gather_into_tensor", &full);
+    let grads = Tensor::arange(2 * n as i64, (Kind::Float, tch::Device::Cpu)) + f;
+    let mut grad_shard = Tensor::zeros([2], (Kind::Float, tch::Device::Cpu));
+    dist::reduce_scatter_tensor(&mut grad_shard, &grads, ReduceOp::Sum).unwrap();
+    show("reduce_scatter_tensor", &grad_shard);
+    let message = Tensor::from_slice(&[(f * 7.0 + 1.0) as f32]);
+    let sent = dist::isend(&message, (rank + 1) % n, 3).unwrap();
+    let mut got = Tensor::zeros([1], (Kind::Float, tch::Device::Cpu));
+    dist::irecv(&mut got, (rank + n - 1) % n, 3).unwrap().wait().unwrap();
+    sent.wait().unwrap();
+    show("ring", &got);
+
     dist::destroy_process_group().unwrap();
 }
 
@@ -151,6 +167,13 @@ fn expected_results(rank: usize, n: usize) -> Vec<String> {
         ));
     }
     lines.push(format!("result new_group all: {}", ints(&[last])));
+    lines.push(format!("result all_gather_into_tensor: {}", ints(&gathered)));
+    // Element j of rank r's gradient is j + r; rank k keeps elements 2k and 2k + 1, summed.
+    let tri = (0..n).map(|r| r as f64).sum::<f64>();
+    let k = 2.0 * rank as f64;
+    lines.push(format!("result reduce_scatter_tensor: {}", fmt(&[nf * k + tri, nf * (k + 1.0) + tri])));
+    let prev = ((rank + n - 1) % n) as f64;
+    lines.push(format!("result ring: {}", fmt(&[prev * 7.0 + 1.0])));
     lines
 }
 

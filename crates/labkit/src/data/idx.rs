@@ -41,12 +41,37 @@ pub fn gunzip(gz: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
     Ok(raw)
 }
 
+/// The first `len` bytes of a gzip stream's content (all of it when shorter): a subset
+/// of the data needs only the start of each file, and decompression is most of a
+/// rank's start-up.
+pub fn gunzip_prefix(gz: &[u8], len: usize, path: &Path) -> Result<Vec<u8>, DataError> {
+    let mut raw = Vec::with_capacity(len);
+    GzDecoder::new(gz)
+        .take(len as u64)
+        .read_to_end(&mut raw)
+        .map_err(|e| format_error(path, format!("gzip data cannot be decompressed ({e})")))?;
+    Ok(raw)
+}
+
 fn be_u32(raw: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]])
 }
 
 /// Checks the header of uncompressed IDX bytes and returns the elements.
 fn parse(raw: &[u8], path: &Path, magic: u32, dims: &[Option<usize>]) -> Result<Vec<u8>, DataError> {
+    parse_first(raw, path, magic, dims, None).map(|(_, body)| body)
+}
+
+/// Parses an IDX file, or only its first `first` items when given: then `raw` may stop
+/// after them (see [`gunzip_prefix`]). Returns the item count the header promises and
+/// the data of the items kept.
+fn parse_first(
+    raw: &[u8],
+    path: &Path,
+    magic: u32,
+    dims: &[Option<usize>],
+    first: Option<usize>,
+) -> Result<(usize, Vec<u8>), DataError> {
     let header = 4 + 4 * dims.len();
     if raw.len() < 4 {
         return Err(format_error(
@@ -75,13 +100,25 @@ fn parse(raw: &[u8], path: &Path, magic: u32, dims: &[Option<usize>]) -> Result<
         count = count.checked_mul(got).ok_or_else(|| format_error(path, "dimensions overflow".into()))?;
     }
     let body = &raw[header..];
-    if body.len() != count {
-        return Err(format_error(
+    let items = be_u32(raw, 4) as usize;
+    let item_bytes = count.checked_div(items).unwrap_or(0);
+    match first {
+        None if body.len() != count => Err(format_error(
             path,
             format!("header promises {count} bytes of data but the file holds {}", body.len()),
-        ));
+        )),
+        None => Ok((items, body.to_vec())),
+        Some(first) => {
+            let wanted = first.min(items) * item_bytes;
+            if body.len() < wanted {
+                return Err(format_error(
+                    path,
+                    format!("header promises {count} bytes of data but the file holds {}", body.len()),
+                ));
+            }
+            Ok((items, body[..wanted].to_vec()))
+        }
     }
-    Ok(body.to_vec())
 }
 
 /// Parses uncompressed IDX image bytes into `N * 784` pixels.
@@ -92,6 +129,30 @@ pub fn parse_images(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
 /// Parses uncompressed IDX label bytes into `N` labels.
 pub fn parse_labels(raw: &[u8], path: &Path) -> Result<Vec<u8>, DataError> {
     parse(raw, path, LABELS_MAGIC, &[None])
+}
+
+/// The first `first` images (all when `None`) and the number the header promises.
+pub fn parse_first_images(
+    raw: &[u8],
+    path: &Path,
+    first: Option<usize>,
+) -> Result<(usize, Vec<u8>), DataError> {
+    parse_first(raw, path, IMAGES_MAGIC, &[None, Some(SIDE), Some(SIDE)], first)
+}
+
+/// The first `first` labels (all when `None`) and the number the header promises.
+pub fn parse_first_labels(
+    raw: &[u8],
+    path: &Path,
+    first: Option<usize>,
+) -> Result<(usize, Vec<u8>), DataError> {
+    parse_first(raw, path, LABELS_MAGIC, &[None], first)
+}
+
+/// The bytes of an IDX file holding its first `items` items of `item_bytes` each: its
+/// header (`dims` dimensions) and their data.
+pub fn prefix_len(dims: usize, items: usize, item_bytes: usize) -> usize {
+    4 + 4 * dims + items * item_bytes
 }
 
 /// Parses gz-compressed IDX image bytes into `N * 784` pixels.

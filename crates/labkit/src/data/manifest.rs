@@ -284,6 +284,21 @@ impl Manifest {
         }
     }
 
+    /// Like [`verified_content`](Self::verified_content), but only the first `len`
+    /// bytes of the content are needed. When the `.gz` file's own MD5 matches, only
+    /// that much is decompressed: the file is the one the manifest lists, so the rest
+    /// of its content is known good without reading it. Otherwise the whole content is
+    /// decompressed to check it, and cut.
+    pub fn verified_content_prefix(&self, dir: &Path, file: &str, len: usize) -> Result<Vec<u8>, DataError> {
+        match self.read_checked(dir, file)? {
+            (_, Some(mut content)) => {
+                content.truncate(len);
+                Ok(content)
+            }
+            (gz, None) => idx::gunzip_prefix(&gz, len, &dir.join(file)),
+        }
+    }
+
     /// Why `dir/file` is not valid under this manifest, or `None` when it is.
     pub(crate) fn problem(&self, dir: &Path, file: &str) -> Option<DataError> {
         self.read_checked(dir, file).err()

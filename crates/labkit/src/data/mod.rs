@@ -278,16 +278,27 @@ fn ensure_real(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
 /// A rank that loads before anyone prepared the data (one that did not wait at the
 /// barrier) gets the error of the missing files.
 pub fn load_ready(options: &DatasetOptions) -> Result<(PathBuf, FashionMnist), DataError> {
+    load_ready_first(options, None, None)
+}
+
+/// [`load_ready`] keeping only the first `train` / `test` samples of each split (see
+/// [`FashionMnist::load_first`]).
+pub fn load_ready_first(
+    options: &DatasetOptions,
+    train: Option<usize>,
+    test: Option<usize>,
+) -> Result<(PathBuf, FashionMnist), DataError> {
     let generated = || {
         let dir = options.dir.join(options.generated.dir_name());
-        FashionMnist::load(&dir).map(|data| (dir, data))
+        let manifest = Manifest::for_dir(&dir)?;
+        FashionMnist::load_first(&dir, &manifest, train, test).map(|data| (dir, data))
     };
     if options.kind == DatasetKind::Generated {
         return generated();
     }
     let mut first_error = None;
     for (dir, manifest) in real_candidates(options, true)? {
-        match FashionMnist::load_with(&dir, &manifest) {
+        match FashionMnist::load_first(&dir, &manifest, train, test) {
             Ok(data) => return Ok((dir, data)),
             Err(e @ (DataError::Missing { .. } | DataError::Checksum { .. } | DataError::Format { .. })) => {
                 first_error = first_error.or(Some(e))

@@ -1,4 +1,5 @@
-"""A PyTorch rank for tests/python_peers.rs: the same collectives, in the same order,
+"""A PyTorch rank for tests/python_peers.rs: the same collectives (and sends and
+receives), in the same order,
 as the Rust scenario `mixed` there, each result printed in the same format.
 
 Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as for env://, and
@@ -82,6 +83,21 @@ def main():
     t = torch.tensor([rank], dtype=torch.int64)
     dist.all_reduce(t, dist.ReduceOp.MAX, group=everyone)
     show("new_group all", t)
+
+    shard = torch.tensor([rank * 10, rank], dtype=torch.int64)
+    full = torch.zeros(2 * n, dtype=torch.int64)
+    dist.all_gather_into_tensor(full, shard)
+    show("all_gather_into_tensor", full)
+    grads = torch.arange(2 * n, dtype=torch.float32) + rank
+    grad_shard = torch.zeros(2, dtype=torch.float32)
+    dist.reduce_scatter_tensor(grad_shard, grads, dist.ReduceOp.SUM)
+    show("reduce_scatter_tensor", grad_shard)
+    # A ring: each rank sends to the next and receives from the previous one.
+    sent = dist.isend(torch.tensor([rank * 7.0 + 1.0]), (rank + 1) % n, tag=3)
+    got = torch.zeros(1)
+    dist.irecv(got, (rank + n - 1) % n, tag=3).wait()
+    sent.wait()
+    show("ring", got)
 
     dist.destroy_process_group()
     print("python peer finished", flush=True)

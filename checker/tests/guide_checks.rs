@@ -1,9 +1,13 @@
-//! README's table of checks ("| step | checks |" under "The checker") names exactly the
-//! checks of the registry, step by step and in order, as `checker list --checks` prints
-//! them: adding, renaming or moving a check without the README fails here.
+//! The guide's table of checks ("| step | checks |" in `lab-guide/src/checker.md`, which
+//! README links to) names exactly the checks of the registry, step by step and in order,
+//! as `checker list --checks` prints them: adding, renaming or moving a check without the
+//! guide fails here.
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+
+/// The guide's page for the checker, from the repository root.
+const GUIDE_PAGE: &str = "lab-guide/src/checker.md";
 
 /// The check ids per step, in order, from `checker list --checks` (`step NN  id  what`).
 fn registry() -> BTreeMap<u8, Vec<String>> {
@@ -24,21 +28,21 @@ fn registry() -> BTreeMap<u8, Vec<String>> {
     steps
 }
 
-/// The rows of README's table: per step, the ids in backquotes outside parentheses
+/// The rows of the guide's table: per step, the ids in backquotes outside parentheses
 /// (what is in parentheses explains the check, e.g. "(`--num-gpus two` is ...)").
-fn readme_table(readme: &str) -> BTreeMap<u8, Vec<String>> {
-    let mut lines = readme.lines().skip_while(|l| l.trim() != "| step | checks |");
-    assert!(lines.next().is_some(), "README.md has no table headed `| step | checks |`");
+fn guide_table(page: &str) -> BTreeMap<u8, Vec<String>> {
+    let mut lines = page.lines().skip_while(|l| l.trim() != "| step | checks |");
+    assert!(lines.next().is_some(), "{GUIDE_PAGE} has no table headed `| step | checks |`");
     let mut steps = BTreeMap::new();
     for row in lines.skip(1).take_while(|l| l.starts_with('|')) {
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
         let [_, step, checks, _] = cells[..] else {
-            panic!("README.md: a row of two cells expected: {row:?}")
+            panic!("{GUIDE_PAGE}: a row of two cells expected: {row:?}")
         };
-        let step: u8 = step.parse().unwrap_or_else(|_| panic!("README.md: not a step number in {row:?}"));
+        let step: u8 = step.parse().unwrap_or_else(|_| panic!("{GUIDE_PAGE}: not a step number in {row:?}"));
         assert!(
             steps.insert(step, ids_outside_parentheses(checks)).is_none(),
-            "README.md: step {step} twice"
+            "{GUIDE_PAGE}: step {step} twice"
         );
     }
     steps
@@ -65,18 +69,19 @@ fn ids_outside_parentheses(cell: &str) -> Vec<String> {
 }
 
 #[test]
-fn readme_lists_every_check_of_the_registry() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let (registry, readme) = (registry(), readme_table(&readme));
-    assert_eq!(registry.keys().copied().collect::<Vec<_>>(), (0..12).collect::<Vec<u8>>());
+fn the_guide_lists_every_check_of_the_registry() {
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(GUIDE_PAGE)).unwrap();
+    let (registry, guide) = (registry(), guide_table(&page));
+    assert_eq!(registry.keys().copied().collect::<Vec<_>>(), (0..=coursegen::LAST_STEP).collect::<Vec<u8>>());
     for (step, ids) in &registry {
         assert_eq!(
-            readme.get(step),
+            guide.get(step),
             Some(ids),
-            "README.md's table of checks, step {step}, differs from the registry (`cargo checker list --checks`)"
+            "{GUIDE_PAGE}'s table of checks, step {step}, differs from the registry (`cargo checker list --checks`)"
         );
     }
-    assert_eq!(readme.len(), registry.len(), "README.md's table has rows for steps without checks");
+    assert_eq!(guide.len(), registry.len(), "{GUIDE_PAGE}'s table has rows for steps without checks");
 }
 
 #[test]

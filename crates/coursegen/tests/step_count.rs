@@ -1,0 +1,81 @@
+//! The number of steps is written once, as `coursegen::STEPS` (whose last is
+//! `coursegen::LAST_STEP`): the places that once wrote 12 or 11 for it read the
+//! constant, and this test fails if such a literal comes back there.
+use std::path::Path;
+
+use regex::Regex;
+
+/// Where the lab's step count was once spelled out (paths from the repository root).
+/// checker/src/checks/mod.rs (the registry's `[_; 12]`) and checker/src/observe.rs
+/// (`step >= 11`) still are: other branches hold them, and they join this list once merged.
+const READ_THE_CONSTANT: &[&str] = &[
+    "checker/src/cli.rs",
+    "checker/src/commands.rs",
+    "checker/src/progress.rs",
+    "checker/tests/class.rs",
+    "checker/tests/guide_checks.rs",
+    "checker/tests/record_fixtures.rs",
+    "crates/coursegen/src/lib.rs",
+    "crates/coursegen/src/main.rs",
+    "crates/coursegen/src/markers.rs",
+    "crates/coursegen/tests/solutions.rs",
+    "crates/guide-hints/src/lib.rs",
+    "crates/guide-hints/tests/hint.rs",
+];
+
+/// How a step count or last step is written as a literal: a range `0..12`, `0..=11`,
+/// a bound `<= 11`, an array `[_; 12]`, a typed `12u8`/`11u8`, or prose `0 to 11`,
+/// `0-11`, `steps 0-11`.
+fn literal() -> Regex {
+    Regex::new(
+        r"\b0\s*\.\.\s*12\b|\.\.=\s*11\b|<=\s*11\b|;\s*12\s*\]|\b1[12]u8\b|\b0 to 11\b|\b0-11\b|\(1[12]\)",
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_step_count_is_not_written_out_where_the_constant_is_read() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let literal = literal();
+    let mut found = Vec::new();
+    for file in READ_THE_CONSTANT {
+        let text = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for (i, line) in text.lines().enumerate() {
+            if let Some(m) = literal.find(line) {
+                found.push(format!("{file}:{}: `{}` in {:?}", i + 1, m.as_str(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the number of steps is coursegen::STEPS.len() (the last step coursegen::LAST_STEP): \
+         read it instead of writing it out:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_pattern_finds_the_literals_it_is_for() {
+    let literal = literal();
+    for written in [
+        "(0..12).collect()",
+        "for step in 0..=11u8 {",
+        "Ok(n) if n <= 11 =>",
+        "pub const STEPS: [&str; 12] = [",
+        "range(0..=11))]",
+        "the steps are 0 to 11",
+        "every check of steps 0-11.",
+        "Solution(12)",
+    ] {
+        assert!(literal.is_match(written), "{written}");
+    }
+    for fine in ["0..=LAST_STEP", "(0..2)", "step 1", "120/120", "--seed 11", "0..=coursegen::LAST_STEP"] {
+        assert!(!literal.is_match(fine), "{fine}");
+    }
+}
+
+#[test]
+fn the_constant_is_the_last_of_the_steps() {
+    assert_eq!(usize::from(coursegen::LAST_STEP) + 1, coursegen::STEPS.len());
+    assert_eq!(coursegen::Version::all().count(), 2 * coursegen::STEPS.len());
+}
