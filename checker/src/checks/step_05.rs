@@ -110,7 +110,8 @@ pub(super) fn early_reads(trace: &[Record]) -> Option<String> {
             let who = match (record.rank, record.local_rank) {
                 (Some(rank), Some(local)) => format!("rank {rank} (local rank {local})"),
                 (None, Some(local)) => format!("local rank {local}"),
-                (rank, None) => format!("rank {}", rank.unwrap_or(0)),
+                (Some(rank), None) => format!("rank {rank}"),
+                (None, None) => format!("process {}", record.pid),
             };
             let dir = std::path::Path::new(&read.dir)
                 .file_name()

@@ -21,9 +21,6 @@ fn links(package: &str) -> Links {
 /// Cycles being broken on another branch, as (package, modules in name order): each
 /// goes when that branch is merged.
 const BEING_BROKEN: &[(&str, &[&str])] = &[
-    // checker's launch.rs and confined.rs call each other; branch `trace` separates
-    // them. Remove this entry when merging it.
-    ("checker", &["confined", "launch"]),
     // debug.rs describes calls with group.rs's ReduceOp while group.rs records its calls
     // through debug.rs. group.rs is held by branch `fsdp`: once it is merged, move
     // ReduceOp into a module below both (and `validate_rank` from group.rs to
