@@ -51,15 +51,13 @@ fn completions_name_every_subcommand() {
 
 #[test]
 fn a_step_out_of_range_is_a_usage_error() {
-    cmd()
-        .args(["verify", "step", &(coursegen::LAST_STEP + 1).to_string()])
-        .assert()
-        .code(2)
-        .stderr(contains(format!(
+    cmd().args(["verify", "step", &(coursegen::LAST_STEP + 1).to_string()]).assert().code(2).stderr(
+        contains(format!(
             "there is no step {}: the steps are 0 to {}",
             coursegen::LAST_STEP + 1,
             coursegen::LAST_STEP
-        )));
+        )),
+    );
     cmd().args(["grade", "step", "x"]).assert().code(2).stderr(contains("there is no step x"));
     cmd().args(["verify", "twelve", "steps", "please"]).assert().code(2);
 }
