@@ -52,7 +52,7 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     let scratch = tempfile::tempdir().unwrap();
     let (handed_in, results) = (scratch.path().join("handed-in"), scratch.path().join("results"));
     // Sorted: alice (task 0), bob (task 1), carol (task 0) with two tasks.
-    let last = coursegen::LAST_STEP;
+    let last = coursegen::LAB_LAST_STEP;
     write(&handed_in.join("alice/src/main.rs"), &solution(last));
     write(&handed_in.join("bob/src/main.rs"), "fn main() { let x: u8 = 300; }\n");
     std::fs::create_dir_all(&handed_in).unwrap();
@@ -109,7 +109,7 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     assert!(out.contains("carol  110/120  fail"), "{out}");
     let rows = gradebook();
     let header: Vec<&str> = rows[0].iter().map(String::as_str).collect();
-    let steps: Vec<String> = (0..=coursegen::LAST_STEP).map(|s| format!("step {s}")).collect();
+    let steps: Vec<String> = (0..=coursegen::LAB_LAST_STEP).map(|s| format!("step {s}")).collect();
     assert_eq!(header[..4], ["submission", "status", "points", "max_points"]);
     assert_eq!(header[4..4 + steps.len()], steps.iter().map(String::as_str).collect::<Vec<_>>()[..]);
     let alice = rows.iter().find(|r| r[0] == "alice").unwrap();
