@@ -24,12 +24,6 @@ const BEING_BROKEN: &[(&str, &[&str])] = &[
     // checker's launch.rs and confined.rs call each other; branch `trace` separates
     // them. Remove this entry when merging it.
     ("checker", &["confined", "launch"]),
-    // debug.rs describes calls with group.rs's ReduceOp while group.rs records its calls
-    // through debug.rs. group.rs is held by branch `fsdp`: once it is merged, move
-    // ReduceOp into a module below both (and `validate_rank` from group.rs to
-    // rendezvous.rs, `cstring` and `duration_ms` from store.rs to ffi.rs), then remove
-    // this entry.
-    ("tch-distributed", &["debug", "group"]),
 ];
 
 /// Every (package, crate root) of the workspace's lib and bin targets.
