@@ -299,7 +299,7 @@ fn runner(args: &Args) -> Res<()> {
     }
     let job_batch = args.batch_size * WORLD_SIZE;
     if args.modes.contains(&Mode::Pipeline)
-        && (args.micro_batches == 0 || job_batch % args.micro_batches != 0)
+        && (args.micro_batches == 0 || !job_batch.is_multiple_of(args.micro_batches))
     {
         return Err(format!(
             "--micro-batches {} does not divide the pipeline's batch of {job_batch} ({} per rank x {WORLD_SIZE} ranks): pick a divisor, e.g. 4",
