@@ -43,7 +43,7 @@ pub use error::{BoxError, Failure, Result};
 pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
-pub use model::{parameter_count, ModelSettings, Norm, WideResNet};
+pub use model::{parameter_count, Block, ModelSettings, Norm, WideResNet};
 pub use options::{check_gpus, check_node_id, DeviceChoice, GpuRequest, RunOptions};
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};

@@ -7,6 +7,10 @@
 //! Block w2→w2; MaxPool 2; Block w2→w3 (scale); Block w3→w3; AvgPool 7; Linear w3→10.
 //! The lab's widths [16, 160, 320, 640] give 17,117,466 parameters; CPU runs use
 //! narrower ones (e.g. [8, 16, 32, 64]: 173,778), same architecture.
+//!
+//! Built whole ([`WideResNet::new`]), with each block passed through a wrapper as it is
+//! built ([`WideResNet::new_wrapped`]: FSDP's per-block `fully_shard`), or as one stage
+//! of a pipeline, a range of its [`LAYERS`] ([`WideResNet::stage`]).
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
 
@@ -108,14 +112,13 @@ impl Cbr {
         let conv = channels_last_if_set(nn::conv2d(&p / "conv", cin, cout, 3, cfg), layers);
         Cbr { conv, norm: NormLayer::new(&p / "bn", cout, layers.norm) }
     }
-
-    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        self.norm.forward_t(&xs.apply(&self.conv), train).relu()
-    }
 }
 
+/// One residual block of the WideResNet: cbr → Dropout → cbr, plus the shortcut.
+/// [`WideResNet::new_wrapped`] hands each one to its caller as it is built (where
+/// FSDP shards it).
 #[derive(Debug)]
-struct Block {
+pub struct Block {
     first: Cbr,
     second: Cbr,
     shortcut: Option<nn::Conv2D>,
@@ -135,7 +138,9 @@ impl Block {
             dropout: layers.dropout,
         }
     }
+}
 
+impl ModuleT for Block {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         let main =
             self.second.forward_t(&dropout(&self.first.forward_t(xs, train), self.dropout, train), train);
@@ -145,6 +150,49 @@ impl Block {
         };
         main + residual
     }
+}
+
+impl ModuleT for Cbr {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        self.norm.forward_t(&xs.apply(&self.conv), train).relu()
+    }
+}
+
+/// `MaxPool2d(2)` between the stages.
+#[derive(Debug)]
+struct MaxPool;
+
+impl ModuleT for MaxPool {
+    fn forward_t(&self, xs: &Tensor, _train: bool) -> Tensor {
+        xs.max_pool2d_default(2)
+    }
+}
+
+/// `AvgPool2d(7)` → flatten → the linear classifier.
+#[derive(Debug)]
+struct Head {
+    fc: nn::Linear,
+}
+
+impl ModuleT for Head {
+    fn forward_t(&self, xs: &Tensor, _train: bool) -> Tensor {
+        average_pool_7(xs).flatten(1, -1).apply(&self.fc)
+    }
+}
+
+/// The model's layers in forward order, each named as the VarStore path of its
+/// parameters (the pools have none). [`WideResNet::stage`] takes a range of them.
+pub const LAYERS: [&str; 10] =
+    ["stem", "block1", "block2", "pool1", "block3", "block4", "pool2", "block5", "block6", "fc"];
+
+/// The residual blocks among [`LAYERS`], in order.
+pub const BLOCKS: [&str; 6] = ["block1", "block2", "block3", "block4", "block5", "block6"];
+
+/// One of [`LAYERS`] as built.
+#[derive(Debug)]
+struct Layer {
+    name: &'static str,
+    module: Box<dyn ModuleT>,
 }
 
 /// What a model is built with: the run's settings that shape its layers and its
@@ -166,13 +214,11 @@ impl From<Widths> for ModelSettings {
 }
 
 /// The lab's WideResNet. Input: `[N, 1, 28, 28]` floats in [0, 1]; output: `[N, 10]` logits.
+/// A [`stage`](WideResNet::stage) of it takes and gives the activations between its layers.
 #[derive(Debug)]
 pub struct WideResNet {
-    stem: Cbr,
-    stage1: [Block; 2],
-    stage2: [Block; 2],
-    stage3: [Block; 2],
-    fc: nn::Linear,
+    /// The [`LAYERS`] it holds, in forward order: all of them but in a stage.
+    layers: Vec<Layer>,
     /// The settings it was built with; `train` and `test` run its forward under them.
     perf: PerfSettings,
 }
@@ -191,7 +237,85 @@ impl WideResNet {
     /// assert_eq!(model.forward_t(&images, false).size(), [2, 10]); // ten classes
     /// ```
     pub fn new(p: &nn::Path, settings: impl Into<ModelSettings>, norm: Norm) -> WideResNet {
-        let ModelSettings { seed, perf } = settings.into();
+        Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut |block, _| Box::new(block))
+    }
+
+    /// The same model, each residual block passed through `wrap` with its name (its
+    /// VarStore path, one of [`BLOCKS`]) right after it is built, before the next
+    /// one: the way FSDP2's `fully_shard` is applied per block. The weights are those
+    /// [`new`](WideResNet::new) draws.
+    ///
+    /// ```no_run
+    /// use labkit::{Norm, WideResNet, Widths};
+    /// use tch::nn::{self, ModuleT};
+    /// use tch_distributed as dist;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// dist::init_process_group(dist::Backend::Gloo, dist::InitOptions::default())?;
+    /// let vs = nn::VarStore::new(tch::Device::Cpu);
+    /// let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;
+    /// let net = WideResNet::new_wrapped(&vs.root(), Widths::NARROW, Norm::BatchNorm, |block, name| {
+    ///     Box::new(fsdp.fully_shard(block, name).expect("every rank shards the same blocks"))
+    /// });
+    /// let model = fsdp.fully_shard(net, "")?; // the root: the stem and the classifier
+    /// # Ok(()) }
+    /// ```
+    pub fn new_wrapped(
+        p: &nn::Path,
+        settings: impl Into<ModelSettings>,
+        norm: Norm,
+        mut wrap: impl FnMut(Block, &str) -> Box<dyn ModuleT>,
+    ) -> WideResNet {
+        Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut wrap)
+    }
+
+    /// The layers `layers` of the model (indices into [`LAYERS`]) and nothing else: one
+    /// stage of a pipeline. Its parameters are on `p` under the uncut model's names,
+    /// with the values the uncut model draws from the same seed (every layer is built,
+    /// in order, and the others are dropped), so that a model cut into stages starts
+    /// where the uncut one does. Its forward takes the activations of the layer before
+    /// the range (the images for the first stage) and returns those of its last layer.
+    ///
+    /// ```
+    /// use labkit::{Norm, WideResNet, Widths};
+    /// use tch::nn::{ModuleT, VarStore};
+    /// use tch::{Device, Kind, Tensor};
+    ///
+    /// let (first, second) = (VarStore::new(Device::Cpu), VarStore::new(Device::Cpu));
+    /// // Cut after block3 (stem, block1, block2, pool1, block3 | block4 … fc).
+    /// let a = WideResNet::stage(&first.root(), Widths::NARROW, Norm::BatchNorm, 0..5);
+    /// let b = WideResNet::stage(&second.root(), Widths::NARROW, Norm::BatchNorm, 5..10);
+    /// let images = Tensor::zeros([2, 1, 28, 28], (Kind::Float, Device::Cpu));
+    /// let between = a.forward_t(&images, false);
+    /// assert_eq!(between.size(), [2, 32, 14, 14]);
+    /// assert_eq!(b.forward_t(&between, false).size(), [2, 10]);
+    /// assert_eq!(labkit::parameter_count(&first) + labkit::parameter_count(&second), 173_778);
+    /// ```
+    ///
+    /// Panics when `layers` is empty or reaches past [`LAYERS`].
+    pub fn stage(
+        p: &nn::Path,
+        settings: impl Into<ModelSettings>,
+        norm: Norm,
+        layers: std::ops::Range<usize>,
+    ) -> WideResNet {
+        assert!(
+            !layers.is_empty() && layers.end <= LAYERS.len(),
+            "WideResNet::stage({layers:?}): a stage is a non-empty range of the {} layers 0..{}",
+            LAYERS.len(),
+            LAYERS.len()
+        );
+        Self::build(p, settings.into(), norm, layers, &mut |block, _| Box::new(block))
+    }
+
+    fn build(
+        p: &nn::Path,
+        settings: ModelSettings,
+        norm: Norm,
+        keep: std::ops::Range<usize>,
+        wrap: &mut dyn FnMut(Block, &str) -> Box<dyn ModuleT>,
+    ) -> WideResNet {
+        let ModelSettings { seed, perf } = settings;
         probes::seed_before_model(seed);
         let equivalence = probes::equivalence_run();
         let layers = Layers {
@@ -204,46 +328,63 @@ impl WideResNet {
             dropout: if equivalence { 0.0 } else { DROPOUT },
         };
         let [w0, w1, w2, w3] = perf.widths.0;
-        WideResNet {
-            stem: Cbr::new(p / "stem", 1, w0, layers),
-            stage1: [
-                Block::new(p / "block1", w0, w1, true, layers),
-                Block::new(p / "block2", w1, w1, false, layers),
-            ],
-            stage2: [
-                Block::new(p / "block3", w1, w2, true, layers),
-                Block::new(p / "block4", w2, w2, false, layers),
-            ],
-            stage3: [
-                Block::new(p / "block5", w2, w3, true, layers),
-                Block::new(p / "block6", w3, w3, false, layers),
-            ],
-            fc: nn::linear(p / "fc", w3, 10, torch_linear(w3)),
-            perf,
+        // Block i's input and output widths, and whether it changes width (a shortcut conv).
+        let blocks = [
+            (w0, w1, true),
+            (w1, w1, false),
+            (w1, w2, true),
+            (w2, w2, false),
+            (w2, w3, true),
+            (w3, w3, false),
+        ];
+        // Layers outside `keep` are still built, on a VarStore dropped at the end, so that
+        // the kept ones draw the same initial values as in the uncut model.
+        let elsewhere = nn::VarStore::new(p.device());
+        let mut kept = Vec::new();
+        let mut block = 0;
+        for (i, &name) in LAYERS.iter().enumerate() {
+            let here = keep.contains(&i);
+            let path = if here { p / name } else { elsewhere.root() / name };
+            let module: Box<dyn ModuleT> = match name {
+                "stem" => Box::new(Cbr::new(path, 1, w0, layers)),
+                "pool1" | "pool2" => Box::new(MaxPool),
+                "fc" => Box::new(Head { fc: nn::linear(path, w3, 10, torch_linear(w3)) }),
+                _ => {
+                    let (cin, cout, scale) = blocks[block];
+                    block += 1;
+                    let built = Block::new(path, cin, cout, scale, layers);
+                    if here {
+                        wrap(built, name)
+                    } else {
+                        Box::new(built)
+                    }
+                }
+            };
+            if here {
+                kept.push(Layer { name, module });
+            }
         }
+        WideResNet { layers: kept, perf }
     }
 
     /// The speed settings it was built with (`--amp`, `--channels-last`, `--width`, …).
     pub fn perf(&self) -> &PerfSettings {
         &self.perf
     }
+
+    /// The names of the [`LAYERS`] it holds, in forward order.
+    pub fn layer_names(&self) -> Vec<&'static str> {
+        self.layers.iter().map(|l| l.name).collect()
+    }
 }
 
 impl ModuleT for WideResNet {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
-        let mut x = self.stem.forward_t(xs, train);
-        for b in &self.stage1 {
-            x = b.forward_t(&x, train);
+        let mut x = xs.shallow_clone();
+        for layer in &self.layers {
+            x = layer.module.forward_t(&x, train);
         }
-        x = x.max_pool2d_default(2);
-        for b in &self.stage2 {
-            x = b.forward_t(&x, train);
-        }
-        x = x.max_pool2d_default(2);
-        for b in &self.stage3 {
-            x = b.forward_t(&x, train);
-        }
-        average_pool_7(&x).flatten(1, -1).apply(&self.fc)
+        x
     }
 }
 
@@ -340,6 +481,84 @@ mod tests {
         let yb = b.forward_t(&x, true);
         let diff = (ya - yb).abs().max().double_value(&[]);
         assert!(diff < 1e-6, "outputs differ by {diff}");
+    }
+
+    /// Variables by name, sorted.
+    fn named(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
+        let mut v: Vec<_> = vs.variables().into_iter().collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Each block goes through the wrapper once, in order, under its VarStore name, and
+    /// the wrapped model is the plain one: same variables, same output.
+    #[test]
+    fn wrapped_blocks_are_the_plain_model() {
+        let _rng = rng_lock();
+        tch::manual_seed(5);
+        let plain_vs = nn::VarStore::new(Device::Cpu);
+        let plain = WideResNet::new(&plain_vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm);
+        tch::manual_seed(5);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let mut seen = Vec::new();
+        let wrapped =
+            WideResNet::new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, name| {
+                // Built on its own path before the wrapper sees it, and nothing of later layers yet.
+                let vars = vs.variables();
+                assert!(vars.contains_key(&format!("{name}.cbr1.conv.weight")), "{name} not built yet");
+                assert!(!vars.contains_key("fc.weight"), "{name}: the classifier built before it");
+                seen.push(name.to_string());
+                Box::new(block)
+            });
+        assert_eq!(seen, BLOCKS);
+        let (a, b) = (named(&plain_vs), named(&vs));
+        assert_eq!(a.len(), b.len());
+        for ((na, ta), (nb, tb)) in a.iter().zip(&b) {
+            assert_eq!(na, nb);
+            assert!(ta.equal(tb), "{na} differs");
+        }
+        let x = Tensor::rand([2, 1, 28, 28], (Kind::Float, Device::Cpu));
+        assert!(plain.forward_t(&x, false).equal(&wrapped.forward_t(&x, false)));
+    }
+
+    /// A model cut into stages is the uncut model: each stage holds only its layers'
+    /// variables, with the uncut model's names and initial values, and the stages one
+    /// after the other compute its output.
+    #[test]
+    fn stages_are_the_uncut_model() {
+        let _rng = rng_lock();
+        let widths = Widths([4, 8, 8, 16]);
+        tch::manual_seed(9);
+        let whole_vs = nn::VarStore::new(Device::Cpu);
+        let whole = WideResNet::new(&whole_vs.root(), widths, Norm::BatchNorm);
+        let mut stages = Vec::new();
+        for range in [0..5, 5..8, 8..10] {
+            tch::manual_seed(9);
+            let vs = nn::VarStore::new(Device::Cpu);
+            let stage = WideResNet::stage(&vs.root(), widths, Norm::BatchNorm, range.clone());
+            assert_eq!(stage.layer_names(), LAYERS[range.clone()]);
+            for (name, t) in named(&vs) {
+                let layer = name.split('.').next().unwrap();
+                assert!(LAYERS[range.clone()].contains(&layer), "{name} outside stage {range:?}");
+                assert!(t.equal(&whole_vs.variables()[&name]), "{name} differs from the uncut model's");
+            }
+            stages.push((vs, stage));
+        }
+        let total: i64 = stages.iter().map(|(vs, _)| parameter_count(vs)).sum();
+        assert_eq!(total, parameter_count(&whole_vs));
+        let x = Tensor::rand([3, 1, 28, 28], (Kind::Float, Device::Cpu));
+        let mut y = x.shallow_clone();
+        for (_, stage) in &stages {
+            y = stage.forward_t(&y, false);
+        }
+        assert!(y.allclose(&whole.forward_t(&x, false), 1e-6, 1e-6, false));
+    }
+
+    #[test]
+    #[should_panic(expected = "a stage is a non-empty range of the 10 layers")]
+    fn a_stage_past_the_last_layer_is_refused() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = WideResNet::stage(&vs.root(), Widths::NARROW, Norm::BatchNorm, 8..11);
     }
 
     #[test]

@@ -20,14 +20,7 @@ fn links(package: &str) -> Links {
 
 /// Cycles being broken on another branch, as (package, modules in name order): each
 /// goes when that branch is merged.
-const BEING_BROKEN: &[(&str, &[&str])] = &[
-    // debug.rs describes calls with group.rs's ReduceOp while group.rs records its calls
-    // through debug.rs. group.rs is held by branch `fsdp`: once it is merged, move
-    // ReduceOp into a module below both (and `validate_rank` from group.rs to
-    // rendezvous.rs, `cstring` and `duration_ms` from store.rs to ffi.rs), then remove
-    // this entry.
-    ("tch-distributed", &["debug", "group"]),
-];
+const BEING_BROKEN: &[(&str, &[&str])] = &[];
 
 /// Every (package, crate root) of the workspace's lib and bin targets.
 fn crate_roots() -> Vec<(String, PathBuf)> {

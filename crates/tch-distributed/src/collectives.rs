@@ -4,7 +4,8 @@ use tch::Tensor;
 
 use crate::default_group::default_group;
 use crate::error::Result;
-use crate::group::{ReduceOp, Work};
+use crate::group::Work;
+use crate::reduce_op::ReduceOp;
 
 /// [`ProcessGroup::all_reduce`](crate::ProcessGroup::all_reduce) on the default group.
 pub fn all_reduce(tensor: &mut Tensor, op: ReduceOp) -> Result<()> {

@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 
 use tch::{Kind, Tensor};
 
-use crate::ReduceOp;
+use crate::reduce_op::ReduceOp;
 
 /// Tensors up to this many elements have their values copied into
 /// [`CollectiveCall::values`] (only while an observer is installed: on a GPU the copy

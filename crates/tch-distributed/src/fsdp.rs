@@ -82,7 +82,8 @@ use tch::{Device, Kind, Tensor};
 use crate::ddp::broadcast_coalesced;
 use crate::error::{check, DistError, Result};
 use crate::ffi;
-use crate::group::{ProcessGroup, ReduceOp};
+use crate::group::ProcessGroup;
+use crate::reduce_op::ReduceOp;
 
 /// Options of [`FullyShard`].
 #[derive(Debug, Clone)]

@@ -10,6 +10,8 @@ use tch::{Device, Tensor};
 
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
+use crate::reduce_op::ReduceOp;
+use crate::rendezvous::validate_rank;
 use crate::store::{cstring, duration_ms, Store};
 use crate::timeline;
 
@@ -91,34 +93,6 @@ impl FromStr for Backend {
 /// True when ProcessGroupNCCL was compiled into this build.
 pub fn nccl_compiled_in() -> bool {
     unsafe { ffi::tchd_has_nccl() != 0 }
-}
-
-/// How values from all ranks are combined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    /// The sum over ranks.
-    Sum,
-    /// Mean over ranks. NCCL only: with Gloo, use `Sum` and divide by the world size.
-    Avg,
-    /// The product over ranks.
-    Product,
-    /// The smallest value, element by element.
-    Min,
-    /// The largest value, element by element.
-    Max,
-}
-
-impl ReduceOp {
-    fn raw(self) -> i32 {
-        // Same numbering as c10d::ReduceOp::RedOpType.
-        match self {
-            ReduceOp::Sum => 0,
-            ReduceOp::Avg => 1,
-            ReduceOp::Product => 2,
-            ReduceOp::Min => 3,
-            ReduceOp::Max => 4,
-        }
-    }
 }
 
 /// Options for [`ProcessGroup::new`]: everything but the store, the rank and the
@@ -851,21 +825,6 @@ fn check_tag(tag: i32, what: &str) -> Result<()> {
     if tag < 0 {
         return Err(DistError::invalid(format!(
             "{what}: tag {tag} is negative: tags are 0 or more (0 by default)"
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn validate_rank(rank: usize, world_size: usize) -> Result<()> {
-    if world_size == 0 {
-        return Err(DistError::invalid("world size must be at least 1"));
-    }
-    if world_size > i32::MAX as usize {
-        return Err(DistError::invalid(format!("world size {world_size} is absurdly large")));
-    }
-    if rank >= world_size {
-        return Err(DistError::invalid(format!(
-            "rank {rank} is not below the world size {world_size}: ranks are 0..{world_size}"
         )));
     }
     Ok(())

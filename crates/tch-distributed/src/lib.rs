@@ -80,6 +80,7 @@ mod group;
 mod launch;
 mod new_group;
 mod pipeline;
+mod reduce_op;
 mod rendezvous;
 mod sampler;
 mod spawn;
@@ -103,13 +104,14 @@ pub use default_group::{
 };
 pub use error::{DistError, ErrorKind, Result};
 pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory};
-pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, ReduceOp, Work};
+pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work};
 pub use launch::{
     local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,
     LOCAL_WORLD_SIZE_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };
 pub use new_group::new_group;
 pub use pipeline::{Pipeline, PipelineStep};
+pub use reduce_op::ReduceOp;
 pub use rendezvous::{Init, Rendezvous};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{

@@ -4,7 +4,6 @@
 use std::str::FromStr;
 
 use crate::error::{DistError, Result};
-use crate::group::validate_rank;
 use crate::launch::{agent_hosts_store, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
 use crate::store::is_loopback;
 
@@ -157,6 +156,22 @@ fn parse_count(text: &str, what: &str) -> Result<usize> {
     text.trim()
         .parse::<usize>()
         .map_err(|_| DistError::invalid(format!("{what} = {text:?} is not a whole number >= 0")))
+}
+
+/// A rank and world size every group and rendezvous accepts.
+pub(crate) fn validate_rank(rank: usize, world_size: usize) -> Result<()> {
+    if world_size == 0 {
+        return Err(DistError::invalid("world size must be at least 1"));
+    }
+    if world_size > i32::MAX as usize {
+        return Err(DistError::invalid(format!("world size {world_size} is absurdly large")));
+    }
+    if rank >= world_size {
+        return Err(DistError::invalid(format!(
+            "rank {rank} is not below the world size {world_size}: ranks are 0..{world_size}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -290,9 +290,11 @@ fn fsdp_vs_ddp_scenario() {
     dist::destroy_process_group().unwrap();
 }
 
-/// The lab's narrow WideResNet (173,778 parameters), sharded as one unit (its forward
-/// is one function: blocks cannot be wrapped from outside), against DDP: the same
-/// weights after K steps, half the parameters per rank on 2 ranks.
+/// The lab's narrow WideResNet (173,778 parameters), sharded per block as FSDP2 is
+/// applied (`WideResNet::new_wrapped`: each block through `fully_shard` as it is
+/// built, then the root), against DDP: the same weights after K steps, half the
+/// parameters per rank on 2 ranks, and never more than the root and one block
+/// unsharded at a time.
 fn wide_resnet_scenario() {
     init_env(TIMEOUT);
     let rank = dist::get_rank().unwrap();
@@ -318,12 +320,47 @@ fn wide_resnet_scenario() {
 
     let vs = nn::VarStore::new(Device::Cpu);
     let fsdp = FullyShard::new(&vs, FsdpOptions::default()).unwrap();
-    let model = fsdp.fully_shard(build(&vs), "").unwrap();
+    tch::manual_seed(20 + rank as i64);
+    let mut blocks = Vec::new();
+    let net = labkit::WideResNet::new_wrapped(
+        &vs.root(),
+        labkit::Widths::NARROW,
+        labkit::Norm::BatchNorm,
+        |block, name| {
+            blocks.push(name.to_string());
+            Box::new(fsdp.fully_shard(block, name).unwrap())
+        },
+    );
+    assert_eq!(blocks, labkit::model::BLOCKS, "every block sharded on its own");
+    let model = fsdp.fully_shard(net, "").unwrap();
     let mut opt = nn::Sgd::default().build(fsdp.shards().unwrap(), 0.02).unwrap();
+    // Full bytes of the parameters under a prefix ("": the root's, what no block holds).
+    let full_bytes = |prefix: &str| -> i64 {
+        let in_unit = |name: &str| {
+            if prefix.is_empty() {
+                !blocks.iter().any(|b| name.starts_with(&format!("{b}.")))
+            } else {
+                name.starts_with(&format!("{prefix}."))
+            }
+        };
+        ddp_vs
+            .variables()
+            .iter()
+            .filter(|(n, t)| t.requires_grad() && in_unit(n))
+            .map(|(_, t)| t.numel() as i64 * 4)
+            .sum()
+    };
+    let largest_block = blocks.iter().map(|b| full_bytes(b)).max().unwrap();
     for step in 0..2 {
         let (images, labels) = batch(step);
         tch::manual_seed(step);
+        fsdp.reset_peak();
         opt.backward_step(&model.forward_t(&images, true).cross_entropy_for_logits(&labels));
+        assert_eq!(
+            fsdp.memory().unwrap().peak_unsharded_bytes,
+            full_bytes("") + largest_block,
+            "step {step}: the root and at most one block unsharded at a time"
+        );
     }
     let memory = fsdp.memory().unwrap();
     assert_eq!(memory.model_numel, 173_778);
