@@ -50,7 +50,7 @@ pub(crate) fn before_preparing_data() {
     }
 }
 
-/// Environment variable: `1` makes [`crate::write_checkpoint`] start a second late, so
+/// Environment variable: `1` makes `write_checkpoint` start a second late, so
 /// a rank that loads the checkpoint without waiting for it (no barrier) always reads
 /// too early (the checker's step 12).
 pub const SLOW_SAVE_ENV: &str = "DDP_LAB_SLOW_SAVE";
