@@ -114,6 +114,6 @@ fn list_shows_the_verdicts_of_verify() {
     assert!(text.contains("step  0  done"), "{text}");
     assert!(text.contains("step  1  failing"), "{text}");
     assert!(text.contains("step  2  not tried"), "{text}");
-    assert!(text.contains("1/12 steps done"), "{text}");
+    assert!(text.contains(&format!("1/{} steps done", coursegen::STEPS.len())), "{text}");
     let _ = std::fs::remove_file(&progress);
 }
