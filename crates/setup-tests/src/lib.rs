@@ -196,7 +196,11 @@ fn copy<'a>(files: impl Iterator<Item = &'a PathBuf>, to: &Path) {
 pub fn installed_python(what: &str) -> Option<PathBuf> {
     let python = repo().join(".venv/bin/python");
     if python.exists() {
-        return Some(python);
+        // The venv's real place (setup links `.venv` to its cache): a sandbox that hides
+        // /tmp, where a clone may be, still sees it. Only the directory is resolved:
+        // python finds its venv from the path it is started by.
+        let venv = repo().join(".venv").canonicalize().unwrap_or_else(|_| repo().join(".venv"));
+        return Some(venv.join("bin/python"));
     }
     assert!(
         std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
