@@ -120,7 +120,7 @@ fn bad_steps_and_a_broken_course_are_errors() {
     let past = coursegen::LAST_STEP + 1;
     let err = reset(repo.path(), past, &mut |_| true).unwrap_err();
     assert!(
-        matches!(err, ResetError::NoSuchStep(CourseError::NoSuchStep { step } if step == past)),
+        matches!(err, ResetError::NoSuchStep(CourseError::NoSuchStep { step }) if step == past),
         "{err:?}"
     );
     fs::remove_file(repo.path().join("course/lab/main.rs")).unwrap();
