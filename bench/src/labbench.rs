@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Parser;
+pub use labkit::Placement;
 
 /// `torch.compile` modes the reference accepts (`default` is a plain `torch.compile(model)`).
 pub const COMPILE_MODES: [&str; 4] =
@@ -79,28 +80,15 @@ pub struct Args {
     pub timeout: u64,
 }
 
-/// Where the ranks run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// CPU processes over Gloo.
-    Cpu,
-    /// One GPU per rank, NCCL.
-    GpuPerRank,
-    /// More ranks than GPUs: local rank mod GPUs, Gloo on CUDA tensors.
-    SharedGpus { gpus: usize },
-}
-
-impl Placement {
-    /// How the settings line and the JSON describe it.
-    pub fn describe(self, world_size: usize) -> String {
-        match self {
-            Placement::Cpu => "Gloo on CPU".into(),
-            Placement::GpuPerRank => "one GPU per rank (NCCL)".into(),
-            Placement::SharedGpus { gpus } => format!(
-                "one GPU per rank (NCCL) at 1 rank; {world_size} ranks sharing {gpus} GPU{} (Gloo on CUDA tensors)",
-                if gpus == 1 { "" } else { "s" }
-            ),
-        }
+/// How the settings line and the JSON describe where the ranks run.
+pub fn describe_placement(placement: Placement, world_size: usize) -> String {
+    match placement {
+        Placement::Cpu => "Gloo on CPU".into(),
+        Placement::GpuPerRank => "one GPU per rank (NCCL)".into(),
+        Placement::SharedGpus { gpus } => format!(
+            "one GPU per rank (NCCL) at 1 rank; {world_size} ranks sharing {gpus} GPU{} (Gloo on CUDA tensors)",
+            if gpus == 1 { "" } else { "s" }
+        ),
     }
 }
 
@@ -172,11 +160,11 @@ pub fn validate(a: &Args, gpus: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Where the ranks run, given this node's GPUs (after [`validate`]).
+/// Where the ranks run, given this node's GPUs (after [`validate`]): the lab's
+/// placement rule for `--world-size` ranks on one node, which both programs follow.
 pub fn placement(a: &Args, gpus: usize) -> Placement {
     match a.device.as_str() {
-        "cuda" if a.world_size > gpus => Placement::SharedGpus { gpus },
-        "cuda" => Placement::GpuPerRank,
+        "cuda" => Placement::for_gpus(a.world_size, gpus),
         _ => Placement::Cpu,
     }
 }
@@ -255,7 +243,7 @@ mod tests {
         assert_eq!(validate(&a, 1), Ok(()));
         assert_eq!(placement(&a, 1), Placement::SharedGpus { gpus: 1 });
         assert_eq!(shared_extra_args(&a, placement(&a, 1)), ["--amp", "bf16", "--share-gpus"]);
-        assert!(placement(&a, 1).describe(2).contains("2 ranks sharing 1 GPU (Gloo"));
+        assert!(describe_placement(placement(&a, 1), 2).contains("2 ranks sharing 1 GPU (Gloo"));
         // Enough GPUs: one per rank, nothing added.
         assert_eq!(placement(&a, 2), Placement::GpuPerRank);
         assert_eq!(shared_extra_args(&a, placement(&a, 2)), ["--amp", "bf16"]);

@@ -96,10 +96,12 @@ fn main() -> ExitCode {
     //@ end
     args.run.apply();
     //@ step 1
-    // A node outside the job is an error before anything starts.
-    labkit::check_node_id(args.node_id, args.num_nodes);
+    // A node outside the job, or one that cannot place its ranks on the devices asked
+    // for, is an error before anything starts.
+    args.run.check_node(args.node_id, args.num_nodes, args.num_gpus);
     //@ todo
-    //| // TODO Step 1: reject a --node-id that is not below --num-nodes (labkit::check_node_id).
+    //| // TODO Step 1: reject a --node-id that is not below --num-nodes, and --num-gpus
+    //| // ranks this node cannot place, before anything starts (args.run.check_node).
     //@ end
     //@ step 2
     // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
@@ -152,7 +154,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
     // num_gpus, and so on.
     let global_rank = args.node_id * args.num_gpus + local_rank;
-    let backend = args.run.backend(local_rank);
+    let backend = args.run.backend(args.num_gpus);
     dist::init_process_group(
         backend,
         dist::InitOptions {
@@ -165,13 +167,13 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     //@ todo
     //| // TODO Step 4: compute this process's global rank (from the node id, the ranks per
     //| // node and the local rank) and join the default process group: Gloo for CPU ranks,
-    //| // NCCL for GPU ranks (args.run.backend(local_rank) picks it), with the world size,
+    //| // NCCL for GPU ranks (args.run.backend(args.num_gpus) picks it), with the world size,
     //| // the rendezvous and --timeout.
     //@ end
 
     //@ step 7
     // Each rank computes on its own device: the GPU its local rank names, or the CPU.
-    let device = args.run.device.for_local_rank(local_rank);
+    let device = args.run.device_for(local_rank, args.num_gpus);
     //@ todo
     //| // TODO Step 7: every rank uses the first GPU here; give each rank its own device.
     //@ old

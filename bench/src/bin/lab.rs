@@ -26,7 +26,7 @@ use std::time::Duration;
 use clap::Parser;
 use ddp_bench::common::{load_average, median, probe_python, PythonEnv};
 use ddp_bench::labbench::{
-    column_prefix, columns, placement, shared_extra_args, validate, world_sizes, Args, Column,
+    column_prefix, columns, describe_placement, placement, shared_extra_args, validate, world_sizes, Args, Column,
 };
 use labrun::{
     finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, workspace_root, write_atomically,
@@ -138,7 +138,7 @@ fn run(a: &Args, gpus: usize) -> Result<(), Failure> {
         a.epochs,
         a.threads,
         plural(a.threads),
-        placement.describe(n),
+        describe_placement(placement, n),
         if a.lab_args.is_empty() { String::new() } else { format!(", {}", a.lab_args.join(" ")) },
         a.compile.as_ref().map_or(String::new(), |m| format!(", torch.compile mode {m}")),
         a.repeats
@@ -224,7 +224,7 @@ fn run(a: &Args, gpus: usize) -> Result<(), Failure> {
             "gpus": gpus,
             "gpu_name": gpu_name(&env, gpus),
             "device": a.device,
-            "placement": placement.describe(n),
+            "placement": describe_placement(placement, n),
             "torch_version": env.torch_version,
             "width": a.width,
             "batch_size": a.batch_size,

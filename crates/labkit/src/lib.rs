@@ -3,7 +3,8 @@
 //! lines, the trace the checker reads, and a timeline of a run for Perfetto.
 //!
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
-//! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
+//! the bottom: `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
+//! each rank of a node gets), `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`), `console` (the lines about processes), `dataset` (the lab's
 //! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
@@ -21,6 +22,7 @@ pub mod model;
 mod options;
 mod parsers;
 pub mod perf;
+mod placement;
 pub mod probes;
 pub mod report;
 mod rng;
@@ -44,9 +46,10 @@ pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Block, ModelSettings, Norm, WideResNet};
-pub use options::{check_gpus, check_node_id, DeviceChoice, GpuRequest, RunOptions};
+pub use options::RunOptions;
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
+pub use placement::{check_gpus, gpu_count, DeviceChoice, GpuRequest, Placement};
 pub use probes::{
     EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_PREPARE_DELAY,
     SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, SLOW_SAVE_DELAY, SLOW_SAVE_ENV, STALL_RANK_ENV,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use tch::Device;
 
 use crate::checkpoint::CheckpointOptions;
@@ -13,65 +13,8 @@ use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions}
 use crate::model::ModelSettings;
 use crate::parsers::{positive_tflops, threads, timeout_seconds};
 use crate::perf::{Amp, AmpParser, PerfSettings};
+use crate::placement::{gpu_count, DeviceChoice, GpuRequest, Placement};
 use crate::widths::Widths;
-
-/// Where a rank computes: `auto` (one GPU per rank when this node has a GPU for every
-/// rank, else the CPU), `cpu`, or `cuda` (`gpu` too).
-// No doc comments on the values: see `DatasetKind`'s note.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-#[allow(missing_docs)]
-pub enum DeviceChoice {
-    Auto,
-    Cpu,
-    #[value(alias = "gpu")]
-    Cuda,
-}
-
-impl DeviceChoice {
-    /// The device of the process with this local rank: `cuda:<local_rank>` or the CPU.
-    ///
-    /// `Auto` picks CUDA only when there is a GPU for every rank of this node (the
-    /// ranks one launcher started), so that a node never mixes GPU and CPU ranks:
-    /// NCCL needs one GPU per rank, and with fewer GPUs all ranks use Gloo on the CPU.
-    /// Ranks started by hand with `LOCAL_RANK` but no `LOCAL_WORLD_SIZE` use the CPU.
-    pub fn for_local_rank(self, local_rank: usize) -> Device {
-        let gpus = tch::Cuda::device_count().max(0) as usize;
-        match self {
-            DeviceChoice::Cpu => Device::Cpu,
-            // More ranks than GPUs only gets this far with --share-gpus (see
-            // `RunOptions::apply`): the ranks then take the GPUs in turn.
-            DeviceChoice::Cuda => Device::Cuda(if gpus == 0 { local_rank } else { local_rank % gpus }),
-            DeviceChoice::Auto => match ranks_on_this_node() {
-                Some(ranks) if gpus >= ranks.max(local_rank + 1) => Device::Cuda(local_rank),
-                Some(_) => Device::Cpu,
-                // Launched (LOCAL_RANK) without LOCAL_WORLD_SIZE: a rank cannot tell how
-                // many ranks share the GPUs, and guessing per rank could put rank 0 on
-                // a GPU and rank 1 on the CPU. The CPU is the one answer all agree on.
-                None if std::env::var_os(tch_distributed::LOCAL_RANK_ENV).is_some() => Device::Cpu,
-                // A single process: the first GPU if there is one.
-                None => Device::cuda_if_available(),
-            },
-        }
-    }
-
-    /// The single-GPU program's device: the first GPU, or the CPU.
-    pub fn first(self) -> Device {
-        match self {
-            DeviceChoice::Cpu => Device::Cpu,
-            DeviceChoice::Cuda => Device::Cuda(0),
-            DeviceChoice::Auto => Device::cuda_if_available(),
-        }
-    }
-}
-
-/// How many ranks run on this node, as the launcher said: spawn, or
-/// `LOCAL_WORLD_SIZE` (torchrun and the checker set it).
-fn ranks_on_this_node() -> Option<usize> {
-    if let Some(me) = tch_distributed::spawned_rank() {
-        return Some(me.nprocs);
-    }
-    std::env::var(tch_distributed::LOCAL_WORLD_SIZE_ENV).ok()?.trim().parse().ok()
-}
 
 /// The options of every step program that the lab's Python did not need.
 #[derive(Args, Debug, Clone)]
@@ -162,93 +105,58 @@ impl AsRef<CheckpointOptions> for RunOptions {
     }
 }
 
-/// Rejects a `--node-id` that is not one of the job's `--num-nodes` nodes: prints the
-/// problem and the fix, and exits with status 2 (as for any bad option) before the
-/// program does anything else.
-pub fn check_node_id(node_id: usize, num_nodes: usize) {
+/// Rejects a `--node-id` that is not one of the job's `--num-nodes` nodes.
+fn check_node_id(node_id: usize, num_nodes: usize) -> Result<(), String> {
     if node_id >= num_nodes {
-        eprintln!(
-            "error: --node-id {node_id} is not a node of this job: with --num-nodes {num_nodes} the nodes are 0 to {}; give each node its own --node-id below --num-nodes",
+        return Err(format!(
+            "--node-id {node_id} is not a node of this job: with --num-nodes {num_nodes} the nodes are 0 to {}; give each node its own --node-id below --num-nodes",
             num_nodes.saturating_sub(1)
-        );
-        std::process::exit(2);
+        ));
     }
+    Ok(())
 }
 
-/// What one node asks of its GPUs, for [`check_gpus`]: `--device`, `--share-gpus`, and
-/// how many ranks it runs. The defaults are the options' (`auto`, not shared) and one
-/// rank.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GpuRequest {
-    /// `--device`.
-    pub device: DeviceChoice,
-    /// `--share-gpus`: ranks may share a GPU.
-    pub share_gpus: bool,
-    /// The ranks of this node.
-    pub ranks: usize,
-}
-
-impl Default for GpuRequest {
-    fn default() -> Self {
-        GpuRequest { device: DeviceChoice::Auto, share_gpus: false, ranks: 1 }
-    }
-}
-
-/// Whether the ranks of one node can run as `request` asks with `gpus` GPUs: the
-/// problem and what to do when they cannot. Too few GPUs is bad input unless the ranks
-/// may share them (`--share-gpus`).
-///
-/// ```
-/// use labkit::{check_gpus, DeviceChoice, GpuRequest};
-/// let two_ranks = GpuRequest { device: DeviceChoice::Cuda, ranks: 2, ..Default::default() };
-/// assert!(check_gpus(two_ranks, 1).is_err()); // NCCL needs a GPU per rank
-/// assert!(check_gpus(GpuRequest { share_gpus: true, ..two_ranks }, 1).is_ok());
-/// ```
-pub fn check_gpus(request: GpuRequest, gpus: usize) -> Result<(), String> {
-    let GpuRequest { device, share_gpus, ranks } = request;
-    if device != DeviceChoice::Cuda || ranks <= gpus && gpus > 0 {
-        return Ok(());
-    }
-    if gpus == 0 {
-        return Err(
-            "--device cuda, but libtorch sees no GPU on this node: run on the CPU (--device cpu, or --device auto, which uses GPUs where there are enough)"
-                .into(),
-        );
-    }
-    if share_gpus {
-        return Ok(());
-    }
-    Err(format!(
-        "--device cuda with {ranks} ranks on this node, which has {gpus} GPU(s) (NCCL needs one per rank): ask for at most {gpus} rank(s) per node (--num-gpus {gpus}), or add --share-gpus to let ranks share a GPU (Gloo on CUDA tensors)"
-    ))
+/// Bad input found before anything started: prints the problem and what to do, and
+/// exits with 2, as for any bad option.
+fn refuse(problem: &str) -> ! {
+    eprintln!("error: {problem}");
+    std::process::exit(2);
 }
 
 impl RunOptions {
-    /// The backend of this rank's process group: PyTorch's rule (NCCL for a GPU,
-    /// Gloo for the CPU; `Backend::for_device`), except that ranks sharing a GPU
-    /// (`--share-gpus` with fewer GPUs than ranks) use Gloo, which allows it.
-    pub fn backend(&self, local_rank: usize) -> tch_distributed::Backend {
-        let device = self.device.for_local_rank(local_rank);
-        let gpus = tch::Cuda::device_count().max(0) as usize;
-        let ranks = ranks_on_this_node().unwrap_or(1);
-        if device.is_cuda() && self.share_gpus && ranks > gpus {
-            return tch_distributed::Backend::Gloo;
+    /// Checks this node's part of the job before anything starts: that `node_id` is one
+    /// of the job's `num_nodes` nodes, and that the node can place its `num_gpus` ranks
+    /// as `--device` and `--share-gpus` ask (see [`Placement::of_node`]). On bad input it
+    /// prints the problem and what to do, and exits with 2. A program that spawns its
+    /// ranks calls it before `spawn`, so the node gets one message, not one per rank.
+    pub fn check_node(&self, node_id: usize, num_nodes: usize, num_gpus: usize) {
+        if let Err(problem) = check_node_id(node_id, num_nodes) {
+            refuse(&problem);
         }
-        tch_distributed::Backend::for_device(device)
+        self.placement(num_gpus);
     }
 
-    /// Refuses `--device cuda` with fewer GPUs than this node's ranks (see
-    /// [`check_gpus`]): prints the problem and what to do, and exits with 2 before
-    /// anything starts. Called by [`RunOptions::apply`] in ranks that know how many ranks
-    /// their node has (spawned, or launched with `LOCAL_WORLD_SIZE`), and by `spawn`
-    /// before it starts any rank.
-    fn check_gpus_or_exit(&self, ranks: usize) {
-        let gpus = tch::Cuda::device_count().max(0) as usize;
+    /// Where the `ranks` ranks of this node (the program's `--num-gpus`) compute, by the
+    /// lab's one placement rule ([`Placement::of_node`]) with the GPUs libtorch sees. Too
+    /// few GPUs for `--device cuda` is bad input: the problem is printed and the process
+    /// exits with 2 ([`RunOptions::check_node`] finds it first).
+    pub fn placement(&self, ranks: usize) -> Placement {
         let request = GpuRequest { device: self.device, share_gpus: self.share_gpus, ranks };
-        if let Err(problem) = check_gpus(request, gpus) {
-            eprintln!("error: {problem}");
-            std::process::exit(2);
-        }
+        Placement::of_node(request, gpu_count()).unwrap_or_else(|problem| refuse(&problem))
+    }
+
+    /// The device of the rank with this local rank, on a node of `ranks` ranks:
+    /// `cuda:<local_rank>` when every rank has a GPU, `cuda:<local_rank mod GPUs>` for
+    /// ranks sharing GPUs (`--share-gpus`), else the CPU.
+    pub fn device_for(&self, local_rank: usize, ranks: usize) -> Device {
+        self.placement(ranks).device(local_rank)
+    }
+
+    /// The backend of the process group of a node of `ranks` ranks: PyTorch's rule
+    /// (NCCL for a GPU, Gloo for the CPU; `Backend::for_device`), except that ranks
+    /// sharing a GPU (`--share-gpus` with fewer GPUs than ranks) use Gloo, which allows it.
+    pub fn backend(&self, ranks: usize) -> tch_distributed::Backend {
+        self.placement(ranks).backend()
     }
 
     /// The rendezvous and collective timeout.
@@ -270,33 +178,59 @@ impl RunOptions {
         }
     }
 
-    /// Applies the process-wide settings, as the top of a PyTorch script does: torch's
-    /// thread count, the seed (`torch.manual_seed`), cuDNN's benchmark mode when GPUs may
-    /// be used (the lab's shapes never change, so autotuning each convolution once pays
-    /// off); and spawned ranks exit with 2 on bad input. The rest of the options travel
-    /// explicitly: to the model (`WideResNet::new(&vs.root(), &args.run, norm)`, which
-    /// `train` and `test` take them from) and to `print_summary(&args.run, …)`.
+    /// Applies the process-wide settings, as the top of a PyTorch script does, in
+    /// order: [`exit_with_2_on_bad_input`](Self::exit_with_2_on_bad_input), the timeline
+    /// ([`crate::timeline::start_if_asked`]), [`threads`](Self::threads),
+    /// [`refuse_cuda_without_a_gpu`](Self::refuse_cuda_without_a_gpu),
+    /// [`seed`](Self::seed), [`tune_convolutions`](Self::tune_convolutions). Each sets
+    /// something that belongs to the whole process (libtorch's thread pool and generators,
+    /// cuDNN's mode, what a spawned rank does on its way out), which is why they are done
+    /// once here and not passed along. The rest of the options travel as values: to the
+    /// model (`WideResNet::new(&vs.root(), &args.run, norm)`, which `train` and `test`
+    /// take them from), to the placement (`args.run.backend(args.num_gpus)`,
+    /// `args.run.device_for(local_rank, args.num_gpus)`) and to `print_summary(&args.run, …)`.
     pub fn apply(&self) {
-        // A spawned rank that finds bad input exits with 2, and so does the run.
-        tch_distributed::set_worker_exit_code(|e| i32::from(crate::exit::exit_code(e)));
+        Self::exit_with_2_on_bad_input();
         // DDP_LAB_TIMELINE: on before the program makes its process group and DDP model.
         crate::timeline::start_if_asked();
+        self.threads();
+        self.refuse_cuda_without_a_gpu();
+        self.seed();
+        self.tune_convolutions();
+    }
+
+    /// A spawned rank that fails on bad input exits with 2, so that `spawn`, and with it
+    /// the run, ends with 2 too. Registered with tch-distributed for the whole process:
+    /// a spawned rank ends inside `dist::spawn(n, worker)` (the lab's `mp.spawn`), whose
+    /// arguments are the lab's and leave no room for labkit's rule.
+    fn exit_with_2_on_bad_input() {
+        tch_distributed::set_worker_exit_code(|e| i32::from(crate::exit::exit_code(e)));
+    }
+
+    /// `--threads`: the size of libtorch's intra-op thread pool, one per process.
+    fn threads(&self) {
         if let Some(n) = self.threads {
             tch::set_num_threads(n.max(1) as i32);
         }
-        // Too few GPUs: refused once per node, in the process that starts the ranks
-        // (spawn) or, for launched ranks, in each rank before it does anything.
-        if tch_distributed::spawned_rank().is_none() {
-            self.check_gpus_or_exit(ranks_on_this_node().unwrap_or(1));
-        }
-        let (device, share_gpus) = (self.device, self.share_gpus);
-        tch_distributed::set_spawn_check(move |nprocs| {
-            let request = GpuRequest { device, share_gpus, ranks: nprocs };
-            check_gpus(request, tch::Cuda::device_count().max(0) as usize)
-        });
-        // Seeds libtorch's generators (CPU and CUDA), as torch.manual_seed(seed) at the
-        // top of a PyTorch script; the plain sampler draws its seed from them.
+    }
+
+    /// `--device cuda` on a machine without a GPU: refused in every program, before
+    /// anything starts (this process needs one GPU; a node's ranks are checked against
+    /// its GPUs by [`RunOptions::check_node`], which knows how many there are).
+    fn refuse_cuda_without_a_gpu(&self) {
+        self.placement(1);
+    }
+
+    /// `--seed` seeds libtorch's generators (CPU and CUDA), which belong to the process,
+    /// as `torch.manual_seed(seed)` at the top of a PyTorch script; the plain sampler
+    /// draws its seed from them.
+    fn seed(&self) {
         tch::manual_seed(self.seed as i64);
+    }
+
+    /// cuDNN's benchmark mode, a process-wide switch, when GPUs may be used: the lab's
+    /// shapes never change, so autotuning each convolution once pays off.
+    fn tune_convolutions(&self) {
         let gpu_allowed = self.device != DeviceChoice::Cpu;
         if gpu_allowed && tch::Cuda::is_available() {
             tch::Cuda::cudnn_set_benchmark(true);
@@ -333,7 +267,7 @@ impl From<&RunOptions> for PerfSettings {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_gpus, Amp, DatasetKind, DeviceChoice, GpuRequest, RunOptions};
+    use super::{check_node_id, Amp, DatasetKind, DeviceChoice, RunOptions};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -377,30 +311,9 @@ mod tests {
     }
 
     #[test]
-    fn more_ranks_than_gpus_is_refused_unless_shared() {
-        let cuda = |share_gpus, ranks| GpuRequest { device: DeviceChoice::Cuda, share_gpus, ranks };
-        let refused = check_gpus(cuda(false, 2), 1).unwrap_err();
-        for part in ["2 ranks", "1 GPU", "--num-gpus 1", "--share-gpus"] {
-            assert!(refused.contains(part), "{refused}");
-        }
-        assert_eq!(check_gpus(cuda(true, 2), 1), Ok(()));
-        assert_eq!(check_gpus(cuda(false, 2), 2), Ok(()));
-        assert_eq!(check_gpus(cuda(false, 1), 8), Ok(()));
-    }
-
-    #[test]
-    fn no_gpu_at_all_is_refused_even_when_shared() {
-        for share in [false, true] {
-            let request = GpuRequest { device: DeviceChoice::Cuda, share_gpus: share, ranks: 1 };
-            let refused = check_gpus(request, 0).unwrap_err();
-            assert!(refused.contains("no GPU") && refused.contains("--device cpu"), "{refused}");
-        }
-    }
-
-    #[test]
-    fn cpu_and_auto_need_no_gpu() {
-        for device in [DeviceChoice::Cpu, DeviceChoice::Auto] {
-            assert_eq!(check_gpus(GpuRequest { device, share_gpus: false, ranks: 4 }, 0), Ok(()));
-        }
+    fn a_node_outside_the_job_is_named_with_the_nodes_there_are() {
+        assert_eq!(check_node_id(1, 2), Ok(()));
+        let e = check_node_id(2, 2).unwrap_err();
+        assert!(e.contains("--node-id 2") && e.contains("--num-nodes 2") && e.contains("0 to 1"), "{e}");
     }
 }

@@ -58,7 +58,7 @@ pub fn node_count(s: &str) -> Result<usize, String> {
     bounded(s, 1, 4096, "the number of nodes in the job")
 }
 
-/// Value parser for `--node-id` (checked against `--num-nodes` by `check_node_id`).
+/// Value parser for `--node-id` (checked against `--num-nodes` by `RunOptions::check_node`).
 pub fn node_index(s: &str) -> Result<usize, String> {
     bounded(s, 0, 4095, "this node's index, 0 to --num-nodes minus 1")
 }

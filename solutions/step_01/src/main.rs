@@ -45,8 +45,9 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     args.run.apply();
-    // A node outside the job is an error before anything starts.
-    labkit::check_node_id(args.node_id, args.num_nodes);
+    // A node outside the job, or one that cannot place its ranks on the devices asked
+    // for, is an error before anything starts.
+    args.run.check_node(args.node_id, args.num_nodes, args.num_gpus);
     let result = training(args);
     labkit::finish(result)
 }

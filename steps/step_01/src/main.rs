@@ -42,7 +42,8 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     args.run.apply();
-    // TODO Step 1: reject a --node-id that is not below --num-nodes (labkit::check_node_id).
+    // TODO Step 1: reject a --node-id that is not below --num-nodes, and --num-gpus
+    // ranks this node cannot place, before anything starts (args.run.check_node).
     let result = training(args);
     labkit::finish(result)
 }

@@ -50,8 +50,9 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     args.run.apply();
-    // A node outside the job is an error before anything starts.
-    labkit::check_node_id(args.node_id, args.num_nodes);
+    // A node outside the job, or one that cannot place its ranks on the devices asked
+    // for, is an error before anything starts.
+    args.run.check_node(args.node_id, args.num_nodes, args.num_gpus);
     // TODO Step 2: compute the world size (how many ranks in the whole job) and the
     // rendezvous address (the lab's localhost:9956, unless MASTER_ADDR and MASTER_PORT
     // are set), and announce them with labkit::announce_world.

@@ -53,8 +53,9 @@ struct Args {
 fn main() -> ExitCode {
     let mut args = Args::parse();
     args.run.apply();
-    // A node outside the job is an error before anything starts.
-    labkit::check_node_id(args.node_id, args.num_nodes);
+    // A node outside the job, or one that cannot place its ranks on the devices asked
+    // for, is an error before anything starts.
+    args.run.check_node(args.node_id, args.num_nodes, args.num_gpus);
     // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
     // unless the environment (MASTER_ADDR, MASTER_PORT) says otherwise.
     args.world_size = args.num_nodes * args.num_gpus;
@@ -74,7 +75,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     labkit::worker_started(local_rank);
     // TODO Step 4: compute this process's global rank (from the node id, the ranks per
     // node and the local rank) and join the default process group: Gloo for CPU ranks,
-    // NCCL for GPU ranks (args.run.backend(local_rank) picks it), with the world size,
+    // NCCL for GPU ranks (args.run.backend(args.num_gpus) picks it), with the world size,
     // the rendezvous and --timeout.
 
     let device = args.run.device.first();
