@@ -82,7 +82,11 @@ impl Variation {
         format!(
             "seed {}: {}, {} training and {} validation images, batch {}, {} epochs",
             self.seed,
-            describe_placement(placement(self.nodes, self.ranks_per_node, gpus()), self.nodes, self.ranks_per_node),
+            describe_placement(
+                placement(self.nodes, self.ranks_per_node, gpus()),
+                self.nodes,
+                self.ranks_per_node
+            ),
             self.train_subset,
             self.test_subset,
             self.batch_size,

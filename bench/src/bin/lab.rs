@@ -26,7 +26,8 @@ use std::time::Duration;
 use clap::Parser;
 use ddp_bench::common::{load_average, median, probe_python, PythonEnv};
 use ddp_bench::labbench::{
-    column_prefix, columns, describe_placement, placement, shared_extra_args, validate, world_sizes, Args, Column,
+    column_prefix, columns, describe_placement, placement, shared_extra_args, validate, world_sizes, Args,
+    Column,
 };
 use labrun::{
     finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, workspace_root, write_atomically,

@@ -218,9 +218,15 @@ mod tests {
     fn a_gpu_per_rank_when_there_are_enough_over_nccl() {
         for gpus in [1, 2, 4, 8] {
             for ranks in 1..=gpus {
-                for request in [cuda(false, ranks), cuda(true, ranks), GpuRequest { ranks, ..Default::default() }] {
+                for request in
+                    [cuda(false, ranks), cuda(true, ranks), GpuRequest { ranks, ..Default::default() }]
+                {
                     let (devices, backend) = placed(request, gpus);
-                    assert_eq!(devices, (0..ranks).map(Device::Cuda).collect::<Vec<_>>(), "{request:?}, {gpus}");
+                    assert_eq!(
+                        devices,
+                        (0..ranks).map(Device::Cuda).collect::<Vec<_>>(),
+                        "{request:?}, {gpus}"
+                    );
                     assert_eq!(backend, Backend::Nccl, "{request:?}, {gpus} GPUs");
                 }
             }

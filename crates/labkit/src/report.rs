@@ -128,6 +128,9 @@ impl EpochReport {
 }
 
 fn history() -> MutexGuard<'static, Vec<EpochReport>> {
+    // Process-wide: the lab's `EpochReport { .. }.record()` and `print_summary(&args.run,
+    // target, world_size)` keep the lab's shape, with no history passed between them; the
+    // checkpoint saves and restores it with the weights.
     static HISTORY: Mutex<Vec<EpochReport>> = Mutex::new(Vec::new());
     HISTORY.lock().unwrap_or_else(|p| p.into_inner())
 }

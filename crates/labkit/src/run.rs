@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::trace;
 
-/// The epoch the next `train` call runs (0-based).
+/// The epoch the next `train` call runs (0-based). Process-wide because the lab's
+/// `train(model, optimizer, loader)` has no epoch argument (the DLI lab's has none).
 static NEXT_EPOCH: AtomicUsize = AtomicUsize::new(0);
 
 /// Counts the epochs `train` has run (0-based; a resumed run continues the count).

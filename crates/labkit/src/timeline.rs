@@ -40,6 +40,9 @@ pub const MERGED_FILE: &str = "timeline.json";
 
 /// The timeline's directory, when `DDP_LAB_TIMELINE` is set.
 fn dir() -> Option<&'static Path> {
+    // This static and the three below are process-wide for the trace's reason: the
+    // timeline is one per rank process, fed from labkit's calls and tch-distributed's
+    // hooks, which the lab's code passes nothing to.
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
     DIR.get_or_init(|| std::env::var_os(TIMELINE_ENV).filter(|d| !d.is_empty()).map(PathBuf::from)).as_deref()
 }
@@ -75,7 +78,8 @@ pub(crate) fn sync(device: tch::Device) {
     }
 }
 
-/// The epoch being run: its number and when it started.
+/// The epoch being run: its number and when it started (set by `train`, closed by
+/// `test`, which share no value the lab's code passes between them).
 static EPOCH: Mutex<Option<(usize, f64)>> = Mutex::new(None);
 
 /// `train` starts epoch `epoch` (ending the previous one if validation did not).
@@ -108,6 +112,8 @@ struct RankFile {
     closed: bool,
 }
 
+/// This rank's timeline file: one per process, flushed from `train` and `test` and closed
+/// by `finish` or spawn's exit hook.
 static FILE: Mutex<Option<RankFile>> = Mutex::new(None);
 
 /// Appends what was recorded since the last flush to this rank's file (opened on first
@@ -203,6 +209,7 @@ fn process_start() -> SystemTime {
     *STARTED.get_or_init(SystemTime::now)
 }
 
+/// The process's start, a fact of the process.
 static STARTED: OnceLock<SystemTime> = OnceLock::new();
 
 fn rank_file(dir: &Path, rank: usize) -> PathBuf {

@@ -24,6 +24,10 @@ use tch_distributed as dist;
 /// The trace file of this process, opened on first use; `None` when tracing is off
 /// or the file cannot be created (a warning is printed once; training goes on).
 fn sink() -> Option<&'static Mutex<File>> {
+    // Process-wide: one file per rank process, written from every labkit call the lab
+    // makes (train, test, load_dataset, ...) and from tch-distributed's collective
+    // observer, none of which the student's code hands a trace to (the lab's calls are
+    // PyTorch's, which have no such argument).
     static SINK: OnceLock<Option<Mutex<File>>> = OnceLock::new();
     SINK.get_or_init(|| {
         let dir = PathBuf::from(std::env::var_os(TRACE_ENV).filter(|d| !d.is_empty())?);

@@ -115,7 +115,7 @@ pub use reduce_op::ReduceOp;
 pub use rendezvous::{Init, Rendezvous};
 pub use sampler::{DistributedSampler, SamplerOptions};
 pub use spawn::{
-    set_exit_hook, set_spawn_check, set_worker_exit_code, spawn, SpawnOptions, WorkerFailure, WorkerOutcome,
+    set_exit_hook, set_worker_exit_code, spawn, SpawnOptions, WorkerFailure, WorkerOutcome,
     DEFAULT_GRACE_PERIOD,
 };
 pub use store::{Store, TcpStoreOptions};

@@ -76,6 +76,9 @@ fn as_error<E: 'static>(e: &E) -> Option<&(dyn std::error::Error + 'static)> {
     any.downcast_ref::<DistError>().map(|d| d as &(dyn std::error::Error + 'static))
 }
 
+// This static and EXIT_HOOK are process-wide because a spawned rank exits inside
+// `spawn(nprocs, worker)`, whose arguments are `mp.spawn`'s: what the program wants done
+// on the way out is registered once in `main`, which every rank runs again.
 static EXIT_CODE_OF: OnceLock<fn(&(dyn std::error::Error + 'static)) -> i32> = OnceLock::new();
 
 /// How a spawned rank turns its worker's error into an exit status (default: 1). A
@@ -97,19 +100,6 @@ static EXIT_HOOK: OnceLock<fn()> = OnceLock::new();
 /// the rank wrote as it went). The first registration in a process counts.
 pub fn set_exit_hook(hook: fn()) {
     let _ = EXIT_HOOK.set(hook);
-}
-
-/// What a program checks before [`spawn`] starts its ranks, see [`set_spawn_check`].
-type SpawnCheck = Box<dyn Fn(usize) -> std::result::Result<(), String> + Send + Sync>;
-static SPAWN_CHECK: OnceLock<SpawnCheck> = OnceLock::new();
-
-/// Registers a check of the rank count that [`spawn`] runs in the parent before it
-/// starts any rank (e.g. that the node has a GPU for each). Its `Err` text becomes
-/// the [`ErrorKind::InvalidArgument`] that [`spawn`] returns, and nothing is started:
-/// one message for the node, instead of one from every rank. The first registration
-/// in a process counts.
-pub fn set_spawn_check(check: impl Fn(usize) -> std::result::Result<(), String> + Send + Sync + 'static) {
-    let _ = SPAWN_CHECK.set(Box::new(check));
 }
 
 /// Runs `worker(local_rank)` in `nprocs` processes, as `torch.multiprocessing.spawn`
@@ -228,9 +218,6 @@ impl SpawnOptions {
         }
         if self.nprocs == 0 {
             return Err(DistError::invalid("spawn: nprocs must be at least 1"));
-        }
-        if let Some(check) = SPAWN_CHECK.get() {
-            check(self.nprocs).map_err(DistError::invalid)?;
         }
         run_parent(self)
     }
