@@ -256,8 +256,9 @@ impl std::str::FromStr for Shard {
 /// How the programs are run: shared by `verify`, `watch` and `grade`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
-    /// The seed of the hidden variations (default: a new one, printed, so that a run can
-    /// be repeated exactly; `watch` keeps one for its session).
+    /// The seed of the hidden variations, the programs' own --seed among them (default: a
+    /// new one, printed, so that a run can be repeated exactly; `watch` keeps one for its
+    /// session).
     #[arg(long)]
     seed: Option<u64>,
     /// Longest time one run of the program may take, in seconds.

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::job::{Ended, Launch};
 use crate::launch::{self, Build};
 
-/// The hidden variations of one verification, all drawn from `--seed`.
+/// The hidden variations of one verification, all drawn from the checker's `--seed`
+/// (`seed`), the programs' own `--seed` among them (`program_seed`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Variation {
     pub seed: u64,
@@ -21,7 +22,11 @@ pub struct Variation {
     pub test_subset: usize,
     pub batch_size: usize,
     pub epochs: usize,
-    pub init_seed: u64,
+    /// The programs' `--seed` (each rank's initial model: this plus its local rank, see
+    /// `labkit::SEED_PER_RANK_ENV`). Recorded observations before it had this name call
+    /// it `init_seed`.
+    #[serde(alias = "init_seed")]
+    pub program_seed: u64,
 }
 
 impl Variation {
@@ -53,7 +58,7 @@ impl Variation {
             test_subset,
             batch_size: 16,
             epochs: 2,
-            init_seed: d.below(1_000_000),
+            program_seed: d.below(1_000_000),
         }
     }
 
@@ -80,7 +85,7 @@ impl Variation {
 
     pub fn describe(&self) -> String {
         format!(
-            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs",
+            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs, program --seed {}",
             self.seed,
             describe_placement(
                 placement(self.nodes, self.ranks_per_node, gpus()),
@@ -90,7 +95,8 @@ impl Variation {
             self.train_subset,
             self.test_subset,
             self.batch_size,
-            self.epochs
+            self.epochs,
+            self.program_seed
         )
     }
 }
@@ -176,15 +182,38 @@ fn rendezvous_port() -> u16 {
     launcher::free_port().unwrap_or(29_500)
 }
 
-/// Where the ranks of a run compute, by labkit's placement rule (the programs' own):
-/// a GPU per rank when this machine has one for each rank of a single node; shared GPUs
-/// otherwise (simulated nodes share one machine, so their local ranks land on the same
-/// GPUs, which NCCL refuses); the CPU without GPUs.
+/// Where the ranks of each node of a run compute, by labkit's placement rule (the
+/// programs' own) applied to the GPUs the node sees ([`node_gpus`]): a GPU per rank when
+/// there is one for each, shared GPUs when there are fewer, the CPU without GPUs.
+/// Simulated nodes share this machine; with fewer GPUs than nodes they all see every
+/// GPU, and their ranks share them over Gloo when they outnumber them, or use the CPU
+/// when they do not (the programs would then choose NCCL, which refuses two ranks of
+/// one job on one GPU).
 pub fn placement(nodes: usize, ranks_per_node: usize, gpus: usize) -> Placement {
-    match Placement::for_gpus(ranks_per_node, gpus) {
-        Placement::GpuPerRank if nodes > 1 => Placement::SharedGpus { gpus },
-        placement => placement,
+    match node_gpus(0, nodes, gpus) {
+        Some(own) => Placement::for_gpus(ranks_per_node, own.len()),
+        None if nodes == 1 || ranks_per_node > gpus => Placement::for_gpus(ranks_per_node, gpus),
+        None => Placement::Cpu,
     }
+}
+
+/// The GPUs simulated node `node` of `nodes` sees (positions among this machine's):
+/// its own equal share, as a real node has its own GPUs, so that two nodes' local rank
+/// 0 never land on one GPU. `None`: every GPU (one node, or fewer GPUs than nodes).
+pub fn node_gpus(node: usize, nodes: usize, gpus: usize) -> Option<std::ops::Range<usize>> {
+    let share = gpus / nodes.max(1);
+    (nodes > 1 && share > 0).then(|| node * share..(node + 1) * share)
+}
+
+/// `CUDA_VISIBLE_DEVICES` for a node that sees `own` of this machine's GPUs: their
+/// positions, or the entries at those positions of the checker's own
+/// `CUDA_VISIBLE_DEVICES` when it has one (e.g. "2,3" makes position 0 GPU 2).
+fn visible_devices(own: std::ops::Range<usize>) -> String {
+    let outer = std::env::var("CUDA_VISIBLE_DEVICES").ok().filter(|v| !v.trim().is_empty());
+    let outer: Option<Vec<String>> = outer.map(|v| v.split(',').map(|d| d.trim().to_string()).collect());
+    own.map(|i| outer.as_ref().and_then(|o| o.get(i).cloned()).unwrap_or_else(|| i.to_string()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// e.g. "2 node(s) x 2 GPU rank(s) sharing 1 GPU, Gloo".
@@ -460,11 +489,15 @@ fn run_job(
     let mut placement = Vec::new();
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node);
+        args.extend(["--seed".into(), v.program_seed.to_string()]);
         args.extend(extra.iter().cloned());
         let mut env: Vec<(String, String)> = vec![
             (lab_trace::TRACE_ENV.into(), trace_dir.display().to_string()),
-            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
+            (labkit::SEED_PER_RANK_ENV.into(), "1".into()),
         ];
+        if let Some(own) = node_gpus(node, v.nodes, gpus()) {
+            env.push(("CUDA_VISIBLE_DEVICES".into(), visible_devices(own)));
+        }
         match port {
             Some(p) => {
                 env.push((tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()));
@@ -620,12 +653,78 @@ mod tests {
         assert_eq!(placement(1, 2, 0), Placement::Cpu);
         assert_eq!(placement(1, 2, 2), Placement::GpuPerRank);
         assert_eq!(placement(1, 3, 1), Placement::SharedGpus { gpus: 1 });
-        // Simulated nodes share one machine's GPUs.
-        assert_eq!(placement(2, 2, 4), Placement::SharedGpus { gpus: 4 });
+        // Simulated nodes share one machine's GPUs: each sees its own share of them.
+        assert_eq!(placement(2, 2, 4), Placement::GpuPerRank);
+        assert_eq!((node_gpus(0, 2, 4), node_gpus(1, 2, 4)), (Some(0..2), Some(2..4)));
         let shared = placement(2, 2, 1);
         assert_eq!(describe_placement(shared, 2, 2), "2 node(s) x 2 GPU rank(s) sharing 1 GPU(s), Gloo");
         assert!(shared.options().contains(&"--share-gpus".to_string()));
         assert_eq!(placement(1, 2, 0).options(), ["--device", "cpu"]);
+    }
+
+    /// Every rank of a run where the programs put it, given the options the checker
+    /// passes and the GPUs each node sees: (node, device of the machine or None for the
+    /// CPU) per rank, and the backend.
+    fn ranks_placed(
+        nodes: usize,
+        ranks_per_node: usize,
+        gpus: usize,
+    ) -> (Vec<Option<usize>>, tch_distributed::Backend) {
+        let expected = placement(nodes, ranks_per_node, gpus);
+        let options = expected.options();
+        let request = labkit::GpuRequest {
+            device: if options[1] == "cpu" { labkit::DeviceChoice::Cpu } else { labkit::DeviceChoice::Cuda },
+            share_gpus: options.iter().any(|o| o == "--share-gpus"),
+            ranks: ranks_per_node,
+        };
+        let mut devices = Vec::new();
+        let mut backends = Vec::new();
+        for node in 0..nodes {
+            let own = node_gpus(node, nodes, gpus).unwrap_or(0..gpus);
+            let program = Placement::of_node(request, own.len()).unwrap();
+            assert_eq!(program, expected, "{nodes} x {ranks_per_node} ranks, {gpus} GPUs: node {node}");
+            backends.push(program.backend());
+            for local in 0..ranks_per_node {
+                devices.push(match program.device(local) {
+                    tch::Device::Cuda(i) => Some(own.clone().nth(i).unwrap()),
+                    _ => None,
+                });
+            }
+        }
+        backends.dedup();
+        assert_eq!(backends.len(), 1, "every node of a job on one backend");
+        (devices, backends[0])
+    }
+
+    #[test]
+    fn the_programs_place_ranks_as_the_checker_describes_and_nccl_never_sees_a_gpu_twice() {
+        for gpus in [0, 1, 2, 3, 4, 8] {
+            for (nodes, ranks_per_node) in [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)] {
+                let (devices, backend) = ranks_placed(nodes, ranks_per_node, gpus);
+                let what = format!("{nodes} x {ranks_per_node} ranks, {gpus} GPUs: {devices:?}");
+                if backend == tch_distributed::Backend::Nccl {
+                    let mut used: Vec<usize> = devices.iter().map(|d| d.unwrap()).collect();
+                    used.sort();
+                    used.dedup();
+                    assert_eq!(used.len(), devices.len(), "NCCL with two ranks on one GPU: {what}");
+                }
+                // GPUs are used whenever the ranks can be placed on them.
+                let on_gpus = devices.iter().all(Option::is_some);
+                assert_eq!(on_gpus, gpus > 0 && !(nodes > gpus && ranks_per_node <= gpus), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_simulated_node_sees_its_share_of_the_gpus_the_checker_sees() {
+        assert_eq!(node_gpus(0, 1, 8), None);
+        assert_eq!(node_gpus(1, 2, 3), Some(1..2));
+        assert_eq!(node_gpus(1, 2, 1), None);
+        // Positions, unless the checker itself was given GPUs (read from the environment,
+        // so only checked when the test's environment sets nothing).
+        if std::env::var_os("CUDA_VISIBLE_DEVICES").is_none() {
+            assert_eq!(visible_devices(2..4), "2,3");
+        }
     }
 
     #[test]

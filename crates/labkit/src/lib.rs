@@ -51,7 +51,7 @@ pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_nod
 pub use perf::{forward_flops_per_image, Amp};
 pub use placement::{check_gpus, gpu_count, DeviceChoice, GpuRequest, Placement};
 pub use probes::{
-    EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_PREPARE_DELAY,
+    EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, SEED_PER_RANK_ENV, SLOW_PREPARE_DELAY,
     SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, SLOW_SAVE_DELAY, SLOW_SAVE_ENV, STALL_RANK_ENV,
 };
 pub use report::{images_per_sec, EarlyStopping, EpochReport};

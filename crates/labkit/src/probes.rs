@@ -10,9 +10,10 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::trace;
 
-/// Environment variable the checker sets to give every rank a different initial
-/// model (seed + local rank), proving that DDP makes them equal.
-pub const INIT_SEED_ENV: &str = "DDP_LAB_INIT_SEED";
+/// Environment variable the checker sets (to 1) to give every rank a different initial
+/// model, seeded with the program's `--seed` plus the rank's local rank, proving that
+/// DDP makes them equal.
+pub const SEED_PER_RANK_ENV: &str = "DDP_LAB_SEED_PER_RANK";
 
 /// Environment variable the checker sets to a global rank that then ends each
 /// `train` call [`SLOW_RANK_DELAY`] late (a slow rank, as on a busy GPU).
@@ -134,15 +135,15 @@ fn fail_now(epoch: usize) -> bool {
 
 /// Seeds libtorch's generators just before a model is built, so that its initial
 /// weights and the dropout draws after them depend on the seed alone, not on what
-/// was drawn before: [`INIT_SEED_ENV`] + local rank when the checker sets it (a
-/// different model on every rank), else the run's `--seed` (the same on every rank, as
-/// `torch.manual_seed(seed)` at the top of a PyTorch script). Neither: untouched.
+/// was drawn before: the run's `--seed` (the same on every rank, as
+/// `torch.manual_seed(seed)` at the top of a PyTorch script), plus the local rank when
+/// the checker sets [`SEED_PER_RANK_ENV`] (a different model on every rank). No seed:
+/// untouched.
 pub(crate) fn seed_before_model(run_seed: Option<u64>) {
-    if let Some(seed) = std::env::var(INIT_SEED_ENV).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
-        tch::manual_seed(seed + trace::local_rank().unwrap_or(0) as i64);
-    } else if let Some(seed) = run_seed {
-        tch::manual_seed(seed as i64);
-    }
+    let Some(seed) = run_seed else { return };
+    let per_rank = std::env::var_os(SEED_PER_RANK_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+    let offset = if per_rank { trace::local_rank().unwrap_or(0) as u64 } else { 0 };
+    tch::manual_seed(seed.wrapping_add(offset) as i64);
 }
 
 /// Just before a checkpoint's commit: with [`CRASH_IN_SAVE_ENV`] naming `epoch`, this
