@@ -148,6 +148,19 @@ impl RunOptions {
     /// The device of the rank with this local rank, on a node of `ranks` ranks:
     /// `cuda:<local_rank>` when every rank has a GPU, `cuda:<local_rank mod GPUs>` for
     /// ranks sharing GPUs (`--share-gpus`), else the CPU.
+    ///
+    /// ```
+    /// use clap::Parser;
+    /// #[derive(Parser)]
+    /// struct Args {
+    ///     #[command(flatten)]
+    ///     run: labkit::RunOptions,
+    /// }
+    /// let args = Args::parse_from(["lab", "--device", "cpu"]);
+    /// // Local rank 1 of a node of 2 ranks (the program's --num-gpus).
+    /// assert_eq!(args.run.device_for(1, 2), tch::Device::Cpu);
+    /// assert_eq!(args.run.backend(2), tch_distributed::Backend::Gloo);
+    /// ```
     pub fn device_for(&self, local_rank: usize, ranks: usize) -> Device {
         self.placement(ranks).device(local_rank)
     }
