@@ -88,3 +88,11 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
     assert!(step7.starts_with("???? step  7 matches-single-rank: could not judge: "), "{}", v.output());
     assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
 }
+
+/// FSDP whose reduce-scatter is not divided by the world size: each step is N times
+/// DDP's. The checker's runs with `--fsdp` and with DDP, on the same data and seeds,
+/// tell them apart by the weights; what each rank holds and the collectives are right.
+#[test]
+fn gradients_not_averaged_fail_equals_ddp() {
+    fails_on("gradients-not-averaged", "equals-ddp", &[]);
+}

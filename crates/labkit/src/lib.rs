@@ -5,7 +5,7 @@
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
-//! `lab` (`train`, `test`), `console` (the lines about processes), `dataset` (the lab's
+//! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about processes), `dataset` (the lab's
 //! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
 #![warn(missing_docs)]
 pub mod checkpoint;
@@ -25,6 +25,7 @@ pub mod probes;
 pub mod report;
 mod rng;
 mod run;
+mod sharded;
 pub mod timeline;
 pub mod trace;
 mod widths;
@@ -54,6 +55,7 @@ pub use probes::{
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
+pub use sharded::ShardedModel;
 pub use widths::Widths;
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests
