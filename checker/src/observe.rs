@@ -387,7 +387,8 @@ fn observe_runs(
 fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
     let settings = v.for_fsdp();
     let ((fsdp, fsdp_trace, _), (ddp, ddp_trace, _)) = std::thread::scope(|scope| {
-        let fsdp = scope.spawn(|| run_job(step, bin, &settings, setup, Job::Fsdp("fsdp"), &["--fsdp".into()]));
+        let fsdp =
+            scope.spawn(|| run_job(step, bin, &settings, setup, Job::Fsdp("fsdp"), &["--fsdp".into()]));
         let ddp = run_job(step, bin, &settings, setup, Job::Fsdp("ddp"), &[]);
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });

@@ -6,7 +6,8 @@
 //! on (checker/fixtures/observations, judged in checks::fixtures in well under a
 //! second). The few kept here, one per way the checker observes (the ranks' traced
 //! collectives and the report built on them, the N-rank against 1-rank comparison,
-//! the local mirror's download counts, the times in the trace), are the proof that
+//! the local mirror's download counts, the times in the trace, step 14's runs with
+//! `--fsdp` and with DDP), are the proof that
 //! live runs still show what the fixtures recorded.
 mod common;
 

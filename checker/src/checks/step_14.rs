@@ -38,8 +38,10 @@ pub const CHECKS: &[Check] = &[
 ];
 
 /// The runs, or the finding that they did not run.
-fn fsdp_runs(obs: &Observation, expected: &str) -> Result<&FsdpRuns, Option<Finding>> {
-    obs.fsdp.as_ref().ok_or_else(|| Finding::missing("the runs with --fsdp and with DDP did not run", expected))
+fn fsdp_runs<'a>(obs: &'a Observation, expected: &str) -> Result<&'a FsdpRuns, Option<Finding>> {
+    obs.fsdp
+        .as_ref()
+        .ok_or_else(|| Finding::missing("the runs with --fsdp and with DDP did not run", expected))
 }
 
 /// Each rank's last record of what it holds.
@@ -97,7 +99,8 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
         let blocks: Vec<&str> =
             h.units.iter().filter(|u| !u.prefix.is_empty()).map(|u| u.prefix.as_str()).collect();
         let root = h.units.iter().filter(|u| u.prefix.is_empty()).map(|u| u.numel).sum::<i64>();
-        let largest_block = h.units.iter().filter(|u| !u.prefix.is_empty()).map(|u| u.numel).max().unwrap_or(0);
+        let largest_block =
+            h.units.iter().filter(|u| !u.prefix.is_empty()).map(|u| u.numel).max().unwrap_or(0);
         let peak_bound = root + largest_block;
         let mut line = format!(
             "rank {rank}: {} of {} parameters ({:.1}%; 1/{world} is {:.1}%), gradients {}, optimizer {}, at most {} full at once ({:.1}%; the root and the largest block: {})",
@@ -119,7 +122,10 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
             wrong.push("it holds gradients of more than its shards".to_string());
         }
         if h.optimizer_numel > bound {
-            wrong.push("the optimizer steps on more than this rank's shards (built on vs, not fsdp.shards()?)".into());
+            wrong.push(
+                "the optimizer steps on more than this rank's shards (built on vs, not fsdp.shards()?)"
+                    .into(),
+            );
         }
         let every_block = labkit::model::BLOCKS.iter().all(|b| blocks.contains(b));
         if !every_block {
@@ -129,7 +135,9 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
             ));
         }
         if h.peak_unsharded_numel > peak_bound {
-            wrong.push("more full parameters at once than the root and one block: shards kept after forward".into());
+            wrong.push(
+                "more full parameters at once than the root and one block: shards kept after forward".into(),
+            );
         }
         if !wrong.is_empty() {
             ok = false;
@@ -176,7 +184,10 @@ fn equals_ddp(obs: &Observation) -> Option<Finding> {
         return malformed(bad);
     };
     let Some(reference) = last_values(ddp) else {
-        return Finding::missing("rank 0 of the DDP run recorded no weights after training", EQUALS_DDP_EXPECTED);
+        return Finding::missing(
+            "rank 0 of the DDP run recorded no weights after training",
+            EQUALS_DDP_EXPECTED,
+        );
     };
     let Some(sharded) = last_values(fsdp) else {
         return Finding::missing(
@@ -269,10 +280,14 @@ fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
             ok = false;
             continue;
         }
-        let all_reduces: Vec<i64> =
-            windows.iter().flat_map(|(_, calls)| calls.iter().filter(|c| c.op == "all_reduce").map(|c| c.numel)).collect();
-        let gathers = windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "all_gather_into_tensor").count();
-        let scatters = windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "reduce_scatter_tensor").count();
+        let all_reduces: Vec<i64> = windows
+            .iter()
+            .flat_map(|(_, calls)| calls.iter().filter(|c| c.op == "all_reduce").map(|c| c.numel))
+            .collect();
+        let gathers =
+            windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "all_gather_into_tensor").count();
+        let scatters =
+            windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "reduce_scatter_tensor").count();
         let mut wrong = Vec::new();
         if !all_reduces.is_empty() {
             wrong.push(format!(
@@ -283,7 +298,10 @@ fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
         }
         let Some(h) = held.get(&rank) else {
             wrong.push("no sharded units recorded: the model was not sharded".into());
-            lines.push(format!("rank {rank}: {gathers} all-gather(s), {scatters} reduce-scatter(s); {}", wrong.join("; ")));
+            lines.push(format!(
+                "rank {rank}: {gathers} all-gather(s), {scatters} reduce-scatter(s); {}",
+                wrong.join("; ")
+            ));
             ok = false;
             continue;
         };
@@ -302,11 +320,7 @@ fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
                     })
                     .collect();
                 let expected = pattern(per_step, *steps);
-                let fine = if twins == 1 {
-                    seen == expected
-                } else {
-                    seen.len() == expected.len() * twins
-                };
+                let fine = if twins == 1 { seen == expected } else { seen.len() == expected.len() * twins };
                 if !fine {
                     wrong.push(format!(
                         "{name} ({} values per shard): {} in {steps} step(s), expected {}",
@@ -359,11 +373,15 @@ mod tests {
     fn differences_are_per_value_and_a_nan_is_one() {
         let a = summary("w", 1.0, vec![0.5, 0.25]);
         assert_eq!(difference(&a, &a), 0.0);
-        let near = summary("w", 1.0 + 1e-4, vec![0.5 + 2e-7, 0.25]);
+        // The sums differ by 1e-5 over 100 values: 1e-7 per value, below the samples' 2e-7.
+        let near = summary("w", 1.0 + 1e-5, vec![0.5 + 2e-7, 0.25]);
         let d = difference(&a, &near);
         assert!((d - 2e-7).abs() < 1e-12, "{d}");
         let far = summary("w", 1.0, vec![0.5, 0.26]);
         assert!((difference(&a, &far) - 0.01).abs() < 1e-12);
+        // A difference the samples miss shows in the sum.
+        let elsewhere = summary("w", 1.1, vec![0.5, 0.25]);
+        assert!((difference(&a, &elsewhere) - 1e-3).abs() < 1e-12);
         let nan = summary("w", f64::NAN, vec![f64::NAN, 0.25]);
         assert_eq!(difference(&a, &nan), f64::INFINITY);
         let shorter = summary("w", 1.0, vec![0.5]);

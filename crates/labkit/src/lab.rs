@@ -17,7 +17,7 @@ use crate::{probes, run, timeline, trace};
 
 /// A model the training loop can run: the plain WideResNet, the WideResNet wrapped
 /// in DDP (whose forward can fail when another rank is gone), or sharded with FSDP
-/// ([`ShardedModel`](crate::ShardedModel)).
+/// (`ShardedModel`, step 14).
 pub trait Model {
     /// The model's output (logits) for a batch of `images`, in training mode when `train`.
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor>;

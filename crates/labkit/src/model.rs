@@ -537,20 +537,25 @@ mod tests {
         let _rng = rng_lock();
         let vs = nn::VarStore::new(Device::Cpu);
         let mut seen = Vec::new();
-        let built = WideResNet::try_new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, name| {
-            seen.push(name.to_string());
-            if name == "block2" {
-                Err(tch_distributed::DistError::new(tch_distributed::ErrorKind::Other, format!("{name} refused")))
-            } else {
-                Ok(Box::new(block))
-            }
-        });
+        let built =
+            WideResNet::try_new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, name| {
+                seen.push(name.to_string());
+                if name == "block2" {
+                    Err(tch_distributed::DistError::new(
+                        tch_distributed::ErrorKind::Other,
+                        format!("{name} refused"),
+                    ))
+                } else {
+                    Ok(Box::new(block))
+                }
+            });
         assert_eq!(built.unwrap_err().message(), "block2 refused");
         assert_eq!(seen, ["block1", "block2"]);
         let vs = nn::VarStore::new(Device::Cpu);
-        let ok = WideResNet::try_new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, _| {
-            Ok(Box::new(block))
-        });
+        let ok =
+            WideResNet::try_new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, _| {
+                Ok(Box::new(block))
+            });
         assert_eq!(ok.unwrap().layer_names(), LAYERS);
     }
 

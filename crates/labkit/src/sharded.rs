@@ -156,13 +156,13 @@ mod tests {
             shard_numel: 86_889,
             grad_numel: 86_889,
             optimizer_numel: 86_889,
-            peak_unsharded_numel: 74_506,
+            peak_unsharded_numel: 74_722,
             element_bytes: 4,
             units: Vec::new(),
         };
         assert_eq!(
             describe(1, 2, &held),
-            "rank 1 holds 86,889 of the model's 173,778 parameters (50.0%; 1/2 is 50.0%, DDP's replica 100%): gradients for 86,889, the optimizer steps on 86,889; at most 74,506 full parameters at once (42.9%)"
+            "rank 1 holds 86,889 of the model's 173,778 parameters (50.0%; 1/2 is 50.0%, DDP's replica 100%): gradients for 86,889, the optimizer steps on 86,889; at most 74,722 full parameters at once (43.0%)"
         );
         assert_eq!(grouped(1_234_567), "1,234,567");
         assert_eq!(grouped(999), "999");
