@@ -8,6 +8,8 @@ use lab_trace::event::{Collective, ParameterSummary, ParameterValues, ShardsHeld
 use lab_trace::Record;
 
 use super::{by_rank, events, id, malformed, Check, Finding, Needs};
+use labkit::report::grouped;
+
 use crate::observe::{FsdpRuns, Observation, FSDP_STEPS};
 
 pub const CHECKS: &[Check] = &[
@@ -47,23 +49,6 @@ fn fsdp_runs<'a>(obs: &'a Observation, expected: &str) -> Result<&'a FsdpRuns, O
 /// Each rank's last record of what it holds.
 fn last_held(trace: &[Record]) -> BTreeMap<usize, &ShardsHeld> {
     by_rank::<ShardsHeld>(trace).into_iter().filter_map(|(rank, all)| Some((rank, *all.last()?))).collect()
-}
-
-/// "12,345".
-fn grouped(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
-    }
 }
 
 /// How far above P/N a rank's shards may be: each parameter's padding to equal shards
@@ -156,7 +141,7 @@ const EQUALS_DDP_EXPECTED: &str =
 
 /// Rank 0's last recorded parameter values.
 fn last_values(trace: &[Record]) -> Option<&ParameterValues> {
-    events::<ParameterValues>(trace).into_iter().filter(|(r, _)| r.rank == Some(0)).map(|(_, v)| v).last()
+    events::<ParameterValues>(trace).into_iter().rev().find(|(r, _)| r.rank == Some(0)).map(|(_, v)| v)
 }
 
 /// The largest difference between two summaries of one parameter, per value (the

@@ -13,6 +13,7 @@ use tch_distributed as dist;
 use crate::error::Result;
 use crate::lab::Model;
 use crate::perf::PerfSettings;
+use crate::report::grouped;
 use crate::trace;
 
 /// A model sharded over the ranks: what `train` and `test` take under `--fsdp`.
@@ -76,23 +77,6 @@ impl<M> ShardedModel<M> {
             element_bytes,
             units,
         })
-    }
-}
-
-/// "12,345": counts as people read them.
-fn grouped(n: i64) -> String {
-    let digits = n.unsigned_abs().to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    if n < 0 {
-        format!("-{out}")
-    } else {
-        out
     }
 }
 
@@ -164,7 +148,5 @@ mod tests {
             describe(1, 2, &held),
             "rank 1 holds 86,889 of the model's 173,778 parameters (50.0%; 1/2 is 50.0%, DDP's replica 100%): gradients for 86,889, the optimizer steps on 86,889; at most 74,722 full parameters at once (43.0%)"
         );
-        assert_eq!(grouped(1_234_567), "1,234,567");
-        assert_eq!(grouped(999), "999");
     }
 }
