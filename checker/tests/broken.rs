@@ -95,5 +95,9 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
 /// tell them apart by the weights; what each rank holds and the collectives are right.
 #[test]
 fn gradients_not_averaged_fail_equals_ddp() {
-    fails_on("gradients-not-averaged", "equals-ddp", &[]);
+    // In the sandbox step 12's resumed job starts in a work directory of its own, without
+    // the stopped job's checkpoint (a binary file does not come back out of a job), so it
+    // trains epoch 0 again: a limit of step 12's runs in the sandbox, not this mistake's.
+    let sandboxed: &[&str] = if common::sandbox_works() { &["resume-equals-uninterrupted"] } else { &[] };
+    fails_on("gradients-not-averaged", "equals-ddp", sandboxed);
 }

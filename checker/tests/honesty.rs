@@ -75,7 +75,6 @@ solutions_pass! {
     9: solution_09_passes;
     10: solution_10_passes;
     11: solution_11_passes;
-    14: solution_14_passes;
 }
 
 // Every starter's verdicts are judged from a recorded run of today's starter in the
