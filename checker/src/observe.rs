@@ -79,6 +79,20 @@ impl Variation {
         }
     }
 
+    /// The settings of step 14's two runs, FSDP and DDP: the main run's world, one
+    /// epoch of [`FSDP_STEPS`] full global batches (no padding, no short batch): the
+    /// weights of both after K steps are compared to 1e-5, and float32 rounding (a
+    /// reduce-scatter sums in another order than DDP's all-reduce) grows with every step.
+    pub fn for_fsdp(&self) -> Variation {
+        let global_batch = self.batch_size * self.world_size();
+        Variation {
+            train_subset: FSDP_STEPS * global_batch,
+            test_subset: global_batch,
+            epochs: 1,
+            ..self.clone()
+        }
+    }
+
     pub fn world_size(&self) -> usize {
         self.nodes * self.ranks_per_node
     }
@@ -100,6 +114,9 @@ impl Variation {
         )
     }
 }
+
+/// The training steps (K) of step 14's FSDP and DDP runs.
+pub const FSDP_STEPS: usize = 3;
 
 /// Where the verification runs and what it may use.
 pub struct Setup {
@@ -142,6 +159,28 @@ pub struct Observation {
     /// Step 12 on: a run stopped and resumed, and the same run never stopped.
     #[serde(default)]
     pub resume: Option<ResumeRuns>,
+    /// Step 14 on: the program with `--fsdp` and without (DDP), on the same data.
+    #[serde(default)]
+    pub fsdp: Option<FsdpRuns>,
+}
+
+/// Step 14's two runs: the same program, world, data and seeds, with `--fsdp` and
+/// without it (DDP), side by side.
+#[derive(Serialize, Deserialize)]
+pub struct FsdpRuns {
+    /// Their settings ([`Variation::for_fsdp`]).
+    pub settings: Variation,
+    pub fsdp: Vec<RankProcess>,
+    pub fsdp_trace: Trace,
+    pub ddp: Vec<RankProcess>,
+    pub ddp_trace: Trace,
+}
+
+impl FsdpRuns {
+    /// Every process of both runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        self.fsdp.iter().chain(&self.ddp)
+    }
 }
 
 /// The runs that must end with the same weights (step 12): one trains every epoch,
@@ -323,6 +362,10 @@ fn observe_runs(
         phase("stopping a run after epoch 0 and resuming it");
         resume_runs(step, bin, v, setup)
     });
+    let fsdp = (step >= 14).then(|| {
+        phase("training with --fsdp and with DDP on the same data");
+        fsdp_runs(step, bin, v, setup)
+    });
 
     if step >= 1 {
         phase("checking --help and a bad option value");
@@ -346,7 +389,20 @@ fn observe_runs(
         downloads: None,
         equivalence,
         resume,
+        fsdp,
     }
+}
+
+/// Step 14's runs ([`Variation::for_fsdp`]), on their own ports, side by side.
+fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
+    let settings = v.for_fsdp();
+    let ((fsdp, fsdp_trace, _), (ddp, ddp_trace, _)) = std::thread::scope(|scope| {
+        let fsdp =
+            scope.spawn(|| run_job(step, bin, &settings, setup, Job::Fsdp("fsdp"), &["--fsdp".into()]));
+        let ddp = run_job(step, bin, &settings, setup, Job::Fsdp("ddp"), &[]);
+        (fsdp.join().expect("the FSDP run's thread"), ddp)
+    });
+    FsdpRuns { settings, fsdp, fsdp_trace, ddp, ddp_trace }
 }
 
 /// `--save-every 1` into a fresh checkpoint directory of the verification, and `more`.
@@ -358,11 +414,16 @@ fn checkpoint_args(setup: &Setup, dir: &str, more: &[&str]) -> Vec<String> {
     args
 }
 
-/// Step 12's comparison: the main run's world and data for two epochs, dropout off
-/// (its random draws are not in a checkpoint, so a resumed run would draw others):
-/// one run trains both epochs; another stops after epoch 0 and a third resumes it.
+/// Step 12's comparison: the main run's data on 2 ranks of one node for two epochs,
+/// dropout off (its random draws are not in a checkpoint, so a resumed run would draw
+/// others): one run trains both epochs; another stops after epoch 0 and a third resumes
+/// it. Two ranks, because bitwise equality needs sums that do not depend on their
+/// order: over 3 ranks Gloo's ring adds an element's three gradients in an order set
+/// by where DDP's buckets put it, and DDP lays its buckets out again after a process's
+/// first step, which the resumed process takes at epoch 1 and the uninterrupted one at
+/// epoch 0 (seen: other weights on 3 ranks, `--seed 1`). Two addends commute.
 fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns {
-    let settings = Variation { epochs: 2, ..v.clone() };
+    let settings = Variation { epochs: 2, nodes: 1, ranks_per_node: 2, ..v.clone() };
     let stopped_after = 0;
     let stopped_settings = Variation { epochs: stopped_after + 1, ..settings.clone() };
     let whole_args = checkpoint_args(setup, "uninterrupted-checkpoints", &[]);
@@ -464,6 +525,10 @@ enum Job {
     Equivalence(&'static str),
     /// Step 12's stopped, resumed and uninterrupted runs.
     Resume(&'static str),
+    /// Step 14's runs with `--fsdp` and without ("fsdp" or "ddp"): dropout on (both draw
+    /// the same masks from the same seeds) and per-rank BatchNorm, whose collectives
+    /// would mix with FSDP's.
+    Fsdp(&'static str),
 }
 
 /// Starts the program as step `step` needs (one process per rank before step 10, one
@@ -481,6 +546,7 @@ fn run_job(
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
         Job::Resume(name) => format!("{name}-"),
+        Job::Fsdp(name) => format!("{name}-"),
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
@@ -521,7 +587,7 @@ fn run_job(
             // A rank that loads without waiting for rank 0's write then always reads too early.
             env.push((labkit::SLOW_SAVE_ENV.into(), "1".into()));
         }
-        if !main {
+        if !main && !matches!(job, Job::Fsdp(_)) {
             // Dropout off (both comparisons).
             env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
         }

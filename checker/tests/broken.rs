@@ -6,7 +6,8 @@
 //! on (checker/fixtures/observations, judged in checks::fixtures in well under a
 //! second). The few kept here, one per way the checker observes (the ranks' traced
 //! collectives and the report built on them, the N-rank against 1-rank comparison,
-//! the local mirror's download counts, the times in the trace), are the proof that
+//! the local mirror's download counts, the times in the trace, step 14's runs with
+//! `--fsdp` and with DDP), are the proof that
 //! live runs still show what the fixtures recorded.
 mod common;
 
@@ -87,4 +88,16 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
         v.stdout.lines().find(|l| l.contains(" matches-single-rank: ")).unwrap_or_default().to_string();
     assert!(step7.starts_with("???? step  7 matches-single-rank: could not judge: "), "{}", v.output());
     assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
+}
+
+/// FSDP whose reduce-scatter is not divided by the world size: each step is N times
+/// DDP's. The checker's runs with `--fsdp` and with DDP, on the same data and seeds,
+/// tell them apart by the weights; what each rank holds and the collectives are right.
+#[test]
+fn gradients_not_averaged_fail_equals_ddp() {
+    // In the sandbox step 12's resumed job starts in a work directory of its own, without
+    // the stopped job's checkpoint (a binary file does not come back out of a job), so it
+    // trains epoch 0 again: a limit of step 12's runs in the sandbox, not this mistake's.
+    let sandboxed: &[&str] = if common::sandbox_works() { &["resume-equals-uninterrupted"] } else { &[] };
+    fails_on("gradients-not-averaged", "equals-ddp", sandboxed);
 }

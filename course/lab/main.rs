@@ -1,5 +1,5 @@
 //@ header
-//! The master of the lab's 26 crates: the solution of the last step (step 12; step 11's
+//! The master of the lab's 30 crates: the solution of the last step (step 14; step 11's
 //! is the finished DLI lab) as a Rust program that compiles, with each step's change
 //! marked for coursegen.
 //!
@@ -72,6 +72,23 @@ struct Args {
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
     #[arg(long)]
     sync_batch_norm: bool,
+    //@ end
+    //@ step 13
+    //@ todo
+    //| // TODO Step 13: model and pipeline parallelism (written on its own branch).
+    //@ end
+    //@ step 14
+    /// Shard the model over the ranks (FSDP) instead of a whole replica on each (DDP);
+    /// not with checkpoints (--save-every, --resume).
+    #[arg(long, conflicts_with_all = ["save_every", "resume"])]
+    fsdp: bool,
+    //@ todo
+    //| // TODO Step 14: --fsdp is parsed, but the model is not sharded yet (see worker).
+    //| /// Shard the model over the ranks (FSDP) instead of a whole replica on each (DDP);
+    //| /// not with checkpoints (--save-every, --resume).
+    //| #[arg(long, conflicts_with_all = ["save_every", "resume"])]
+    //| #[allow(dead_code)]
+    //| fsdp: bool,
     //@ end
     //@ step 2
     /// Every rank of the job, on every node (computed in main, not an option).
@@ -213,19 +230,50 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     let mut test_loader = DataLoader::new(&test_set, test_sampler, loader_options);
 
     let vs = nn::VarStore::new(device);
-    //@ step 7
+    //@ step 14
     let norm = if args.sync_batch_norm { labkit::Norm::SyncBatchNorm } else { labkit::Norm::BatchNorm };
-    let model = labkit::WideResNet::new(&vs.root(), &args.run, norm);
-    // DDP starts every rank from rank 0's weights and averages the gradients over all
-    // ranks during backward, so every rank takes the same step.
-    let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
+    let (model, mut optimizer): (Box<dyn labkit::Model>, nn::Optimizer) = if args.fsdp {
+        // FSDP: each rank keeps 1/N of every parameter (its shards). A block's are
+        // all-gathered before its forward and again before its backward, and freed
+        // after; its gradients are reduce-scattered, averaged as DDP's. Each block is
+        // sharded as it is built; the root, last, takes the rest (stem, classifier).
+        let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;
+        let net = labkit::WideResNet::try_new_wrapped(&vs.root(), &args.run, norm, |block, name| {
+            Ok(Box::new(fsdp.fully_shard(block, name)?))
+        })?;
+        let model = fsdp.fully_shard(net, "")?;
+        // The optimizer steps on this rank's shards only, and keeps state for them only.
+        let optimizer = nn::Sgd::default().build(fsdp.shards()?, args.base_lr)?;
+        (Box::new(labkit::ShardedModel::new(model, fsdp)), optimizer)
+    } else {
+        let model = labkit::WideResNet::new(&vs.root(), &args.run, norm);
+        // DDP starts every rank from rank 0's weights and averages the gradients over all
+        // ranks during backward, so every rank takes the same step.
+        let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
+        (Box::new(model), nn::Sgd::default().build(&vs, args.base_lr)?)
+    };
+    //@ todo
+    //| // TODO Step 14: with --fsdp (args.fsdp), each rank must hold 1/N of the model instead of
+    //| // a whole replica. Make a dist::FullyShard on vs before the model; build the model with
+    //| // labkit::WideResNet::try_new_wrapped, sharding each block as it is built
+    //| // (fsdp.fully_shard(block, name)), then the root (fsdp.fully_shard(net, "")); build the
+    //| // optimizer on this rank's shards (fsdp.shards()); and hand the loop
+    //| // labkit::ShardedModel::new(model, fsdp). Without --fsdp, DDP as before.
+    //@ old
+    //@ step 7
+    //| let norm = if args.sync_batch_norm { labkit::Norm::SyncBatchNorm } else { labkit::Norm::BatchNorm };
+    //| let model = labkit::WideResNet::new(&vs.root(), &args.run, norm);
+    //| // DDP starts every rank from rank 0's weights and averages the gradients over all
+    //| // ranks during backward, so every rank takes the same step.
+    //| let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
     //@ todo
     //| // TODO Step 7: wrap the model in DistributedDataParallel. Optional: a --sync-batch-norm
     //| // option that builds the model with labkit::Norm::SyncBatchNorm.
     //@ old
     //| let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);
     //@ end
-    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+    //| let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+    //@ end
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
     //@ step 12

@@ -119,4 +119,16 @@ pub const VARIANTS: &[Variant] = &[
         from: "            dist::barrier()?;\n            labkit::load_checkpoint(&args.run, &vs, device)?;",
         to: "            labkit::load_checkpoint(&args.run, &vs, device)?;",
     },
+    Variant {
+        step: 14,
+        name: "gradients-not-averaged",
+        from: "let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;",
+        to: "// The loss is already a mean over the batch: no need to average the gradients again.\n        let options = dist::FsdpOptions { gradient_divide_factor: Some(1.0), ..Default::default() };\n        let fsdp = dist::FullyShard::new(&vs, options)?;",
+    },
+    Variant {
+        step: 14,
+        name: "shards-kept",
+        from: "let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;",
+        to: "// Keep each block whole from its forward to its backward: one all-gather fewer.\n        let options = dist::FsdpOptions { reshard_after_forward: false, ..Default::default() };\n        let fsdp = dist::FullyShard::new(&vs, options)?;",
+    },
 ];

@@ -276,6 +276,68 @@ solution_tests! {
     solution_11_runs: 11,
 }
 
+/// Step 14's program with `--fsdp` on 2 ranks against the same run without it (DDP),
+/// from the same seed: every rank says, and records, that it holds half of the narrow
+/// model (each of its dims 0 is even), gradients and optimizer values for that half
+/// only, and less than the whole model unsharded at any time; rank 0's weights gathered
+/// from the shards equal DDP's to 1e-5.
+#[test]
+fn solution_14_with_fsdp_holds_half_the_model_and_trains_as_ddp() {
+    let seeded = |fsdp: bool| {
+        let mut args: Vec<&str> = TINY.to_vec();
+        args.extend(["--seed", "3"]);
+        if fsdp {
+            args.push("--fsdp");
+        }
+        run_solution(14, &args)
+    };
+    let (sharded, replicated) = (seeded(true), seeded(false));
+    for rank in 0..2 {
+        let said = format!("rank {rank} holds 86,889 of the model's 173,778 parameters (50.0%");
+        assert!(sharded.stdout.contains(&said), "{}", sharded.stdout);
+    }
+    let held = events::<event::ShardsHeld>(&sharded.trace);
+    assert_eq!(held.len(), 2, "both ranks record what they hold");
+    for per_epoch in held.values() {
+        let last = per_epoch.last().unwrap();
+        assert_eq!(last.model_numel, 173_778);
+        assert_eq!((last.shard_numel, last.grad_numel, last.optimizer_numel), (86_889, 86_889, 86_889));
+        assert!(last.peak_unsharded_numel < last.model_numel / 2, "{last:?}");
+        assert_eq!(last.units.len(), 7, "six blocks and the root");
+    }
+    let last_values = |trace: &[Record]| {
+        let values = events::<event::ParameterValues>(trace);
+        assert_eq!(values.len(), 1, "rank 0 alone records the whole model's values");
+        values.into_values().next().unwrap().last().copied().unwrap().clone()
+    };
+    let (fsdp, ddp) = (last_values(&sharded.trace), last_values(&replicated.trace));
+    assert!(fsdp.sharded && !ddp.sharded);
+    assert_eq!(fsdp.parameters.len(), ddp.parameters.len());
+    for (a, b) in fsdp.parameters.iter().zip(&ddp.parameters) {
+        assert_eq!((&a.name, a.numel), (&b.name, b.numel));
+        for (x, y) in a.sample.iter().zip(&b.sample) {
+            assert!((x - y).abs() <= 1e-5, "{}: FSDP {x} against DDP {y}", a.name);
+        }
+    }
+    assert!(!replicated.stdout.contains(" holds "), "no shards without --fsdp");
+}
+
+/// Under `--fsdp` no rank holds the whole model in its VarStore: the checkpoint options
+/// are refused before anything starts, exit 2, naming both.
+#[test]
+fn solution_14_refuses_checkpoints_with_fsdp() {
+    let bin = solutions_built().join("solution_14");
+    for option in [["--save-every", "1"].as_slice(), ["--resume"].as_slice()] {
+        let out = Command::new(&bin).arg("--fsdp").args(option).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("the argument '--fsdp' cannot be used with") && stderr.contains(option[0]),
+            "{stderr}"
+        );
+    }
+}
+
 /// The quick evaluation `scripts/main.sh` runs (same options, the default seed, the
 /// same data: the real Fashion-MNIST when present, as setup installs it): the narrow
 /// model on 2 CPU ranks reaches the lab's 0.85 validation accuracy twice in a row.

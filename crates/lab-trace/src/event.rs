@@ -82,6 +82,12 @@ events! {
     LoadCheckpoint,
     /// `labkit::load_checkpoint` has loaded a checkpoint's weights.
     CheckpointLoaded,
+    /// `labkit::train`, on rank 0 after each epoch: each parameter of the whole model
+    /// summarised in floats (gathered from the shards under FSDP), for comparisons
+    /// closer than [`Weights::projection`] and looser than bitwise.
+    ParameterValues,
+    /// `labkit::train` under FSDP, on every rank after each epoch: what the rank holds.
+    ShardsHeld,
 }
 
 /// See [`Event::World`].
@@ -326,4 +332,64 @@ pub struct CheckpointLoaded {
     pub weights: String,
     /// The loaded weights' digest, as [`Weights::digest`].
     pub digest: String,
+}
+
+/// See [`Event::ParameterValues`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParameterValues {
+    /// The epoch just trained (0-based).
+    pub epoch: usize,
+    /// Whether the values were all-gathered from shards (FSDP) rather than read from a
+    /// whole replica (DDP).
+    pub sharded: bool,
+    /// Every trainable parameter, by name.
+    pub parameters: Vec<ParameterSummary>,
+}
+
+/// One parameter of [`ParameterValues`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParameterSummary {
+    /// Its VarStore name, e.g. `block3.cbr1.conv.weight`.
+    pub name: String,
+    /// Its elements.
+    pub numel: i64,
+    /// The sum of its values.
+    #[serde(deserialize_with = "floats::float")]
+    pub sum: f64,
+    /// A few of its values, at evenly spaced flat positions (the same for equal shapes).
+    #[serde(deserialize_with = "floats::floats")]
+    pub sample: Vec<f64>,
+}
+
+/// See [`Event::ShardsHeld`]: elements, measured from the tensors the rank holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardsHeld {
+    /// The epoch just trained (0-based).
+    pub epoch: usize,
+    /// Parameters of the whole model (P).
+    pub model_numel: i64,
+    /// Elements of this rank's parameter shards, padding included.
+    pub shard_numel: i64,
+    /// Elements of the gradients this rank holds (of its shards).
+    pub grad_numel: i64,
+    /// Elements of the variables the optimizer steps on (and keeps any state for).
+    pub optimizer_numel: i64,
+    /// The most full-parameter elements held at once so far (all-gathered for a
+    /// block's forward or backward).
+    pub peak_unsharded_numel: i64,
+    /// Bytes per element.
+    pub element_bytes: i64,
+    /// Every `fully_shard` call, blocks then the root.
+    pub units: Vec<ShardUnit>,
+}
+
+/// One `fully_shard` call of [`ShardsHeld`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardUnit {
+    /// The VarStore path it sharded (`block3`; empty for the root).
+    pub prefix: String,
+    /// Elements of its full parameters.
+    pub numel: i64,
+    /// Elements of one rank's shards of them (each all-gather's input).
+    pub shard_numel: i64,
 }

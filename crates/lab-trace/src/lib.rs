@@ -232,6 +232,26 @@ mod tests {
                 values: Some(vec![652.5]),
             }),
             stamped(event::LoadDataset { dir: "data".into() }),
+            stamped(event::ParameterValues {
+                epoch: 0,
+                sharded: true,
+                parameters: vec![event::ParameterSummary {
+                    name: "fc.bias".into(),
+                    numel: 10,
+                    sum: -0.25,
+                    sample: vec![0.5, -0.125],
+                }],
+            }),
+            stamped(event::ShardsHeld {
+                epoch: 1,
+                model_numel: 100,
+                shard_numel: 52,
+                grad_numel: 52,
+                optimizer_numel: 52,
+                peak_unsharded_numel: 60,
+                element_bytes: 4,
+                units: vec![event::ShardUnit { prefix: String::new(), numel: 100, shard_numel: 52 }],
+            }),
         ];
         for record in records {
             assert_eq!(Record::parse(&record.to_line()).unwrap(), record);
@@ -291,5 +311,19 @@ mod tests {
         assert!(line.contains("\"loss\":null"), "{line}");
         let back = Record::parse(&line).unwrap();
         assert!(back.get::<event::Validation>().unwrap().loss.is_nan());
+        // A diverged parameter's summary too.
+        let record = stamped(event::ParameterValues {
+            epoch: 0,
+            sharded: false,
+            parameters: vec![event::ParameterSummary {
+                name: "fc.weight".into(),
+                numel: 2,
+                sum: f64::NAN,
+                sample: vec![f64::NAN, 1.0],
+            }],
+        });
+        let back = Record::parse(&record.to_line()).unwrap();
+        let summary = &back.get::<event::ParameterValues>().unwrap().parameters[0];
+        assert!(summary.sum.is_nan() && summary.sample[0].is_nan() && summary.sample[1] == 1.0);
     }
 }

@@ -15,14 +15,34 @@ use crate::model::WideResNet;
 use crate::perf::{self, PerfSettings};
 use crate::{probes, run, timeline, trace};
 
-/// A model the training loop can run: the plain WideResNet, or the WideResNet wrapped
-/// in DDP (whose forward can fail when another rank is gone).
+/// A model the training loop can run: the plain WideResNet, the WideResNet wrapped
+/// in DDP (whose forward can fail when another rank is gone), or sharded with FSDP
+/// (`ShardedModel`, step 14).
 pub trait Model {
     /// The model's output (logits) for a batch of `images`, in training mode when `train`.
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor>;
     /// The run's speed settings the model was built with; `train` and `test` run its
     /// forward pass under them (`--channels-last`, `--amp bf16`).
     fn perf(&self) -> PerfSettings;
+    /// Called by `train` on every rank after each epoch, with the optimizer that
+    /// stepped: what the trace records of the model beyond its weight digests (nothing
+    /// by default). A sharded model's is collective: every rank calls it.
+    fn after_epoch(&self, _epoch: usize, _optimizer: &nn::Optimizer) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One model or another, chosen at run time (`--fsdp`: sharded, else DDP).
+impl<M: Model + ?Sized> Model for Box<M> {
+    fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
+        (**self).forward(images, train)
+    }
+    fn perf(&self) -> PerfSettings {
+        (**self).perf()
+    }
+    fn after_epoch(&self, epoch: usize, optimizer: &nn::Optimizer) -> Result<()> {
+        (**self).after_epoch(epoch, optimizer)
+    }
 }
 
 impl Model for WideResNet {
@@ -40,6 +60,13 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
     }
     fn perf(&self) -> PerfSettings {
         self.module().perf()
+    }
+    /// Rank 0's replica in floats, as a sharded model's gathered weights are recorded.
+    fn after_epoch(&self, epoch: usize, _optimizer: &nn::Optimizer) -> Result<()> {
+        if run::is_rank_zero() {
+            trace::record_parameter_values(epoch, false, self.parameters());
+        }
+        Ok(())
     }
 }
 
@@ -109,6 +136,7 @@ pub fn train<M: Model, S: Sampler>(
     bar.finish_and_clear();
     probes::at_epoch_end(epoch);
     trace::record_weights(epoch, &optimizer.trainable_variables());
+    model.after_epoch(epoch, optimizer)?;
     train_span.end();
     timeline::flush();
     Ok(())

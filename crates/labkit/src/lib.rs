@@ -6,7 +6,7 @@
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
 //! each rank of a node gets), `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
-//! `lab` (`train`, `test`), `console` (the lines about processes), `dataset` (the lab's
+//! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about processes), `dataset` (the lab's
 //! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
 #![warn(missing_docs)]
 pub mod checkpoint;
@@ -27,6 +27,7 @@ pub mod probes;
 pub mod report;
 mod rng;
 mod run;
+mod sharded;
 pub mod timeline;
 pub mod trace;
 mod widths;
@@ -57,6 +58,7 @@ pub use probes::{
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
+pub use sharded::ShardedModel;
 pub use widths::Widths;
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests

@@ -269,6 +269,47 @@ impl WideResNet {
         Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut wrap)
     }
 
+    /// [`new_wrapped`](WideResNet::new_wrapped) with a wrapper that can fail, as
+    /// `fully_shard` can (a rank gone during its broadcast): the first error is
+    /// returned once the model is built, and no block after it is wrapped.
+    ///
+    /// ```no_run
+    /// use labkit::{Norm, WideResNet, Widths};
+    /// use tch::nn;
+    /// use tch_distributed as dist;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// dist::init_process_group(dist::Backend::Gloo, dist::InitOptions::default())?;
+    /// let vs = nn::VarStore::new(tch::Device::Cpu);
+    /// let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;
+    /// let net = WideResNet::try_new_wrapped(&vs.root(), Widths::NARROW, Norm::BatchNorm, |block, name| {
+    ///     Ok(Box::new(fsdp.fully_shard(block, name)?))
+    /// })?;
+    /// let model = fsdp.fully_shard(net, "")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn try_new_wrapped(
+        p: &nn::Path,
+        settings: impl Into<ModelSettings>,
+        norm: Norm,
+        mut wrap: impl FnMut(Block, &str) -> tch_distributed::Result<Box<dyn ModuleT>>,
+    ) -> tch_distributed::Result<WideResNet> {
+        let mut failed = None;
+        let net = Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut |block, name| {
+            if failed.is_some() {
+                return Box::new(block);
+            }
+            wrap(block, name).unwrap_or_else(|e| {
+                failed = Some(e);
+                Box::new(MaxPool)
+            })
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(net),
+        }
+    }
+
     /// The layers `layers` of the model (indices into [`LAYERS`]) and nothing else: one
     /// stage of a pipeline. Its parameters are on `p` under the uncut model's names,
     /// with the values the uncut model draws from the same seed (every layer is built,
@@ -488,6 +529,34 @@ mod tests {
         let mut v: Vec<_> = vs.variables().into_iter().collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+
+    /// A failing wrapper's first error comes back; no block after it reaches the wrapper.
+    #[test]
+    fn a_failing_wrapper_returns_its_first_error() {
+        let _rng = rng_lock();
+        let vs = nn::VarStore::new(Device::Cpu);
+        let mut seen = Vec::new();
+        let built =
+            WideResNet::try_new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, name| {
+                seen.push(name.to_string());
+                if name == "block2" {
+                    Err(tch_distributed::DistError::new(
+                        tch_distributed::ErrorKind::Other,
+                        format!("{name} refused"),
+                    ))
+                } else {
+                    Ok(Box::new(block))
+                }
+            });
+        assert_eq!(built.unwrap_err().message(), "block2 refused");
+        assert_eq!(seen, ["block1", "block2"]);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let ok =
+            WideResNet::try_new_wrapped(&vs.root(), Widths([4, 8, 8, 16]), Norm::BatchNorm, |block, _| {
+                Ok(Box::new(block))
+            });
+        assert_eq!(ok.unwrap().layer_names(), LAYERS);
     }
 
     /// Each block goes through the wrapper once, in order, under its VarStore name, and

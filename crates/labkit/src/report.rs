@@ -262,6 +262,30 @@ pub fn python_float(x: f64) -> String {
     }
 }
 
+/// A count as people read it, its thousands grouped: what step 14's lines say a rank
+/// holds, and the checker's reports of them.
+///
+/// ```
+/// assert_eq!(labkit::report::grouped(173_778), "173,778");
+/// assert_eq!(labkit::report::grouped(-1_000), "-1,000");
+/// assert_eq!(labkit::report::grouped(999), "999");
+/// ```
+pub fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
 /// Images per second on one rank: every batch of the epoch times the batch size,
 /// divided by the epoch's time (as the lab computes it, counting the last partial
 /// batch as full).

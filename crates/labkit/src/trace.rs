@@ -156,6 +156,34 @@ pub fn record_weights(epoch: usize, tensors: &[Tensor]) {
     record(event::Weights { epoch, digest: f.digest, projection: f.projection });
 }
 
+/// How many values of each parameter [`record_parameter_values`] keeps.
+const SAMPLED_VALUES: i64 = 8;
+
+/// Records every parameter of `named` after `epoch` in floats: its sum and
+/// [`SAMPLED_VALUES`] of its values at evenly spaced flat positions (the checker
+/// compares FSDP's gathered weights with DDP's to 1e-5 by them). `sharded`: the values
+/// were all-gathered from shards.
+pub fn record_parameter_values(epoch: usize, sharded: bool, named: &[(String, Tensor)]) {
+    if !enabled() {
+        return;
+    }
+    let mut parameters: Vec<event::ParameterSummary> = tch::no_grad(|| {
+        named
+            .iter()
+            .map(|(name, t)| {
+                let flat = t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Double).flatten(0, -1);
+                let numel = flat.size()[0];
+                let picks = SAMPLED_VALUES.min(numel);
+                let sample = (0..picks).map(|i| flat.double_value(&[i * numel / picks])).collect();
+                let sum = flat.sum(Kind::Double).double_value(&[]);
+                event::ParameterSummary { name: name.clone(), numel, sum, sample }
+            })
+            .collect()
+    });
+    parameters.sort_by(|a, b| a.name.cmp(&b.name));
+    record(event::ParameterValues { epoch, sharded, parameters });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -97,12 +97,28 @@ pub struct FsdpOptions {
     /// ranks shard the same model whatever their seed (FSDP1's `sync_module_states`;
     /// FSDP2 leaves it to the program). On by default, as DDP does it.
     pub sync_module_states: bool,
+    /// What the reduce-scattered gradients are divided by: `None`, the world size (the
+    /// average over ranks, as DDP's; FSDP2's default). FSDP2's
+    /// `set_gradient_divide_factor`; `Some(1.0)` leaves the sum, N times DDP's gradient.
+    pub gradient_divide_factor: Option<f64>,
 }
 
 impl Default for FsdpOptions {
     fn default() -> Self {
-        Self { reshard_after_forward: true, sync_module_states: true }
+        Self { reshard_after_forward: true, sync_module_states: true, gradient_divide_factor: None }
     }
+}
+
+/// One `fully_shard` call's parameters, as [`FullyShard::units`] lists them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardedUnit {
+    /// The VarStore path given to `fully_shard` (`"block3"`; `""` for the root).
+    pub prefix: String,
+    /// Elements of its full parameters: what one all-gather makes whole.
+    pub numel: i64,
+    /// Elements of this rank's shards of them, padding included: what each rank puts
+    /// into the all-gather, and a world size times what the reduce-scatter takes.
+    pub shard_numel: i64,
 }
 
 /// What this rank holds of a sharded model, measured from its tensors.
@@ -189,6 +205,11 @@ impl FullyShard {
 
     /// [`FullyShard::new`] over an explicit group.
     pub fn with_group(vs: &VarStore, group: Arc<ProcessGroup>, options: FsdpOptions) -> Result<Self> {
+        if let Some(factor) = options.gradient_divide_factor.filter(|f| !(f.is_finite() && *f > 0.0)) {
+            return Err(DistError::invalid(format!(
+                "FsdpOptions::gradient_divide_factor is {factor}: the summed gradients are divided by it, so it must be a positive number (None: the world size, the average)"
+            )));
+        }
         Ok(FullyShard {
             group,
             options,
@@ -239,8 +260,15 @@ impl FullyShard {
             broadcast_coalesced(&self.group, &mut state).map_err(|e| e.context(&what))?;
         }
         let names: Vec<String> = params.iter().chain(&buffers).map(|(n, _)| n.clone()).collect();
-        let unit =
-            Arc::new(Unit::new(&what, params, &self.group, &self.shards, &self.memory, root, &self.options)?);
+        let unit = Arc::new(Unit::new(
+            &what,
+            prefix,
+            params,
+            &self.group,
+            &self.shards,
+            &self.memory,
+            &self.options,
+        )?);
         registry.claimed.extend(names);
         registry.buffers.extend(buffers);
         registry.root_sharded = root;
@@ -312,6 +340,23 @@ impl FullyShard {
         Ok(memory)
     }
 
+    /// Every `fully_shard` call so far, in call order (the blocks, then the root).
+    pub fn units(&self) -> Vec<ShardedUnit> {
+        let registry = lock(&self.state);
+        registry
+            .units
+            .iter()
+            .map(|unit| {
+                let state = lock(&unit.state);
+                ShardedUnit {
+                    prefix: unit.prefix.clone(),
+                    numel: state.params.iter().map(|p| p.shape.iter().product::<i64>()).sum(),
+                    shard_numel: state.flat_len,
+                }
+            })
+            .collect()
+    }
+
     /// Starts measuring [`ShardMemory::peak_unsharded_bytes`] again from now.
     pub fn reset_peak(&self) {
         self.memory.peak.store(self.memory.unsharded.load(Ordering::SeqCst), Ordering::SeqCst);
@@ -379,9 +424,13 @@ impl<M: fmt::Debug> fmt::Debug for FsdpModule<M> {
 /// One `fully_shard` call's parameters: all-gathered together, reduce-scattered together.
 struct Unit {
     name: String,
+    /// The VarStore path `fully_shard` was given.
+    prefix: String,
     group: Arc<ProcessGroup>,
     memory: Arc<Memory>,
     reshard_after_forward: bool,
+    /// What the summed gradients are divided by.
+    gradient_divide_factor: f64,
     state: Mutex<UnitState>,
 }
 
@@ -422,13 +471,14 @@ impl ShardedParam {
 impl Unit {
     fn new(
         what: &str,
+        prefix: &str,
         params: Named,
         group: &Arc<ProcessGroup>,
         shards: &VarStore,
         memory: &Arc<Memory>,
-        root: bool,
         options: &FsdpOptions,
     ) -> Result<Unit> {
+        let root = prefix.is_empty();
         let world = group.world_size() as i64;
         let rank = group.rank() as i64;
         let placed = |t: &Tensor| (t.kind(), t.device());
@@ -484,9 +534,11 @@ impl Unit {
         let flat_len = sharded.iter().map(ShardedParam::shard_numel).sum();
         Ok(Unit {
             name: what.to_string(),
+            prefix: prefix.to_string(),
             group: group.clone(),
             memory: memory.clone(),
             reshard_after_forward: options.reshard_after_forward && !root,
+            gradient_divide_factor: options.gradient_divide_factor.unwrap_or(world as f64),
             state: Mutex::new(UnitState { params: sharded, flat_len, unsharded: false }),
         })
     }
@@ -626,8 +678,9 @@ impl Unit {
         let mut reduced = Tensor::empty([state.flat_len], (kind, device));
         self.group.reduce_scatter_tensor(&mut reduced, &input, ReduceOp::Sum)?;
         drop(input);
-        // The average over ranks, as DDP's: Gloo has no ReduceOp::Avg.
-        let _ = reduced.g_div_scalar_(world as f64);
+        // The average over ranks, as DDP's (unless the options say otherwise): Gloo has
+        // no ReduceOp::Avg.
+        let _ = reduced.g_div_scalar_(self.gradient_divide_factor);
         let mut offset = 0;
         let mut shard_grads = Vec::with_capacity(state.params.len());
         for p in &state.params {

@@ -103,7 +103,7 @@ pub use default_group::{
     is_initialized, InitOptions,
 };
 pub use error::{DistError, ErrorKind, Result};
-pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory};
+pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory, ShardedUnit};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work};
 pub use launch::{
     local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,

@@ -198,6 +198,17 @@ fn fsdp_vs_ddp_scenario() {
     let mut opt = sgd().build(fsdp.shards().unwrap(), 0.05).unwrap();
 
     let units = unit_shard_numels(&params, world);
+    // units() lists the fully_shard calls, blocks then root, with their sizes.
+    let listed: Vec<(String, i64, i64)> =
+        fsdp.units().into_iter().map(|u| (u.prefix, u.numel, u.shard_numel)).collect();
+    let expected: Vec<(String, i64, i64)> = units
+        .iter()
+        .map(|(name, shard)| {
+            let prefix = if name == "root" { String::new() } else { name.clone() };
+            (prefix.clone(), full_bytes(&prefix) / 4, *shard)
+        })
+        .collect();
+    assert_eq!(listed, expected, "FullyShard::units");
     let numel_of = |unit: &str| units.iter().find(|(n, _)| n == unit).unwrap().1;
     let before_steps = seen.lock().unwrap().len();
     for step in 0..STEPS {
@@ -427,6 +438,37 @@ fn one_rank_fsdp(reshard_after_forward: bool) {
     let reference = plain_vs.variables();
     for (name, t) in &state {
         assert!(t.equal(&reference[name]), "{name} differs");
+    }
+}
+
+/// On one rank the reduce-scatter sums one gradient: a divide factor of 2 halves it,
+/// which for SGD without momentum is plain training at half the learning rate.
+#[test]
+fn the_gradient_divide_factor_divides_the_gradients() {
+    let group = Arc::new(single_rank_group(None));
+    let plain_vs = nn::VarStore::new(Device::Cpu);
+    let plain = build(&plain_vs, 0, &|block, _| Box::new(block));
+    let mut plain_opt = nn::Sgd::default().build(&plain_vs, 0.025).unwrap();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let options = FsdpOptions { gradient_divide_factor: Some(2.0), ..FsdpOptions::default() };
+    let fsdp = FullyShard::with_group(&vs, group, options).unwrap();
+    let net = build(&vs, 0, &|block, name| Box::new(fsdp.fully_shard(block, name).unwrap()));
+    let model = fsdp.fully_shard(net, "").unwrap();
+    let mut opt = nn::Sgd::default().build(fsdp.shards().unwrap(), 0.05).unwrap();
+    for step in 0..STEPS {
+        let (images, labels) = batch(step, 0);
+        plain_opt.backward_step(&plain.forward_t(&images, true).cross_entropy_for_logits(&labels));
+        opt.backward_step(&model.forward_t(&images, true).cross_entropy_for_logits(&labels));
+    }
+    let reference = plain_vs.variables();
+    for (name, t) in fsdp.full_state_dict().unwrap().expect("rank 0 gets the state") {
+        assert!(t.allclose(&reference[&name], 1e-6, 1e-7, false), "{name} differs");
+    }
+    // Refused: a factor that is no number to divide by.
+    for bad in [0.0, -1.0, f64::NAN] {
+        let options = FsdpOptions { gradient_divide_factor: Some(bad), ..FsdpOptions::default() };
+        let e = FullyShard::with_group(&vs, Arc::new(single_rank_group(None)), options).unwrap_err();
+        assert!(e.message().contains("gradient_divide_factor"), "{e}");
     }
 }
 

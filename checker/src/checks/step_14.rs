@@ -1,0 +1,383 @@
+//! Step 14 (beyond the DLI lab): fully sharded data parallel (FSDP). Judged from the
+//! step's two runs, the program with `--fsdp` and without it (DDP), on the same world,
+//! data and seeds for [`FSDP_STEPS`] steps: each rank holds about 1/N of the model,
+//! the weights gathered from the shards equal DDP's, and the collectives are FSDP's.
+use std::collections::BTreeMap;
+
+use lab_trace::event::{Collective, ParameterSummary, ParameterValues, ShardsHeld, TrainIndices, Weights};
+use lab_trace::Record;
+
+use super::{by_rank, events, id, malformed, Check, Finding, Needs};
+use labkit::report::grouped;
+
+use crate::observe::{FsdpRuns, Observation, FSDP_STEPS};
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: id::SHARDED_MEMORY,
+        step: 14,
+        observes: "what each rank of the --fsdp run holds, measured from its tensors: parameters, gradients, what the optimizer steps on, the most full parameters at once",
+        needs: Needs::Fsdp,
+        hint: "shard each block as it is built (fsdp.fully_shard(block, name)), then the root; keep FsdpOptions' reshard_after_forward; build the optimizer on fsdp.shards(), not on vs (guide: step 14)",
+        judge: sharded_memory,
+    },
+    Check {
+        id: id::EQUALS_DDP,
+        step: 14,
+        observes: "rank 0's weights after 3 steps with --fsdp (gathered from the shards) against the same run with DDP: each parameter's sum and 8 of its values",
+        needs: Needs::Fsdp,
+        hint: "FSDP must take DDP's step: gradients averaged over the ranks (leave FsdpOptions' gradient_divide_factor at None), the optimizer on fsdp.shards() (guide: step 14)",
+        judge: equals_ddp,
+    },
+    Check {
+        id: id::FSDP_COLLECTIVES,
+        step: 14,
+        observes: "the collectives each rank of the --fsdp run issues while training, against the sizes of its shards: all-gathers, reduce-scatters, all-reduces",
+        needs: Needs::Fsdp,
+        hint: "with --fsdp build no DistributedDataParallel: shard each block, then the root, and keep FsdpOptions' reshard_after_forward, so that a block is gathered before its forward and again before its backward (guide: step 14)",
+        judge: fsdp_collectives,
+    },
+];
+
+/// The runs, or the finding that they did not run.
+fn fsdp_runs<'a>(obs: &'a Observation, expected: &str) -> Result<&'a FsdpRuns, Option<Finding>> {
+    obs.fsdp
+        .as_ref()
+        .ok_or_else(|| Finding::missing("the runs with --fsdp and with DDP did not run", expected))
+}
+
+/// Each rank's last record of what it holds.
+fn last_held(trace: &[Record]) -> BTreeMap<usize, &ShardsHeld> {
+    by_rank::<ShardsHeld>(trace).into_iter().filter_map(|(rank, all)| Some((rank, *all.last()?))).collect()
+}
+
+/// How far above P/N a rank's shards may be: each parameter's padding to equal shards
+/// (at most world size - 1 rows of it; the narrow model's 8- and 10-row tensors on 3
+/// ranks are the worst, a few percent of the whole).
+const PADDING_ALLOWANCE: f64 = 1.25;
+
+const SHARDED_MEMORY_EXPECTED: &str = "every rank holds about 1/N of the parameters, of their gradients and of what the optimizer steps on (padding aside), each block sharded on its own, and never more full parameters at once than the root's and one block's";
+
+fn sharded_memory(obs: &Observation) -> Option<Finding> {
+    let runs = match fsdp_runs(obs, SHARDED_MEMORY_EXPECTED) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let Ok(trace) = runs.fsdp_trace.checked() else { return malformed(&runs.fsdp_trace) };
+    let world = runs.settings.world_size();
+    let held = last_held(trace);
+    if held.is_empty() {
+        return Finding::missing(
+            "no rank of the --fsdp run held shards: the model was not sharded (no dist::FullyShard, or no labkit::ShardedModel handed to the loop)",
+            SHARDED_MEMORY_EXPECTED,
+        );
+    }
+    let mut lines = Vec::new();
+    let mut ok = held.len() == world;
+    if held.len() != world {
+        lines.push(format!("only rank(s) {:?} of {world} held shards", held.keys().collect::<Vec<_>>()));
+    }
+    for (rank, h) in &held {
+        let fair = h.model_numel as f64 / world as f64;
+        let bound = (fair * PADDING_ALLOWANCE).ceil() as i64;
+        let share = |n: i64| 100.0 * n as f64 / h.model_numel.max(1) as f64;
+        let blocks: Vec<&str> =
+            h.units.iter().filter(|u| !u.prefix.is_empty()).map(|u| u.prefix.as_str()).collect();
+        let root = h.units.iter().filter(|u| u.prefix.is_empty()).map(|u| u.numel).sum::<i64>();
+        let largest_block =
+            h.units.iter().filter(|u| !u.prefix.is_empty()).map(|u| u.numel).max().unwrap_or(0);
+        let peak_bound = root + largest_block;
+        let mut line = format!(
+            "rank {rank}: {} of {} parameters ({:.1}%; 1/{world} is {:.1}%), gradients {}, optimizer {}, at most {} full at once ({:.1}%; the root and the largest block: {})",
+            grouped(h.shard_numel),
+            grouped(h.model_numel),
+            share(h.shard_numel),
+            100.0 / world as f64,
+            grouped(h.grad_numel),
+            grouped(h.optimizer_numel),
+            grouped(h.peak_unsharded_numel),
+            share(h.peak_unsharded_numel),
+            grouped(peak_bound)
+        );
+        let mut wrong = Vec::new();
+        if h.shard_numel > bound {
+            wrong.push(format!("its shards hold more than 1/{world} of the parameters"));
+        }
+        if h.grad_numel > bound {
+            wrong.push("it holds gradients of more than its shards".to_string());
+        }
+        if h.optimizer_numel > bound {
+            wrong.push(
+                "the optimizer steps on more than this rank's shards (built on vs, not fsdp.shards()?)"
+                    .into(),
+            );
+        }
+        let every_block = labkit::model::BLOCKS.iter().all(|b| blocks.contains(b));
+        if !every_block {
+            wrong.push(format!(
+                "blocks sharded on their own: {blocks:?}, not every one of {:?} (the model gathered whole, at once)",
+                labkit::model::BLOCKS
+            ));
+        }
+        if h.peak_unsharded_numel > peak_bound {
+            wrong.push(
+                "more full parameters at once than the root and one block: shards kept after forward".into(),
+            );
+        }
+        if !wrong.is_empty() {
+            ok = false;
+            line.push_str(&format!(": {}", wrong.join("; ")));
+        }
+        lines.push(line);
+    }
+    Finding::shown(ok, lines.join("\n"), SHARDED_MEMORY_EXPECTED)
+}
+
+/// Allowed difference between FSDP's and DDP's weights, per value.
+const TOLERANCE: f64 = 1e-5;
+
+const EQUALS_DDP_EXPECTED: &str =
+    "after the same steps on the same data, rank 0's weights gathered from the --fsdp run's shards equal the DDP run's to 1e-5";
+
+/// Rank 0's last recorded parameter values.
+fn last_values(trace: &[Record]) -> Option<&ParameterValues> {
+    events::<ParameterValues>(trace).into_iter().rev().find(|(r, _)| r.rank == Some(0)).map(|(_, v)| v)
+}
+
+/// The largest difference between two summaries of one parameter, per value (the
+/// sums' difference spread over the parameter's values).
+fn difference(a: &ParameterSummary, b: &ParameterSummary) -> f64 {
+    let sampled = a.sample.iter().zip(&b.sample).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let mean = (a.sum - b.sum).abs() / a.numel.max(1) as f64;
+    if a.sample.len() != b.sample.len() || a.numel != b.numel {
+        return f64::INFINITY;
+    }
+    // A NaN anywhere is a difference (f64::max would drop it).
+    if sampled.is_nan() || mean.is_nan() || a.sum.is_nan() != b.sum.is_nan() {
+        return f64::INFINITY;
+    }
+    sampled.max(mean)
+}
+
+fn equals_ddp(obs: &Observation) -> Option<Finding> {
+    let runs = match fsdp_runs(obs, EQUALS_DDP_EXPECTED) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let (Ok(fsdp), Ok(ddp)) = (runs.fsdp_trace.checked(), runs.ddp_trace.checked()) else {
+        let bad = if runs.fsdp_trace.checked().is_err() { &runs.fsdp_trace } else { &runs.ddp_trace };
+        return malformed(bad);
+    };
+    let Some(reference) = last_values(ddp) else {
+        return Finding::missing(
+            "rank 0 of the DDP run recorded no weights after training",
+            EQUALS_DDP_EXPECTED,
+        );
+    };
+    let Some(sharded) = last_values(fsdp) else {
+        return Finding::missing(
+            "rank 0 of the --fsdp run recorded no weights after training",
+            EQUALS_DDP_EXPECTED,
+        );
+    };
+    if !sharded.sharded {
+        return Finding::shown(
+            false,
+            "the --fsdp run's weights come from a whole replica on rank 0, not from shards: --fsdp did not shard the model",
+            EQUALS_DDP_EXPECTED,
+        );
+    }
+    let by_name: BTreeMap<&str, &ParameterSummary> =
+        sharded.parameters.iter().map(|p| (p.name.as_str(), p)).collect();
+    let missing: Vec<&str> =
+        reference.parameters.iter().map(|p| p.name.as_str()).filter(|n| !by_name.contains_key(n)).collect();
+    if !missing.is_empty() || by_name.len() != reference.parameters.len() {
+        return Finding::shown(
+            false,
+            format!(
+                "the --fsdp run's model has {} parameters, DDP's {}; DDP's not in it: {missing:?}",
+                by_name.len(),
+                reference.parameters.len()
+            ),
+            EQUALS_DDP_EXPECTED,
+        );
+    }
+    let (worst, name) = reference
+        .parameters
+        .iter()
+        .map(|p| (difference(p, by_name[p.name.as_str()]), p.name.as_str()))
+        .fold((0.0, ""), |best, next| if next.0 > best.0 { next } else { best });
+    let world = runs.settings.world_size();
+    let mut observed = format!(
+        "after {FSDP_STEPS} steps on {world} ranks, FSDP's weights differ from DDP's by at most {worst:.1e}"
+    );
+    if !name.is_empty() {
+        observed.push_str(&format!(" ({name})"));
+    }
+    if worst > TOLERANCE {
+        observed.push_str(&format!(": more than {TOLERANCE:e}"));
+    }
+    Finding::shown(worst <= TOLERANCE, observed, EQUALS_DDP_EXPECTED)
+}
+
+const FSDP_COLLECTIVES_EXPECTED: &str = "while training, for each block and step: an all-gather of its shards before its forward, another before its backward, then one reduce-scatter of its gradients (the root: one all-gather, one reduce-scatter); no all-reduce";
+
+/// What one unit did in a training window: `G` an all-gather, `S` a reduce-scatter.
+fn pattern(per_step: &str, steps: usize) -> String {
+    per_step.repeat(steps)
+}
+
+fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
+    let runs = match fsdp_runs(obs, FSDP_COLLECTIVES_EXPECTED) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let Ok(trace) = runs.fsdp_trace.checked() else { return malformed(&runs.fsdp_trace) };
+    let world = runs.settings.world_size() as i64;
+    let held = last_held(trace);
+    let mut ranks: Vec<usize> = trace.iter().filter_map(|r| r.rank).collect();
+    ranks.sort();
+    ranks.dedup();
+    if ranks.is_empty() {
+        return Finding::missing("the --fsdp run left no trace of any rank", FSDP_COLLECTIVES_EXPECTED);
+    }
+    let mut lines = Vec::new();
+    let mut ok = true;
+    for rank in ranks {
+        let records: Vec<&Record> = trace.iter().filter(|r| r.rank == Some(rank)).collect();
+        // The training windows: from an epoch's indices to its weights.
+        let mut windows: Vec<(usize, Vec<&Collective>)> = Vec::new();
+        let mut open: Option<(usize, Vec<&Collective>)> = None;
+        for record in &records {
+            if let Some(t) = record.get::<TrainIndices>() {
+                let steps = t.indices.len().div_ceil(runs.settings.batch_size.max(1));
+                open = Some((steps, Vec::new()));
+            } else if let Some(c) = record.get::<Collective>() {
+                if let Some((_, calls)) = open.as_mut() {
+                    calls.push(c);
+                }
+            } else if record.get::<Weights>().is_some() {
+                windows.extend(open.take());
+            }
+        }
+        if windows.is_empty() {
+            lines.push(format!("rank {rank}: no epoch of training in the trace"));
+            ok = false;
+            continue;
+        }
+        let all_reduces: Vec<i64> = windows
+            .iter()
+            .flat_map(|(_, calls)| calls.iter().filter(|c| c.op == "all_reduce").map(|c| c.numel))
+            .collect();
+        let gathers =
+            windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "all_gather_into_tensor").count();
+        let scatters =
+            windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "reduce_scatter_tensor").count();
+        let mut wrong = Vec::new();
+        if !all_reduces.is_empty() {
+            wrong.push(format!(
+                "{} all-reduce(s) while training, the largest of {} values (DDP's gradient buckets?)",
+                all_reduces.len(),
+                grouped(*all_reduces.iter().max().unwrap_or(&0))
+            ));
+        }
+        let Some(h) = held.get(&rank) else {
+            wrong.push("no sharded units recorded: the model was not sharded".into());
+            lines.push(format!(
+                "rank {rank}: {gathers} all-gather(s), {scatters} reduce-scatter(s); {}",
+                wrong.join("; ")
+            ));
+            ok = false;
+            continue;
+        };
+        for unit in &h.units {
+            let name = if unit.prefix.is_empty() { "the root" } else { unit.prefix.as_str() };
+            // Units of one size cannot be told apart by their calls: judged together.
+            let twins = h.units.iter().filter(|u| u.shard_numel == unit.shard_numel).count();
+            let per_step = if unit.prefix.is_empty() { "GS" } else { "GGS" };
+            for (steps, calls) in &windows {
+                let seen: String = calls
+                    .iter()
+                    .filter_map(|c| match c.op.as_str() {
+                        "all_gather_into_tensor" if c.numel == unit.shard_numel => Some('G'),
+                        "reduce_scatter_tensor" if c.numel == world * unit.shard_numel => Some('S'),
+                        _ => None,
+                    })
+                    .collect();
+                let expected = pattern(per_step, *steps);
+                let fine = if twins == 1 { seen == expected } else { seen.len() == expected.len() * twins };
+                if !fine {
+                    wrong.push(format!(
+                        "{name} ({} values per shard): {} in {steps} step(s), expected {}",
+                        grouped(unit.shard_numel),
+                        spell(&seen),
+                        spell(&expected)
+                    ));
+                    break;
+                }
+            }
+        }
+        let steps: usize = windows.iter().map(|(s, _)| s).sum();
+        let mut line = format!(
+            "rank {rank}: {gathers} all-gather(s) and {scatters} reduce-scatter(s) over {} unit(s) in {steps} training step(s), {} all-reduce(s)",
+            h.units.len(),
+            all_reduces.len()
+        );
+        if !wrong.is_empty() {
+            ok = false;
+            line.push_str(&format!(": {}", wrong.join("; ")));
+        }
+        lines.push(line);
+    }
+    Finding::shown(ok, lines.join("\n"), FSDP_COLLECTIVES_EXPECTED)
+}
+
+/// "GGS" as "all-gather, all-gather, reduce-scatter"; long ones cut.
+fn spell(calls: &str) -> String {
+    if calls.is_empty() {
+        return "nothing".into();
+    }
+    let words: Vec<&str> =
+        calls.chars().map(|c| if c == 'G' { "all-gather" } else { "reduce-scatter" }).collect();
+    if words.len() > 9 {
+        format!("{} ... ({} calls)", words[..9].join(", "), words.len())
+    } else {
+        words.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(name: &str, sum: f64, sample: Vec<f64>) -> ParameterSummary {
+        ParameterSummary { name: name.into(), numel: 100, sum, sample }
+    }
+
+    #[test]
+    fn differences_are_per_value_and_a_nan_is_one() {
+        let a = summary("w", 1.0, vec![0.5, 0.25]);
+        assert_eq!(difference(&a, &a), 0.0);
+        // The sums differ by 1e-5 over 100 values: 1e-7 per value, below the samples' 2e-7.
+        let near = summary("w", 1.0 + 1e-5, vec![0.5 + 2e-7, 0.25]);
+        let d = difference(&a, &near);
+        assert!((d - 2e-7).abs() < 1e-12, "{d}");
+        let far = summary("w", 1.0, vec![0.5, 0.26]);
+        assert!((difference(&a, &far) - 0.01).abs() < 1e-12);
+        // A difference the samples miss shows in the sum.
+        let elsewhere = summary("w", 1.1, vec![0.5, 0.25]);
+        assert!((difference(&a, &elsewhere) - 1e-3).abs() < 1e-12);
+        let nan = summary("w", f64::NAN, vec![f64::NAN, 0.25]);
+        assert_eq!(difference(&a, &nan), f64::INFINITY);
+        let shorter = summary("w", 1.0, vec![0.5]);
+        assert_eq!(difference(&a, &shorter), f64::INFINITY);
+    }
+
+    #[test]
+    fn patterns_read_as_calls() {
+        assert_eq!(pattern("GGS", 2), "GGSGGS");
+        assert_eq!(spell("GGS"), "all-gather, all-gather, reduce-scatter");
+        assert_eq!(spell(""), "nothing");
+        assert!(spell(&"GS".repeat(10)).ends_with("(20 calls)"));
+    }
+}
