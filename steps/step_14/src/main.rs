@@ -60,8 +60,9 @@ struct Args {
 fn main() -> ExitCode {
     let mut args = Args::parse();
     args.run.apply();
-    // A node outside the job is an error before anything starts.
-    labkit::check_node_id(args.node_id, args.num_nodes);
+    // A node outside the job, or one that cannot place its ranks on the devices asked
+    // for, is an error before anything starts.
+    args.run.check_node(args.node_id, args.num_nodes, args.num_gpus);
     // One rank per GPU on every node; rank 0's store at the lab's localhost:9956,
     // unless the environment (MASTER_ADDR, MASTER_PORT) says otherwise.
     args.world_size = args.num_nodes * args.num_gpus;
@@ -79,7 +80,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     // Ranks are numbered across nodes: node 0 holds ranks 0..num_gpus, node 1 the next
     // num_gpus, and so on.
     let global_rank = args.node_id * args.num_gpus + local_rank;
-    let backend = args.run.backend(local_rank);
+    let backend = args.run.backend(args.num_gpus);
     dist::init_process_group(
         backend,
         dist::InitOptions {
@@ -91,7 +92,7 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     )?;
 
     // Each rank computes on its own device: the GPU its local rank names, or the CPU.
-    let device = args.run.device.for_local_rank(local_rank);
+    let device = args.run.device_for(local_rank, args.num_gpus);
 
     let data = args.run.dataset_options();
     // One download per node: local rank 0 fetches (or generates) the files while the
