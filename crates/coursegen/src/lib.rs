@@ -32,6 +32,8 @@ pub const STEPS: &[&str] = &[
     "the program spawns its own ranks",
     "the quick evaluation",
     "checkpoint and resume",
+    "Model and pipeline parallelism",
+    "Fully sharded data parallel (FSDP)",
 ];
 
 /// The last step of NVIDIA's DLI lab, which this course ports: its solution is the

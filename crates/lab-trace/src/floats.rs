@@ -11,6 +11,10 @@ pub fn float<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(nan_if_null(Option::deserialize(d)?))
 }
 
+pub fn floats<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    Ok(Vec::<Option<f64>>::deserialize(d)?.into_iter().map(nan_if_null).collect())
+}
+
 pub fn optional_floats<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f64>>, D::Error> {
     Ok(Option::<Vec<Option<f64>>>::deserialize(d)?.map(|v| v.into_iter().map(nan_if_null).collect()))
 }

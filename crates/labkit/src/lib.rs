@@ -6,7 +6,8 @@
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`), `console` (the lines about processes), `dataset` (the lab's
-//! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
+//! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`);
+//! `pipeline` (the model cut into stages: `train_pipeline`, `test_pipeline`).
 #![warn(missing_docs)]
 pub mod checkpoint;
 mod console;
@@ -21,6 +22,7 @@ pub mod model;
 mod options;
 mod parsers;
 pub mod perf;
+mod pipeline;
 pub mod probes;
 pub mod report;
 mod rng;
@@ -47,6 +49,9 @@ pub use model::{parameter_count, Block, ModelSettings, Norm, WideResNet};
 pub use options::{check_gpus, check_node_id, DeviceChoice, GpuRequest, RunOptions};
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
+pub use pipeline::{
+    check_pipeline, pipeline_refusal, stage_layers, test_pipeline, train_pipeline, Bubble, PipelineRequest,
+};
 pub use probes::{
     EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, INIT_SEED_ENV, SLOW_PREPARE_DELAY,
     SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, SLOW_SAVE_DELAY, SLOW_SAVE_ENV, STALL_RANK_ENV,
