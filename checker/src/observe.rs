@@ -131,6 +131,37 @@ pub struct Observation {
     /// Step 12 on: a run stopped and resumed, and the same run never stopped.
     #[serde(default)]
     pub resume: Option<ResumeRuns>,
+    /// Step 13 on: the model cut into stages, one per rank (`--pipeline`).
+    #[serde(default)]
+    pub pipeline: Option<PipelineRuns>,
+}
+
+/// Step 13's runs, on the main run's world, every rank seeded alike (`--seed`, so that
+/// each stage starts from the uncut model's weights): the pipeline trained with
+/// micro-batches; and one step of it with a single micro-batch (BatchNorm then
+/// normalises over the batch, as the uncut model does) beside the same step of the
+/// uncut model on one rank, dropout off in both.
+#[derive(Serialize, Deserialize)]
+pub struct PipelineRuns {
+    /// The pipelined run's settings.
+    pub settings: Variation,
+    /// Its `--micro-batches`.
+    pub micro_batches: usize,
+    pub pipelined: Vec<RankProcess>,
+    pub pipelined_trace: Trace,
+    /// The one-step comparison's settings (its world is the main run's).
+    pub step_settings: Variation,
+    pub cut: Vec<RankProcess>,
+    pub cut_trace: Trace,
+    pub uncut: Vec<RankProcess>,
+    pub uncut_trace: Trace,
+}
+
+impl PipelineRuns {
+    /// Every process of the three runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        self.pipelined.iter().chain(&self.cut).chain(&self.uncut)
+    }
 }
 
 /// The runs that must end with the same weights (step 12): one trains every epoch,
@@ -313,6 +344,10 @@ fn observe_runs(
         phase("stopping a run after epoch 0 and resuming it");
         resume_runs(step, bin, v, setup)
     });
+    let pipeline = (step >= 13).then(|| {
+        phase("training the model cut into stages (--pipeline), and one step of it beside the uncut model");
+        pipeline_runs(step, bin, v, setup)
+    });
 
     if step >= 1 {
         phase("checking --help and a bad option value");
@@ -336,6 +371,48 @@ fn observe_runs(
         downloads: None,
         equivalence,
         resume,
+        pipeline,
+    }
+}
+
+/// The micro-batches of step 13's pipelined run: 4 per batch of 16.
+pub const PIPELINE_MICRO_BATCHES: usize = 4;
+
+/// Step 13's runs (see [`PipelineRuns`]), side by side on their own ports.
+fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> PipelineRuns {
+    // Three batches and two epochs: the bubble of a few steps, the epoch lines.
+    let settings = Variation { train_subset: 3 * v.batch_size, epochs: 2, ..v.clone() };
+    let step_settings = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+    let uncut_settings = Variation { nodes: 1, ranks_per_node: 1, ..step_settings.clone() };
+    let seed = ["--seed".to_string(), v.init_seed.to_string()];
+    let pipeline_args = |micro_batches: usize| -> Vec<String> {
+        let mut args = vec!["--pipeline".into(), "--micro-batches".into(), micro_batches.to_string()];
+        args.extend(seed.iter().cloned());
+        args
+    };
+    let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
+    let ((pipelined, pipelined_trace, _), (cut, cut_trace, _), (uncut, uncut_trace, _)) =
+        std::thread::scope(|scope| {
+            let pipelined = scope
+                .spawn(|| run_job(step, bin, &settings, setup, Job::Pipeline("pipelined"), &pipelined_args));
+            let cut = scope.spawn(|| run_job(step, bin, &step_settings, setup, Job::Pipeline("cut"), &cut_args));
+            let uncut = run_job(step, bin, &uncut_settings, setup, Job::Pipeline("uncut"), &seed);
+            (
+                pipelined.join().expect("the pipelined run's thread"),
+                cut.join().expect("the cut run's thread"),
+                uncut,
+            )
+        });
+    PipelineRuns {
+        settings,
+        micro_batches: PIPELINE_MICRO_BATCHES,
+        pipelined,
+        pipelined_trace,
+        step_settings,
+        cut,
+        cut_trace,
+        uncut,
+        uncut_trace,
     }
 }
 
@@ -454,6 +531,23 @@ enum Job {
     Equivalence(&'static str),
     /// Step 12's stopped, resumed and uninterrupted runs.
     Resume(&'static str),
+    /// Step 13's runs: "pipelined", "cut" (one step) and "uncut" (the same step).
+    Pipeline(&'static str),
+}
+
+impl Job {
+    /// Dropout off: the comparisons (only the pipelined run of step 13 trains as
+    /// students run it).
+    fn dropout_off(self) -> bool {
+        !matches!(self, Job::Main | Job::Pipeline("pipelined"))
+    }
+
+    /// Every rank seeded apart by the checker (`INIT_SEED_ENV` + local rank), so that
+    /// DDP must broadcast rank 0's weights; not in step 13's runs, whose stages must
+    /// start from the uncut model's weights (they pass `--seed`).
+    fn ranks_seeded_apart(self) -> bool {
+        !matches!(self, Job::Pipeline(_))
+    }
 }
 
 /// Starts the program as step `step` needs (one process per rank before step 10, one
@@ -471,6 +565,7 @@ fn run_job(
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
         Job::Resume(name) => format!("{name}-"),
+        Job::Pipeline(name) => format!("pipeline-{name}-"),
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
@@ -480,10 +575,10 @@ fn run_job(
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node);
         args.extend(extra.iter().cloned());
-        let mut env: Vec<(String, String)> = vec![
-            (lab_trace::TRACE_ENV.into(), trace_dir.display().to_string()),
-            (labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()),
-        ];
+        let mut env: Vec<(String, String)> = vec![(lab_trace::TRACE_ENV.into(), trace_dir.display().to_string())];
+        if job.ranks_seeded_apart() {
+            env.push((labkit::INIT_SEED_ENV.into(), v.init_seed.to_string()));
+        }
         match port {
             Some(p) => {
                 env.push((tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()));
@@ -507,8 +602,7 @@ fn run_job(
             // A rank that loads without waiting for rank 0's write then always reads too early.
             env.push((labkit::SLOW_SAVE_ENV.into(), "1".into()));
         }
-        if !main {
-            // Dropout off (both comparisons).
+        if job.dropout_off() {
             env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
         }
         match (&setup.mirror, step >= 5 && main) {

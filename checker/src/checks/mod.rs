@@ -36,6 +36,8 @@ mod step_09;
 mod step_10;
 mod step_11;
 mod step_12;
+mod step_13;
+mod step_14;
 
 pub use step_00::build_failed;
 
@@ -71,6 +73,9 @@ pub mod id {
     pub const ONE_WRITER: &str = "one-writer";
     pub const READ_AFTER_WHOLE: &str = "read-after-whole";
     pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
+    pub const OWN_STAGE: &str = "own-stage";
+    pub const EQUALS_UNCUT: &str = "equals-uncut";
+    pub const BUBBLE_REPORTED: &str = "bubble-reported";
 }
 
 /// One check of the lab.
@@ -99,6 +104,8 @@ pub enum Needs {
     QuickRun,
     /// The runs stopped and resumed, and the uninterrupted one (step 12).
     Resume,
+    /// The pipeline's runs and the uncut model's step beside them (step 13).
+    Pipeline,
 }
 
 /// What the evidence shows.
@@ -207,6 +214,8 @@ pub static REGISTRY: [&[Check]; coursegen::STEPS.len()] = [
     step_10::CHECKS,
     step_11::CHECKS,
     step_12::CHECKS,
+    step_13::CHECKS,
+    step_14::CHECKS,
 ];
 
 /// The ids of the checks step `step` introduces.
@@ -273,6 +282,10 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
         Needs::Resume => match &obs.resume {
             Some(runs) => runs.processes().map(|p| &p.ended).collect(),
             None => return Some("the stopped and resumed runs did not run".into()),
+        },
+        Needs::Pipeline => match &obs.pipeline {
+            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
+            None => return Some("the pipeline's runs did not run".into()),
         },
     };
     let failed = processes.into_iter().find(|e| !e.success())?;
@@ -373,6 +386,7 @@ mod tests {
             quick_run: (step >= 11).then(not_started),
             equivalence: None,
             resume: None,
+            pipeline: None,
             downloads: (step >= 5).then(BTreeMap::new),
         }
     }
