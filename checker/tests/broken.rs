@@ -88,3 +88,11 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
     assert!(step7.starts_with("???? step  7 matches-single-rank: could not judge: "), "{}", v.output());
     assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
 }
+
+#[test]
+fn a_whole_model_beside_the_stage_fails_own_stage() {
+    // Every rank still computes only its stage, so training goes on as it should: the
+    // mistake shows in what each rank holds, and in the first step's weights, which
+    // count the whole model's untrained parameters too.
+    fails_on("whole-model-beside-stage", "own-stage", &["equals-uncut"]);
+}

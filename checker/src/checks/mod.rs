@@ -37,7 +37,6 @@ mod step_10;
 mod step_11;
 mod step_12;
 mod step_13;
-mod step_14;
 
 pub use step_00::build_failed;
 
@@ -215,7 +214,6 @@ pub static REGISTRY: [&[Check]; coursegen::STEPS.len()] = [
     step_11::CHECKS,
     step_12::CHECKS,
     step_13::CHECKS,
-    step_14::CHECKS,
 ];
 
 /// The ids of the checks step `step` introduces.

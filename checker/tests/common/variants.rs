@@ -119,4 +119,10 @@ pub const VARIANTS: &[Variant] = &[
         from: "            dist::barrier()?;\n            labkit::load_checkpoint(&args.run, &vs, device)?;",
         to: "            labkit::load_checkpoint(&args.run, &vs, device)?;",
     },
+    Variant {
+        step: 13,
+        name: "whole-model-beside-stage",
+        from: "    let layers = labkit::stage_layers(global_rank, args.world_size);\n",
+        to: "    let _model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);\n    let layers = labkit::stage_layers(global_rank, args.world_size);\n",
+    },
 ];

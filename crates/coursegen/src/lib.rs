@@ -33,7 +33,6 @@ pub const STEPS: &[&str] = &[
     "the quick evaluation",
     "checkpoint and resume",
     "Model and pipeline parallelism",
-    "Fully sharded data parallel (FSDP)",
 ];
 
 /// The last step of NVIDIA's DLI lab, which this course ports: its solution is the
