@@ -128,10 +128,7 @@ fn own_stage(obs: &Observation) -> Option<Finding> {
     }
     let model = model_parameters();
     let whole: Vec<String> = labkit::model::LAYERS.iter().map(|l| l.to_string()).collect();
-    let observed = format!(
-        "{}; together {total} values of the uncut model's {model}",
-        described.join(", ")
-    );
+    let observed = format!("{}; together {total} values of the uncut model's {model}", described.join(", "));
     Finding::shown(right_ranks && layers_in_order == whole && total == model, observed, OWN_STAGE_EXPECTED)
 }
 
@@ -140,7 +137,10 @@ const EQUALS_UNCUT_EXPECTED: &str =
 
 /// The first step of each rank of a trace, by rank.
 fn first_steps(trace: &[Record]) -> BTreeMap<usize, &FirstStep> {
-    by_rank::<FirstStep>(trace).into_iter().filter_map(|(rank, steps)| Some((rank, *steps.first()?))).collect()
+    by_rank::<FirstStep>(trace)
+        .into_iter()
+        .filter_map(|(rank, steps)| Some((rank, *steps.first()?)))
+        .collect()
 }
 
 fn equals_uncut(obs: &Observation) -> Option<Finding> {
@@ -219,7 +219,8 @@ fn bubble_reported(obs: &Observation) -> Option<Finding> {
     let mut measured = Vec::new();
     for (rank, per_epoch) in &epochs {
         for e in per_epoch {
-            let schedule = e.stages == stages && e.micro_batches == m && (e.ideal_bubble - ideal).abs() < 1e-12;
+            let schedule =
+                e.stages == stages && e.micro_batches == m && (e.ideal_bubble - ideal).abs() < 1e-12;
             let share = e.bubble.is_finite() && (0.0..1.0).contains(&e.bubble) && e.steps > 0;
             let consistent = e.busy <= e.total && (e.bubble - (1.0 - e.busy / e.total)).abs() < 1e-9;
             if !(schedule && share && consistent) {
@@ -241,9 +242,5 @@ fn bubble_reported(obs: &Observation) -> Option<Finding> {
         100.0 * ideal,
         if wrong.is_empty() { String::new() } else { format!("; inconsistent: {}", wrong.join("; ")) }
     );
-    Finding::shown(
-        ranks_measured && wrong.is_empty() && printed == trained_epochs,
-        observed,
-        BUBBLE_EXPECTED,
-    )
+    Finding::shown(ranks_measured && wrong.is_empty() && printed == trained_epochs, observed, BUBBLE_EXPECTED)
 }

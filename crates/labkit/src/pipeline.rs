@@ -87,7 +87,8 @@ pub fn pipeline_refusal(request: PipelineRequest, run: &RunOptions) -> Option<St
     }
     if run.amp != Amp::Off || run.channels_last {
         return Some(
-            "--amp and --channels-last do not apply to the pipeline's stages: leave them out with --pipeline".into(),
+            "--amp and --channels-last do not apply to the pipeline's stages: leave them out with --pipeline"
+                .into(),
         );
     }
     None
