@@ -73,7 +73,7 @@ fn runs_or<'o>(obs: &'o Observation, expected: &str) -> Result<&'o PipelineRuns,
 }
 
 /// The trace's records, or the finding for a malformed one.
-fn records<'t>(trace: &'t Trace) -> Result<&'t [Record], Option<Finding>> {
+fn records(trace: &Trace) -> Result<&[Record], Option<Finding>> {
     trace.checked().map_err(|_| malformed(trace))
 }
 
