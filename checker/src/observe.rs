@@ -340,13 +340,21 @@ fn observe_runs(
         });
         Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
     });
-    let resume = (step >= 12).then(|| {
-        phase("stopping a run after epoch 0 and resuming it");
-        resume_runs(step, bin, v, setup)
-    });
-    let pipeline = (step >= 13).then(|| {
-        phase("training the model cut into stages (--pipeline), and one step of it beside the uncut model");
-        pipeline_runs(step, bin, v, setup)
+    // Step 13's runs beside step 12's (their own ports and directories): most of each
+    // run is start-up and rendezvous, which overlap well.
+    let (resume, pipeline) = std::thread::scope(|scope| {
+        let pipeline = (step >= 13).then(|| scope.spawn(|| pipeline_runs(step, bin, v, setup)));
+        let resume = (step >= 12).then(|| {
+            phase(
+                "stopping a run after epoch 0 and resuming it (and, from step 13, the model cut into stages)",
+            );
+            resume_runs(step, bin, v, setup)
+        });
+        let pipeline = pipeline.map(|runs| {
+            phase("finishing the pipeline's runs (--pipeline, and one step of it beside the uncut model)");
+            runs.join().expect("the pipeline runs' thread")
+        });
+        (resume, pipeline)
     });
 
     if step >= 1 {
