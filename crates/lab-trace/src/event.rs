@@ -344,13 +344,13 @@ pub struct FirstStep {
     pub loss: Option<f64>,
     /// Every parameter the optimizer steps, in the order it holds them (the order they
     /// were built: a pipeline's stages in turn give the uncut model's order).
-    pub parameters: Vec<ParameterValues>,
+    pub parameters: Vec<StepParameter>,
 }
 
 /// Float values of one parameter tensor: enough to tell two sets of weights that agree
 /// to 1e-5 from two that do not, without writing every value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ParameterValues {
+pub struct StepParameter {
     /// Its shape.
     pub shape: Vec<i64>,
     /// Its Euclidean norm.

@@ -158,12 +158,12 @@ pub fn record_first_step(loss: Option<f64>, tensors: &[Tensor]) {
     if !enabled() {
         return;
     }
-    record(event::FirstStep { loss, parameters: parameter_values(tensors) });
+    record(event::FirstStep { loss, parameters: step_parameters(tensors) });
 }
 
-/// Float values of each tensor (see [`event::ParameterValues`]): its shape, its norm
+/// Float values of each tensor (see [`event::StepParameter`]): its shape, its norm
 /// and 16 values at evenly spaced positions.
-pub fn parameter_values(tensors: &[Tensor]) -> Vec<event::ParameterValues> {
+pub fn step_parameters(tensors: &[Tensor]) -> Vec<event::StepParameter> {
     const SAMPLES: i64 = 16;
     tch::no_grad(|| {
         tensors
@@ -173,7 +173,7 @@ pub fn parameter_values(tensors: &[Tensor]) -> Vec<event::ParameterValues> {
                 let n = flat.numel() as i64;
                 let k = SAMPLES.min(n);
                 let samples = (0..k).map(|i| flat.double_value(&[i * n / k])).collect();
-                event::ParameterValues { shape: t.size(), norm: flat.norm().double_value(&[]), samples }
+                event::StepParameter { shape: t.size(), norm: flat.norm().double_value(&[]), samples }
             })
             .collect()
     })
