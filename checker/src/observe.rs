@@ -159,9 +159,40 @@ pub struct Observation {
     /// Step 12 on: a run stopped and resumed, and the same run never stopped.
     #[serde(default)]
     pub resume: Option<ResumeRuns>,
+    /// Step 13 on: the model cut into stages, one per rank (`--pipeline`).
+    #[serde(default)]
+    pub pipeline: Option<PipelineRuns>,
     /// Step 14 on: the program with `--fsdp` and without (DDP), on the same data.
     #[serde(default)]
     pub fsdp: Option<FsdpRuns>,
+}
+
+/// Step 13's runs, on the main run's world, every rank seeded alike (`--seed`, so that
+/// each stage starts from the uncut model's weights): the pipeline trained with
+/// micro-batches; and one step of it with a single micro-batch (BatchNorm then
+/// normalises over the batch, as the uncut model does) beside the same step of the
+/// uncut model on one rank, dropout off in both.
+#[derive(Serialize, Deserialize)]
+pub struct PipelineRuns {
+    /// The pipelined run's settings.
+    pub settings: Variation,
+    /// Its `--micro-batches`.
+    pub micro_batches: usize,
+    pub pipelined: Vec<RankProcess>,
+    pub pipelined_trace: Trace,
+    /// The one-step comparison's settings (its world is the main run's).
+    pub step_settings: Variation,
+    pub cut: Vec<RankProcess>,
+    pub cut_trace: Trace,
+    pub uncut: Vec<RankProcess>,
+    pub uncut_trace: Trace,
+}
+
+impl PipelineRuns {
+    /// Every process of the three runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        self.pipelined.iter().chain(&self.cut).chain(&self.uncut)
+    }
 }
 
 /// Step 14's two runs: the same program, world, data and seeds, with `--fsdp` and
@@ -358,9 +389,21 @@ fn observe_runs(
         });
         Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
     });
-    let resume = (step >= 12).then(|| {
-        phase("stopping a run after epoch 0 and resuming it");
-        resume_runs(step, bin, v, setup)
+    // Step 13's runs beside step 12's (their own ports and directories): most of each
+    // run is start-up and rendezvous, which overlap well.
+    let (resume, pipeline) = std::thread::scope(|scope| {
+        let pipeline = (step >= 13).then(|| scope.spawn(|| pipeline_runs(step, bin, v, setup)));
+        let resume = (step >= 12).then(|| {
+            phase(
+                "stopping a run after epoch 0 and resuming it (and, from step 13, the model cut into stages)",
+            );
+            resume_runs(step, bin, v, setup)
+        });
+        let pipeline = pipeline.map(|runs| {
+            phase("finishing the pipeline's runs (--pipeline, and one step of it beside the uncut model)");
+            runs.join().expect("the pipeline runs' thread")
+        });
+        (resume, pipeline)
     });
     let fsdp = (step >= 14).then(|| {
         phase("training with --fsdp and with DDP on the same data");
@@ -390,6 +433,46 @@ fn observe_runs(
         equivalence,
         resume,
         fsdp,
+        pipeline,
+    }
+}
+
+/// The micro-batches of step 13's pipelined run: 4 per batch of 16.
+pub const PIPELINE_MICRO_BATCHES: usize = 4;
+
+/// Step 13's runs (see [`PipelineRuns`]), side by side on their own ports.
+fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> PipelineRuns {
+    // Three batches and two epochs: the bubble of a few steps, the epoch lines.
+    let settings = Variation { train_subset: 3 * v.batch_size, epochs: 2, ..v.clone() };
+    let step_settings = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
+    let uncut_settings = Variation { nodes: 1, ranks_per_node: 1, ..step_settings.clone() };
+    let pipeline_args = |micro_batches: usize| -> Vec<String> {
+        vec!["--pipeline".into(), "--micro-batches".into(), micro_batches.to_string()]
+    };
+    let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
+    let ((pipelined, pipelined_trace, _), (cut, cut_trace, _), (uncut, uncut_trace, _)) =
+        std::thread::scope(|scope| {
+            let pipelined = scope
+                .spawn(|| run_job(step, bin, &settings, setup, Job::Pipeline("pipelined"), &pipelined_args));
+            let cut =
+                scope.spawn(|| run_job(step, bin, &step_settings, setup, Job::Pipeline("cut"), &cut_args));
+            let uncut = run_job(step, bin, &uncut_settings, setup, Job::Pipeline("uncut"), &[]);
+            (
+                pipelined.join().expect("the pipelined run's thread"),
+                cut.join().expect("the cut run's thread"),
+                uncut,
+            )
+        });
+    PipelineRuns {
+        settings,
+        micro_batches: PIPELINE_MICRO_BATCHES,
+        pipelined,
+        pipelined_trace,
+        step_settings,
+        cut,
+        cut_trace,
+        uncut,
+        uncut_trace,
     }
 }
 
@@ -529,6 +612,23 @@ enum Job {
     /// the same masks from the same seeds) and per-rank BatchNorm, whose collectives
     /// would mix with FSDP's.
     Fsdp(&'static str),
+    /// Step 13's runs: "pipelined", "cut" (one step) and "uncut" (the same step).
+    Pipeline(&'static str),
+}
+
+impl Job {
+    /// Dropout off: the comparisons (the pipelined run of step 13 trains as students run
+    /// it; step 14's runs keep dropout on, both drawing the same masks from the same seeds).
+    fn dropout_off(self) -> bool {
+        !matches!(self, Job::Main | Job::Fsdp(_) | Job::Pipeline("pipelined"))
+    }
+
+    /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),
+    /// so that DDP must broadcast rank 0's weights; not in step 13's runs, whose stages
+    /// must start from the uncut model's weights (`--seed` alone).
+    fn ranks_seeded_apart(self) -> bool {
+        !matches!(self, Job::Pipeline(_))
+    }
 }
 
 /// Starts the program as step `step` needs (one process per rank before step 10, one
@@ -546,6 +646,7 @@ fn run_job(
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
         Job::Resume(name) => format!("{name}-"),
+        Job::Pipeline(name) => format!("pipeline-{name}-"),
         Job::Fsdp(name) => format!("{name}-"),
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
@@ -557,10 +658,11 @@ fn run_job(
         let mut args = common_args(step, v, node);
         args.extend(["--seed".into(), v.program_seed.to_string()]);
         args.extend(extra.iter().cloned());
-        let mut env: Vec<(String, String)> = vec![
-            (lab_trace::TRACE_ENV.into(), trace_dir.display().to_string()),
-            (labkit::SEED_PER_RANK_ENV.into(), "1".into()),
-        ];
+        let mut env: Vec<(String, String)> =
+            vec![(lab_trace::TRACE_ENV.into(), trace_dir.display().to_string())];
+        if job.ranks_seeded_apart() {
+            env.push((labkit::SEED_PER_RANK_ENV.into(), "1".into()));
+        }
         if let Some(own) = node_gpus(node, v.nodes, gpus()) {
             env.push(("CUDA_VISIBLE_DEVICES".into(), visible_devices(own)));
         }
@@ -587,8 +689,7 @@ fn run_job(
             // A rank that loads without waiting for rank 0's write then always reads too early.
             env.push((labkit::SLOW_SAVE_ENV.into(), "1".into()));
         }
-        if !main && !matches!(job, Job::Fsdp(_)) {
-            // Dropout off (both comparisons).
+        if job.dropout_off() {
             env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
         }
         match (&setup.mirror, step >= 5 && main) {

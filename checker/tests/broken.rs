@@ -90,6 +90,22 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
     assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
 }
 
+/// Unsandboxed: in the sandbox every run has a work directory of its own, so step 12's
+/// resumed run never finds the stopped run's checkpoint and `resume-equals-uninterrupted`
+/// fails whatever the program (a defect of step 12's runs, not of this variant).
+#[test]
+fn a_whole_model_beside_the_stage_fails_own_stage() {
+    // Every rank still computes only its stage, so training goes on as it should: the
+    // mistake shows in what each rank holds, and in the first step's weights, which
+    // count the whole model's untrained parameters too.
+    let variant = named("whole-model-beside-stage");
+    let args = ["verify", "step", "13", "--seed", "4242", "--unsandboxed", "--crate"];
+    let v = checker_with(&args, &[&variant.crate_dir()]);
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert_eq!(v.failed(), ["own-stage", "equals-uncut"], "{}", v.output());
+    assert!(v.stdout.contains("together 695112 values of the uncut model's 173778"), "{}", v.output());
+}
+
 /// FSDP whose reduce-scatter is not divided by the world size: each step is N times
 /// DDP's. The checker's runs with `--fsdp` and with DDP, on the same data and seeds,
 /// tell them apart by the weights; what each rank holds and the collectives are right.

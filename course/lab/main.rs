@@ -74,19 +74,28 @@ struct Args {
     sync_batch_norm: bool,
     //@ end
     //@ step 13
+    /// Model parallelism: cut the model into one stage per rank and train it as a
+    /// pipeline (GPipe), instead of a whole model per rank under DDP.
+    #[arg(long)]
+    pipeline: bool,
+    /// With --pipeline: micro-batches each batch is split into (1: plain model
+    /// parallelism, one stage at work at a time).
+    #[arg(long, default_value_t = 4, value_parser = labkit::positive)]
+    micro_batches: usize,
     //@ todo
-    //| // TODO Step 13: model and pipeline parallelism (written on its own branch).
+    //| // TODO Step 13: add the options --pipeline (train the model cut into one stage per
+    //| // rank) and --micro-batches N (default 4; 1 is plain model parallelism).
     //@ end
     //@ step 14
     /// Shard the model over the ranks (FSDP) instead of a whole replica on each (DDP);
-    /// not with checkpoints (--save-every, --resume).
-    #[arg(long, conflicts_with_all = ["save_every", "resume"])]
+    /// not with checkpoints (--save-every, --resume) nor --pipeline.
+    #[arg(long, conflicts_with_all = ["save_every", "resume", "pipeline"])]
     fsdp: bool,
     //@ todo
     //| // TODO Step 14: --fsdp is parsed, but the model is not sharded yet (see worker).
     //| /// Shard the model over the ranks (FSDP) instead of a whole replica on each (DDP);
-    //| /// not with checkpoints (--save-every, --resume).
-    //| #[arg(long, conflicts_with_all = ["save_every", "resume"])]
+    //| /// not with checkpoints (--save-every, --resume) nor --pipeline.
+    //| #[arg(long, conflicts_with_all = ["save_every", "resume", "pipeline"])]
     //| #[allow(dead_code)]
     //| fsdp: bool,
     //@ end
@@ -130,6 +139,22 @@ fn main() -> ExitCode {
     //| // TODO Step 2: compute the world size (how many ranks in the whole job) and the
     //| // rendezvous address (the lab's localhost:9956, unless MASTER_ADDR and MASTER_PORT
     //| // are set), and announce them with labkit::announce_world.
+    //@ end
+    //@ step 13
+    // A pipeline needs a stage per rank, at least two; what its ranks cannot share
+    // (one checkpoint of a whole model, SyncBatchNorm) is refused before any rank starts.
+    if args.pipeline {
+        let request = labkit::PipelineRequest {
+            stages: args.world_size,
+            micro_batches: args.micro_batches,
+            batch_size: args.batch_size,
+            sync_batch_norm: args.sync_batch_norm,
+        };
+        labkit::check_pipeline(request, &args.run);
+    }
+    //@ todo
+    //| // TODO Step 13: with --pipeline, refuse what a pipeline cannot run before any rank
+    //| // starts (labkit::check_pipeline).
     //@ end
     //@ step 10
     // This invocation starts num_gpus copies of itself, one per local rank, and waits
@@ -212,6 +237,19 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     //| labkit::prepare_dataset(&data)?;
     //@ end
     let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
+    //@ step 13
+    // --pipeline: each rank holds one stage of the model, not a whole model.
+    if args.pipeline {
+        return pipeline(&args, global_rank, device, &train_set, &test_set);
+    }
+    //@ todo
+    //| // TODO Step 13: with --pipeline, train the model cut into stages instead, in a
+    //| // function of its own: every rank walks the same batches (no split among ranks);
+    //| // rank r builds only stage r (labkit::stage_layers, labkit::WideResNet::stage), no
+    //| // DDP; a dist::Pipeline with --micro-batches; each epoch labkit::train_pipeline and
+    //| // labkit::test_pipeline, whose loss and accuracy only the last stage holds: every
+    //| // rank needs them. Rank 0 prints the epoch line and the bubble.
+    //@ end
 
     //@ step 6
     // Each rank trains and validates on its own share of the data.
@@ -404,3 +442,72 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     //@ end
     Ok(())
 }
+//@ step 13
+
+/// `--pipeline`: the model cut into stages, one per rank, trained as a pipeline of
+/// micro-batches (GPipe) instead of under DDP.
+fn pipeline(
+    args: &Args,
+    global_rank: usize,
+    device: tch::Device,
+    train_set: &labkit::data::Split,
+    test_set: &labkit::data::Split,
+) -> labkit::Result<()> {
+    // Every rank walks the same batches in the same order (a sampler over a world of
+    // one): the first stage needs their images, the last their labels.
+    let loader_options = LoaderOptions { batch_size: args.batch_size, device };
+    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), 1, 0)?;
+    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), 1, 0)?;
+    let mut train_loader = DataLoader::new(train_set, train_sampler, loader_options);
+    let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);
+
+    // Rank r builds stage r alone: its layers, with the uncut model's names and initial
+    // values. Its optimizer steps only them.
+    let vs = nn::VarStore::new(device);
+    let layers = labkit::stage_layers(global_rank, args.world_size);
+    let stage = labkit::WideResNet::stage(&vs.root(), &args.run, labkit::Norm::BatchNorm, layers);
+    let pipeline = dist::Pipeline::new(stage, dist::default_group()?, args.micro_batches)?;
+    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        train_loader.sampler.set_epoch(epoch as u64);
+        let t0 = Instant::now();
+        let bubble = labkit::train_pipeline(&pipeline, &mut optimizer, &mut train_loader)?;
+        dist::barrier()?;
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        // Every rank trained on the same images: the job's throughput is one rank's.
+        let images_per_sec = labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+
+        // Only the last stage computes the loss and accuracy: it hands them to every rank.
+        let (accuracy, loss) = labkit::test_pipeline(&pipeline, &mut test_loader)?.unwrap_or_default();
+        let mut metrics = tch::Tensor::from_slice(&[accuracy, loss]).to_device(device);
+        dist::broadcast(&mut metrics, args.world_size - 1)?;
+        let (v_accuracy, v_loss) = (metrics.double_value(&[0]), metrics.double_value(&[1]));
+
+        let report = labkit::EpochReport {
+            epoch,
+            cumulative_time: total_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss: v_loss,
+            validation_accuracy: v_accuracy,
+        }
+        .record();
+        if global_rank == 0 {
+            report.print();
+            bubble.print();
+        }
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
+    if global_rank == 0 {
+        labkit::print_summary(&args.run, args.target_accuracy, args.world_size);
+    }
+    dist::destroy_process_group()?;
+    Ok(())
+}
+//@ end

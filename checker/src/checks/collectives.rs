@@ -64,10 +64,13 @@ pub fn by_rank(trace: &[Record]) -> BTreeMap<usize, Vec<Call>> {
 }
 
 /// PyTorch's DETAIL desync check: the first sequence number at which ranks of a group
-/// issued different collectives, naming the ranks and both calls.
+/// issued different collectives, naming the ranks and both calls. Point-to-point
+/// `send`s and `recv`s are left out: they differ between ranks by design (a pipeline's
+/// first stage only sends forward, its last only receives) and are numbered apart.
 pub fn desync(trace: &[Record]) -> Option<String> {
     let mut at: BTreeMap<(u64, u64), Vec<Call>> = BTreeMap::new();
-    for call in trace.iter().filter_map(Call::from_record) {
+    let calls = trace.iter().filter_map(Call::from_record);
+    for call in calls.filter(|c| !tch_distributed::debug::is_point_to_point(&c.op)) {
         at.entry((call.group, call.seq)).or_default().push(call);
     }
     for ((group, seq), calls) in at {
@@ -131,6 +134,28 @@ mod tests {
             event(1, 0, "reduce", Some("SUM"), Some(0), &[5.0]),
         ];
         assert_eq!(desync(&agreed), None);
+    }
+
+    #[test]
+    fn point_to_point_calls_are_no_desync() {
+        // A two-stage pipeline: rank 0 sends activations and receives gradients, rank 1
+        // the other way round; their sends and recvs share numbers with the barrier's.
+        let trace = vec![
+            event(0, 0, "barrier", None, None, &[]),
+            event(1, 0, "barrier", None, None, &[]),
+            event(0, 0, "send", None, Some(1), &[1.0, 2.0]),
+            event(1, 0, "recv", None, Some(0), &[0.0]),
+            event(0, 1, "recv", None, Some(1), &[0.0, 0.0, 0.0]),
+            event(1, 1, "send", None, Some(0), &[3.0]),
+            event(0, 1, "broadcast", None, Some(1), &[0.5]),
+            event(1, 1, "broadcast", None, Some(1), &[0.5]),
+        ];
+        assert_eq!(desync(&trace), None);
+        // The collectives among them are still compared.
+        let mut differing = trace;
+        differing.push(event(0, 2, "all_reduce", Some("SUM"), None, &[1.0]));
+        differing.push(event(1, 2, "barrier", None, None, &[]));
+        assert!(desync(&differing).unwrap().contains("call #2 of group 0"));
     }
 
     #[test]

@@ -73,6 +73,9 @@ pub mod id {
     pub const ONE_WRITER: &str = "one-writer";
     pub const READ_AFTER_WHOLE: &str = "read-after-whole";
     pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
+    pub const OWN_STAGE: &str = "own-stage";
+    pub const EQUALS_UNCUT: &str = "equals-uncut";
+    pub const BUBBLE_REPORTED: &str = "bubble-reported";
     pub const SHARDED_MEMORY: &str = "sharded-memory";
     pub const EQUALS_DDP: &str = "equals-ddp";
     pub const FSDP_COLLECTIVES: &str = "fsdp-collectives";
@@ -104,6 +107,8 @@ pub enum Needs {
     QuickRun,
     /// The runs stopped and resumed, and the uninterrupted one (step 12).
     Resume,
+    /// The pipeline's runs and the uncut model's step beside them (step 13).
+    Pipeline,
     /// The runs with `--fsdp` and without (step 14).
     Fsdp,
 }
@@ -283,6 +288,10 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
             Some(runs) => runs.processes().map(|p| &p.ended).collect(),
             None => return Some("the stopped and resumed runs did not run".into()),
         },
+        Needs::Pipeline => match &obs.pipeline {
+            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
+            None => return Some("the pipeline's runs did not run".into()),
+        },
         Needs::Fsdp => match &obs.fsdp {
             Some(runs) => runs.processes().map(|p| &p.ended).collect(),
             None => return Some("the runs with --fsdp and with DDP did not run".into()),
@@ -386,6 +395,7 @@ mod tests {
             quick_run: (step >= 11).then(not_started),
             equivalence: None,
             resume: None,
+            pipeline: None,
             fsdp: None,
             downloads: (step >= 5).then(BTreeMap::new),
         }

@@ -1,5 +1,246 @@
-//! Step 13 (beyond the DLI lab): model and pipeline parallelism. Its checks are
-//! written on their own branch; until they are merged the step has none.
-use super::Check;
+//! Step 13 (beyond the DLI lab): model and pipeline parallelism. With `--pipeline`
+//! each rank holds one stage of the model and nothing else, one step through the
+//! stages is the uncut model's step, and the pipeline's idle share (the bubble) is
+//! measured and reported.
+//!
+//! The speed of the pipeline is never judged: on a loaded machine a bubble can be any
+//! share; what is checked is that it was measured (a share of the steps' time) and set
+//! beside GPipe's figure for the schedule that ran.
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-pub const CHECKS: &[Check] = &[];
+use lab_trace::event::{FirstStep, PipelineEpoch, PipelineStage};
+use lab_trace::{Record, Trace};
+
+use super::{by_rank, id, malformed, Check, Finding, Needs};
+use crate::observe::{Observation, PipelineRuns, RankProcess};
+
+pub const CHECKS: &[Check] = &[
+    Check {
+        id: id::OWN_STAGE,
+        step: 13,
+        observes: "the layers and the parameter count each rank's optimizer holds with --pipeline",
+        needs: Needs::Pipeline,
+        hint: "rank r builds only stage r: labkit::WideResNet::stage(.., labkit::stage_layers(global_rank, world_size)) on a VarStore of its own, no whole model beside it (guide: step 13)",
+        judge: own_stage,
+    },
+    Check {
+        id: id::EQUALS_UNCUT,
+        step: 13,
+        observes: "the loss and weights after one step through the stages (one micro-batch), against the same step of the uncut model on 1 rank (float values, dropout off)",
+        needs: Needs::Pipeline,
+        hint: "every stage starts from the uncut model's weights (WideResNet::stage with the run's settings) and steps its own optimizer once per batch after dist::Pipeline's train_step (guide: step 13)",
+        judge: equals_uncut,
+    },
+    Check {
+        id: id::BUBBLE_REPORTED,
+        step: 13,
+        observes: "each rank's measured idle share per epoch beside GPipe's (S-1)/(M+S-1), and rank 0's printed bubble lines",
+        needs: Needs::Pipeline,
+        hint: "train with labkit::train_pipeline (it measures the bubble) and print the Bubble it returns on rank 0 after the epoch line (guide: step 13)",
+        judge: bubble_reported,
+    },
+];
+
+/// Largest difference allowed between the pipeline's first step and the uncut model's:
+/// the loss, and each weight value compared.
+pub const TOLERANCE: f64 = 1e-5;
+
+/// The finding when a pipeline run never trained because the program refused
+/// `--pipeline` itself (the starter, before step 13): the step's work is missing,
+/// a failure, not "could not judge".
+fn option_missing(runs: &PipelineRuns, expected: &str) -> Option<Option<Finding>> {
+    let refused = runs
+        .processes()
+        .map(|p| &p.ended)
+        .find(|e| !e.success() && e.stderr.contains("unexpected argument '--pipeline'"))?;
+    Some(Finding::shown(
+        false,
+        format!("{} refused the option --pipeline: the program has no pipeline yet", refused.name),
+        expected,
+    ))
+}
+
+/// The pipeline's runs, or the finding that stands in for a judgement.
+fn runs_or<'o>(obs: &'o Observation, expected: &str) -> Result<&'o PipelineRuns, Option<Finding>> {
+    let Some(runs) = obs.pipeline.as_ref() else {
+        return Err(Finding::missing("the pipeline's runs did not run", expected));
+    };
+    match option_missing(runs, expected) {
+        Some(finding) => Err(finding),
+        None => Ok(runs),
+    }
+}
+
+/// The trace's records, or the finding for a malformed one.
+fn records(trace: &Trace) -> Result<&[Record], Option<Finding>> {
+    trace.checked().map_err(|_| malformed(trace))
+}
+
+/// The trainable values of the uncut model the checker's runs train (`--width narrow`).
+fn model_parameters() -> i64 {
+    static COUNT: OnceLock<i64> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        let vs = tch::nn::VarStore::new(tch::Device::Cpu);
+        let _ = labkit::WideResNet::new(&vs.root(), labkit::Widths::NARROW, labkit::Norm::BatchNorm);
+        labkit::parameter_count(&vs)
+    })
+}
+
+/// e.g. "stem..block3".
+fn span(layers: &[String]) -> String {
+    match (layers.first(), layers.last()) {
+        (Some(a), Some(b)) if a != b => format!("{a}..{b}"),
+        (Some(a), _) => a.clone(),
+        _ => "no layer".into(),
+    }
+}
+
+const OWN_STAGE_EXPECTED: &str = "rank r holds stage r alone: the stages' layers are disjoint and in order, cover the whole model, and the ranks' parameters add up to the uncut model's, no more";
+
+fn own_stage(obs: &Observation) -> Option<Finding> {
+    let runs = match runs_or(obs, OWN_STAGE_EXPECTED) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let trace = match records(&runs.pipelined_trace) {
+        Ok(trace) => trace,
+        Err(finding) => return finding,
+    };
+    let stages: BTreeMap<usize, Vec<&PipelineStage>> = by_rank(trace);
+    let world = runs.settings.world_size();
+    if stages.is_empty() {
+        return Finding::missing(
+            "no rank said which stage it holds (labkit::train_pipeline records it)",
+            OWN_STAGE_EXPECTED,
+        );
+    }
+    let mut layers_in_order = Vec::new();
+    let mut total = 0i64;
+    let mut described = Vec::new();
+    let mut right_ranks = stages.len() == world;
+    for (rank, held) in &stages {
+        let Some(stage) = held.first() else { continue };
+        right_ranks &= stage.stage == *rank && stage.stages == world;
+        layers_in_order.extend(stage.layers.iter().cloned());
+        total += stage.parameters;
+        described.push(format!("rank {rank}: {} ({} values)", span(&stage.layers), stage.parameters));
+    }
+    let model = model_parameters();
+    let whole: Vec<String> = labkit::model::LAYERS.iter().map(|l| l.to_string()).collect();
+    let observed = format!("{}; together {total} values of the uncut model's {model}", described.join(", "));
+    Finding::shown(right_ranks && layers_in_order == whole && total == model, observed, OWN_STAGE_EXPECTED)
+}
+
+const EQUALS_UNCUT_EXPECTED: &str =
+    "one step through the stages gives the uncut model's loss and weights, each within 1e-5";
+
+/// The first step of each rank of a trace, by rank.
+fn first_steps(trace: &[Record]) -> BTreeMap<usize, &FirstStep> {
+    by_rank::<FirstStep>(trace)
+        .into_iter()
+        .filter_map(|(rank, steps)| Some((rank, *steps.first()?)))
+        .collect()
+}
+
+fn equals_uncut(obs: &Observation) -> Option<Finding> {
+    let runs = match runs_or(obs, EQUALS_UNCUT_EXPECTED) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let (cut, uncut) = match (records(&runs.cut_trace), records(&runs.uncut_trace)) {
+        (Ok(cut), Ok(uncut)) => (first_steps(cut), first_steps(uncut)),
+        (Err(finding), _) | (_, Err(finding)) => return finding,
+    };
+    let Some(reference) = uncut.get(&0) else {
+        return Finding::missing("the uncut model's run recorded no first step", EQUALS_UNCUT_EXPECTED);
+    };
+    let world = runs.step_settings.world_size();
+    if cut.len() != world {
+        return Finding::missing(
+            format!("{} of the {world} stages recorded their first step", cut.len()),
+            EQUALS_UNCUT_EXPECTED,
+        );
+    }
+    // The stages' parameters in stage order are the uncut model's, in its order.
+    let stages: Vec<_> = cut.values().flat_map(|s| s.parameters.iter()).collect();
+    let last_loss = cut.get(&(world - 1)).and_then(|s| s.loss);
+    let mut worst = 0f64;
+    let mut shapes_agree = stages.len() == reference.parameters.len();
+    for (mine, theirs) in stages.iter().zip(&reference.parameters) {
+        shapes_agree &= mine.shape == theirs.shape && mine.samples.len() == theirs.samples.len();
+        worst = worst.max((mine.norm - theirs.norm).abs());
+        for (a, b) in mine.samples.iter().zip(&theirs.samples) {
+            worst = worst.max((a - b).abs());
+        }
+    }
+    let loss_diff = match (last_loss, reference.loss) {
+        (Some(a), Some(b)) => (a - b).abs(),
+        _ => f64::NAN,
+    };
+    let loss = |l: Option<f64>| l.map_or("none".to_string(), |l| format!("{l:.6}"));
+    let observed = format!(
+        "loss {} on the last stage, {} uncut; {} parameter tensors over {world} stages against the uncut model's {}, largest weight difference {worst:.1e}",
+        loss(last_loss),
+        loss(reference.loss),
+        stages.len(),
+        reference.parameters.len()
+    );
+    let ok = shapes_agree && loss_diff <= TOLERANCE && worst <= TOLERANCE;
+    Finding::shown(ok, observed, EQUALS_UNCUT_EXPECTED)
+}
+
+const BUBBLE_EXPECTED: &str = "every rank measures its idle share each epoch (in [0, 1), beside GPipe's (S-1)/(M+S-1) for the stages and micro-batches that ran) and rank 0 prints it";
+
+/// The processes' standard output, every line.
+fn stdout_lines(processes: &[RankProcess]) -> Vec<&str> {
+    processes.iter().flat_map(|p| p.ended.stdout.lines()).collect()
+}
+
+fn bubble_reported(obs: &Observation) -> Option<Finding> {
+    let runs = match runs_or(obs, BUBBLE_EXPECTED) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let trace = match records(&runs.pipelined_trace) {
+        Ok(trace) => trace,
+        Err(finding) => return finding,
+    };
+    let epochs: BTreeMap<usize, Vec<&PipelineEpoch>> = by_rank(trace);
+    if epochs.is_empty() {
+        return Finding::missing(
+            "no rank measured its bubble (labkit::train_pipeline records it)",
+            BUBBLE_EXPECTED,
+        );
+    }
+    let (stages, m) = (runs.settings.world_size(), runs.micro_batches);
+    let ideal = (stages - 1) as f64 / (m + stages - 1) as f64;
+    let mut wrong = Vec::new();
+    let mut measured = Vec::new();
+    for (rank, per_epoch) in &epochs {
+        for e in per_epoch {
+            let schedule =
+                e.stages == stages && e.micro_batches == m && (e.ideal_bubble - ideal).abs() < 1e-12;
+            let share = e.bubble.is_finite() && (0.0..1.0).contains(&e.bubble) && e.steps > 0;
+            let consistent = e.busy <= e.total && (e.bubble - (1.0 - e.busy / e.total)).abs() < 1e-9;
+            if !(schedule && share && consistent) {
+                wrong.push(format!(
+                    "rank {rank} epoch {}: bubble {:.3} over {} step(s), {} stages x {} micro-batches, ideal {:.3}",
+                    e.epoch, e.bubble, e.steps, e.stages, e.micro_batches, e.ideal_bubble
+                ));
+            }
+            measured.push(format!("{:.0}%", 100.0 * e.bubble));
+        }
+    }
+    let ranks_measured = epochs.len() == stages;
+    let printed = stdout_lines(&runs.pipelined).iter().filter(|l| l.starts_with("Pipeline: ")).count();
+    let trained_epochs = epochs.values().map(Vec::len).max().unwrap_or(0);
+    let observed = format!(
+        "{} rank(s) measured bubbles {} ({stages} stages x {m} micro-batches: GPipe's {:.0}%); {printed} bubble line(s) printed for {trained_epochs} epoch(s){}",
+        epochs.len(),
+        measured.join(", "),
+        100.0 * ideal,
+        if wrong.is_empty() { String::new() } else { format!("; inconsistent: {}", wrong.join("; ")) }
+    );
+    Finding::shown(ranks_measured && wrong.is_empty() && printed == trained_epochs, observed, BUBBLE_EXPECTED)
+}

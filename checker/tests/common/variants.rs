@@ -120,6 +120,12 @@ pub const VARIANTS: &[Variant] = &[
         to: "            labkit::load_checkpoint(&args.run, &vs, device)?;",
     },
     Variant {
+        step: 13,
+        name: "whole-model-beside-stage",
+        from: "    let layers = labkit::stage_layers(global_rank, args.world_size);\n",
+        to: "    let _model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);\n    let layers = labkit::stage_layers(global_rank, args.world_size);\n",
+    },
+    Variant {
         step: 14,
         name: "gradients-not-averaged",
         from: "let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;",

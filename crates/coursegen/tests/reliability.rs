@@ -1,5 +1,6 @@
 //! Reliability of the finished lab program (solutions/step_11, and solutions/step_09
-//! where a launcher starts the ranks as torchrun does): faults, bad input,
+//! where a launcher starts the ranks as torchrun does; solutions/step_13 for what
+//! `--pipeline` refuses): faults, bad input,
 //! checkpoints and resume, a restart under torchrun, two nodes over real TCP.
 //!
 //! Every process is started through the launcher (its own process group, dying with
@@ -24,13 +25,22 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
-/// Builds solutions 9 and 11 once and returns the binaries' folder.
+/// Builds solutions 9, 11 and 13 once and returns the binaries' folder.
 fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(root()).args(["build", "-q", "-p", "solution_09", "-p", "solution_11"]);
+        cmd.current_dir(root()).args([
+            "build",
+            "-q",
+            "-p",
+            "solution_09",
+            "-p",
+            "solution_11",
+            "-p",
+            "solution_13",
+        ]);
         let status = launcher::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
         target_dir().join("debug")
@@ -212,6 +222,49 @@ fn bad_options_exit_2_before_the_network() {
         let finished = Proc::start(lab_command(11, &args, port, &trace), &logs, &format!("case-{i}"))
             .wait(Duration::from_secs(60), &format!("{bad:?}"));
         eprintln!("{bad:?} -> {}: {}", finished.status, finished.stderr.trim());
+        assert_eq!(finished.status.code(), Some(2), "{bad:?}: {}", finished.stderr);
+        assert!(
+            finished.stderr.contains(text),
+            "{bad:?}: the message must contain {text:?}: {}",
+            finished.stderr
+        );
+        assert!(!finished.stdout.contains("Worker started"), "{bad:?}: a rank started:\n{}", finished.stdout);
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == IoErrorKind::WouldBlock => {}
+        other => panic!("something connected to the rendezvous port: {other:?}"),
+    }
+}
+
+/// What a pipeline cannot run (step 13's `--pipeline`) exits with 2 and a message
+/// naming it, before any rank starts and before the network.
+#[test]
+fn pipeline_refusals_exit_2_before_the_network() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let logs = scratch("pipeline-refusals");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--pipeline"], "needs at least 2 ranks, but this job has 1"),
+        (&["--pipeline", "--num-gpus", "11"], "the WideResNet has 10 layers"),
+        (
+            &["--pipeline", "--num-gpus", "2", "--micro-batches", "5"],
+            "--micro-batches 5 cannot share --batch-size 32",
+        ),
+        (&["--pipeline", "--num-gpus", "2", "--sync-batch-norm"], "--sync-batch-norm with --pipeline"),
+        (
+            &["--pipeline", "--num-gpus", "2", "--save-every", "1"],
+            "--save-every and --resume with --pipeline",
+        ),
+        (&["--pipeline", "--num-gpus", "2", "--resume"], "--save-every and --resume with --pipeline"),
+        (&["--pipeline", "--num-gpus", "2", "--channels-last"], "--channels-last"),
+        (&["--pipeline", "--num-gpus", "2", "--micro-batches", "0"], "--micro-batches"),
+    ];
+    for (i, (bad, text)) in cases.iter().enumerate() {
+        let args = lab_args(bad);
+        let trace = logs.join(format!("trace-{i}"));
+        let finished = Proc::start(lab_command(13, &args, port, &trace), &logs, &format!("case-{i}"))
+            .wait(Duration::from_secs(60), &format!("{bad:?}"));
         assert_eq!(finished.status.code(), Some(2), "{bad:?}: {}", finished.stderr);
         assert!(
             finished.stderr.contains(text),

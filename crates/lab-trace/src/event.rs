@@ -82,6 +82,14 @@ events! {
     LoadCheckpoint,
     /// `labkit::load_checkpoint` has loaded a checkpoint's weights.
     CheckpointLoaded,
+    /// `labkit::train` or `labkit::train_pipeline`: the run's first training step, its
+    /// loss and the weights after it, as float values (not a bitwise digest).
+    FirstStep,
+    /// `labkit::train_pipeline`: the part of the model this rank holds, its stage.
+    PipelineStage,
+    /// `labkit::train_pipeline`: an epoch of the pipeline on this rank, its time busy
+    /// and idle (the bubble).
+    PipelineEpoch,
     /// `labkit::train`, on rank 0 after each epoch: each parameter of the whole model
     /// summarised in floats (gathered from the shards under FSDP), for comparisons
     /// closer than [`Weights::projection`] and looser than bitwise.
@@ -332,6 +340,74 @@ pub struct CheckpointLoaded {
     pub weights: String,
     /// The loaded weights' digest, as [`Weights::digest`].
     pub digest: String,
+}
+
+/// See [`Event::FirstStep`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FirstStep {
+    /// The batch's mean loss: on the uncut model, or the last stage of a pipeline (the
+    /// other stages never see it). A non-finite loss is written as `null`, as absent.
+    pub loss: Option<f64>,
+    /// Every parameter the optimizer steps, in the order it holds them (the order they
+    /// were built: a pipeline's stages in turn give the uncut model's order).
+    pub parameters: Vec<StepParameter>,
+}
+
+/// Float values of one parameter tensor: enough to tell two sets of weights that agree
+/// to 1e-5 from two that do not, without writing every value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepParameter {
+    /// Its shape.
+    pub shape: Vec<i64>,
+    /// Its Euclidean norm.
+    #[serde(deserialize_with = "floats::float")]
+    pub norm: f64,
+    /// Values at evenly spaced positions of the flattened tensor (all of a small one).
+    #[serde(deserialize_with = "floats::floats")]
+    pub samples: Vec<f64>,
+}
+
+/// See [`Event::PipelineStage`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineStage {
+    /// This rank's stage (its rank in the group).
+    pub stage: usize,
+    /// The number of stages (the world size).
+    pub stages: usize,
+    /// Micro-batches per training step.
+    pub micro_batches: usize,
+    /// The model's layers this stage holds, in forward order.
+    pub layers: Vec<String>,
+    /// Trainable values the rank's optimizer holds (the stages together should hold
+    /// exactly the uncut model's).
+    pub parameters: i64,
+}
+
+/// See [`Event::PipelineEpoch`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PipelineEpoch {
+    /// The epoch (0-based).
+    pub epoch: usize,
+    /// This rank's stage.
+    pub stage: usize,
+    /// The number of stages.
+    pub stages: usize,
+    /// Micro-batches per training step.
+    pub micro_batches: usize,
+    /// Training steps of the epoch.
+    pub steps: usize,
+    /// Seconds this stage computed (its forwards and backwards).
+    #[serde(deserialize_with = "floats::float")]
+    pub busy: f64,
+    /// Seconds of its steps, from each step's start to its last send.
+    #[serde(deserialize_with = "floats::float")]
+    pub total: f64,
+    /// The measured idle share, 1 - busy / total.
+    #[serde(deserialize_with = "floats::float")]
+    pub bubble: f64,
+    /// GPipe's idle share for this schedule: (stages - 1) / (micro-batches + stages - 1).
+    #[serde(deserialize_with = "floats::float")]
+    pub ideal_bubble: f64,
 }
 
 /// See [`Event::ParameterValues`].

@@ -115,6 +115,7 @@ pub fn train<M: Model, S: Sampler>(
     }
     let bar = progress_bar(loader.len() as u64, epoch);
     // The epoch's indices go to the device once; nothing in the loop waits for the GPU.
+    let mut first_step = epoch == 0;
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, loader.device) {
         let forward = timeline::span("forward");
         let logits = run_forward(model, &images, true, loader.device, &perf)?;
@@ -131,6 +132,11 @@ pub fn train<M: Model, S: Sampler>(
         optimizer.step();
         timeline::sync(loader.device);
         step.end();
+        if first_step && trace::enabled() {
+            // The float values a pipeline's first step is compared with (step 13).
+            trace::record_first_step(Some(loss.double_value(&[])), &optimizer.trainable_variables());
+        }
+        first_step = false;
         bar.inc(1);
     }
     bar.finish_and_clear();

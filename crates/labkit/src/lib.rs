@@ -6,8 +6,10 @@
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
 //! each rank of a node gets), `trace`, `timeline`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
-//! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about processes), `dataset` (the lab's
-//! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
+//! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about
+//! processes), `dataset` (the lab's calls for its data), `exit` (how `main` ends);
+//! `options` (`RunOptions::apply`); `pipeline` (the model cut into stages:
+//! `train_pipeline`, `test_pipeline`).
 #![warn(missing_docs)]
 pub mod checkpoint;
 mod console;
@@ -22,6 +24,7 @@ pub mod model;
 mod options;
 mod parsers;
 pub mod perf;
+mod pipeline;
 mod placement;
 pub mod probes;
 pub mod report;
@@ -50,6 +53,9 @@ pub use model::{parameter_count, Block, ModelSettings, Norm, WideResNet};
 pub use options::RunOptions;
 pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
+pub use pipeline::{
+    check_pipeline, pipeline_refusal, stage_layers, test_pipeline, train_pipeline, Bubble, PipelineRequest,
+};
 pub use placement::{check_gpus, gpu_count, DeviceChoice, GpuRequest, Placement};
 pub use probes::{
     EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, SEED_PER_RANK_ENV, SLOW_PREPARE_DELAY,

@@ -359,10 +359,12 @@ impl WideResNet {
         let ModelSettings { seed, perf } = settings;
         probes::seed_before_model(seed);
         let equivalence = probes::equivalence_run();
+        // The checker's equivalence run normalises over the global batch, as one rank
+        // with the whole batch does. Not in a stage of a pipeline: its ranks hold other
+        // layers, and each stage already sees the whole (micro-)batch.
+        let whole = keep == (0..LAYERS.len());
         let layers = Layers {
-            // The checker's equivalence run normalises over the global batch, as one rank
-            // with the whole batch does.
-            norm: if equivalence { Norm::SyncBatchNorm } else { norm },
+            norm: if equivalence && whole { Norm::SyncBatchNorm } else { norm },
             channels_last: perf.channels_last,
             // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
             // each process's own generator.

@@ -156,6 +156,33 @@ pub fn record_weights(epoch: usize, tensors: &[Tensor]) {
     record(event::Weights { epoch, digest: f.digest, projection: f.projection });
 }
 
+/// Records the run's first training step: its loss (where this rank computed it) and
+/// the values of `tensors` after it, the weights the optimizer steps.
+pub fn record_first_step(loss: Option<f64>, tensors: &[Tensor]) {
+    if !enabled() {
+        return;
+    }
+    record(event::FirstStep { loss, parameters: step_parameters(tensors) });
+}
+
+/// Float values of each tensor (see [`event::StepParameter`]): its shape, its norm
+/// and 16 values at evenly spaced positions.
+pub fn step_parameters(tensors: &[Tensor]) -> Vec<event::StepParameter> {
+    const SAMPLES: i64 = 16;
+    tch::no_grad(|| {
+        tensors
+            .iter()
+            .map(|t| {
+                let flat = t.detach().to_device(tch::Device::Cpu).to_kind(Kind::Double).flatten(0, -1);
+                let n = flat.numel() as i64;
+                let k = SAMPLES.min(n);
+                let samples = (0..k).map(|i| flat.double_value(&[i * n / k])).collect();
+                event::StepParameter { shape: t.size(), norm: flat.norm().double_value(&[]), samples }
+            })
+            .collect()
+    })
+}
+
 /// How many values of each parameter [`record_parameter_values`] keeps.
 const SAMPLED_VALUES: i64 = 8;
 

@@ -111,6 +111,11 @@ impl<M: ModuleT> Pipeline<M> {
         &self.stage
     }
 
+    /// Micro-batches per training step.
+    pub fn micro_batches(&self) -> usize {
+        self.micro_batches
+    }
+
     /// One training step with GPipe's schedule: all forwards, then all backwards. The
     /// first stage reads `input` (the whole batch), the last reads `targets` and computes
     /// `loss_fn(output, targets)` per micro-batch (a mean over it); the other ranks' may
@@ -189,6 +194,25 @@ impl<M: ModuleT> Pipeline<M> {
             busy,
             total: started.elapsed(),
         })
+    }
+
+    /// The whole model's output for `input`, in evaluation mode and without gradients
+    /// (validation): the first stage reads `input` (the other ranks' may be anything),
+    /// each stage hands its output to the next, and the last stage returns the model's
+    /// output; the other stages return `None`. The batch goes through whole: with no
+    /// backward to overlap, micro-batches would only add messages.
+    pub fn eval(&self, input: &Tensor) -> Result<Option<Tensor>> {
+        let (stage, stages) = (self.group.rank(), self.group.world_size());
+        let _no_grad = tch::no_grad_guard();
+        let x = if stage == 0 { input.shallow_clone() } else { self.recv_tensor(stage - 1)? };
+        let y = self.stage.forward_t(&x, false);
+        if stage + 1 == stages {
+            return Ok(Some(y));
+        }
+        for (work, _keep) in self.send_tensor(&y, stage + 1)? {
+            work.wait()?;
+        }
+        Ok(None)
     }
 
     /// Sends the shape and dtype ahead of the data, so the receiver can allocate it.

@@ -107,6 +107,17 @@ fn gpipe_scenario() {
         step.bubble()
     );
 
+    // Evaluation: the stages' forwards in turn give the uncut model's output, on the
+    // last stage only (each stage takes the uncut model's weights first).
+    stage_vs.copy(&whole_vs).unwrap();
+    let output = pipeline.eval(&input).unwrap();
+    assert_eq!(output.is_some(), rank + 1 == world);
+    if let Some(output) = output {
+        let expected = tch::no_grad(|| whole.forward_t(&images, false));
+        let diff = (&output - &expected).abs().max().double_value(&[]);
+        assert!(diff <= 1e-5, "the pipeline's evaluation differs from the uncut model's by {diff}");
+    }
+
     // A batch the micro-batches cannot share is refused before anything is sent.
     if rank == 0 {
         let odd = Tensor::zeros([BATCH + 1, WIDTHS[0]], (Kind::Float, Device::Cpu));

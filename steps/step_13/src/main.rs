@@ -41,7 +41,8 @@ struct Args {
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
     #[arg(long)]
     sync_batch_norm: bool,
-    // TODO Step 13: model and pipeline parallelism (written on its own branch).
+    // TODO Step 13: add the options --pipeline (train the model cut into one stage per
+    // rank) and --micro-batches N (default 4; 1 is plain model parallelism).
     /// Every rank of the job, on every node (computed in main, not an option).
     #[arg(skip = 1usize)]
     world_size: usize,
@@ -63,6 +64,8 @@ fn main() -> ExitCode {
     args.world_size = args.num_nodes * args.num_gpus;
     args.rendezvous = dist::Init::env_or("localhost", 9956);
     labkit::announce_world(args.world_size, &args.rendezvous);
+    // TODO Step 13: with --pipeline, refuse what a pipeline cannot run before any rank
+    // starts (labkit::check_pipeline).
     // This invocation starts num_gpus copies of itself, one per local rank, and waits
     // for them; when one fails, the others are stopped.
     let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));
@@ -97,6 +100,12 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     }
     dist::barrier()?;
     let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
+    // TODO Step 13: with --pipeline, train the model cut into stages instead, in a
+    // function of its own: every rank walks the same batches (no split among ranks);
+    // rank r builds only stage r (labkit::stage_layers, labkit::WideResNet::stage), no
+    // DDP; a dist::Pipeline with --micro-batches; each epoch labkit::train_pipeline and
+    // labkit::test_pipeline, whose loss and accuracy only the last stage holds: every
+    // rank needs them. Rank 0 prints the epoch line and the bubble.
 
     // Each rank trains and validates on its own share of the data.
     let train_sampler =

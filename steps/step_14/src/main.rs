@@ -41,10 +41,18 @@ struct Args {
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
     #[arg(long)]
     sync_batch_norm: bool,
+    /// Model parallelism: cut the model into one stage per rank and train it as a
+    /// pipeline (GPipe), instead of a whole model per rank under DDP.
+    #[arg(long)]
+    pipeline: bool,
+    /// With --pipeline: micro-batches each batch is split into (1: plain model
+    /// parallelism, one stage at work at a time).
+    #[arg(long, default_value_t = 4, value_parser = labkit::positive)]
+    micro_batches: usize,
     // TODO Step 14: --fsdp is parsed, but the model is not sharded yet (see worker).
     /// Shard the model over the ranks (FSDP) instead of a whole replica on each (DDP);
-    /// not with checkpoints (--save-every, --resume).
-    #[arg(long, conflicts_with_all = ["save_every", "resume"])]
+    /// not with checkpoints (--save-every, --resume) nor --pipeline.
+    #[arg(long, conflicts_with_all = ["save_every", "resume", "pipeline"])]
     #[allow(dead_code)]
     fsdp: bool,
     /// Every rank of the job, on every node (computed in main, not an option).
@@ -68,6 +76,17 @@ fn main() -> ExitCode {
     args.world_size = args.num_nodes * args.num_gpus;
     args.rendezvous = dist::Init::env_or("localhost", 9956);
     labkit::announce_world(args.world_size, &args.rendezvous);
+    // A pipeline needs a stage per rank, at least two; what its ranks cannot share
+    // (one checkpoint of a whole model, SyncBatchNorm) is refused before any rank starts.
+    if args.pipeline {
+        let request = labkit::PipelineRequest {
+            stages: args.world_size,
+            micro_batches: args.micro_batches,
+            batch_size: args.batch_size,
+            sync_batch_norm: args.sync_batch_norm,
+        };
+        labkit::check_pipeline(request, &args.run);
+    }
     // This invocation starts num_gpus copies of itself, one per local rank, and waits
     // for them; when one fails, the others are stopped.
     let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));
@@ -102,6 +121,10 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     }
     dist::barrier()?;
     let (train_set, test_set) = labkit::load_dataset(&data, args.run.train_subset, args.run.test_subset)?;
+    // --pipeline: each rank holds one stage of the model, not a whole model.
+    if args.pipeline {
+        return pipeline(&args, global_rank, device, &train_set, &test_set);
+    }
 
     // Each rank trains and validates on its own share of the data.
     let train_sampler =
@@ -193,6 +216,73 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
         }
     }
     // The quick evaluation's verdict, once; then leave the job cleanly.
+    if global_rank == 0 {
+        labkit::print_summary(&args.run, args.target_accuracy, args.world_size);
+    }
+    dist::destroy_process_group()?;
+    Ok(())
+}
+
+/// `--pipeline`: the model cut into stages, one per rank, trained as a pipeline of
+/// micro-batches (GPipe) instead of under DDP.
+fn pipeline(
+    args: &Args,
+    global_rank: usize,
+    device: tch::Device,
+    train_set: &labkit::data::Split,
+    test_set: &labkit::data::Split,
+) -> labkit::Result<()> {
+    // Every rank walks the same batches in the same order (a sampler over a world of
+    // one): the first stage needs their images, the last their labels.
+    let loader_options = LoaderOptions { batch_size: args.batch_size, device };
+    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), 1, 0)?;
+    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), 1, 0)?;
+    let mut train_loader = DataLoader::new(train_set, train_sampler, loader_options);
+    let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);
+
+    // Rank r builds stage r alone: its layers, with the uncut model's names and initial
+    // values. Its optimizer steps only them.
+    let vs = nn::VarStore::new(device);
+    let layers = labkit::stage_layers(global_rank, args.world_size);
+    let stage = labkit::WideResNet::stage(&vs.root(), &args.run, labkit::Norm::BatchNorm, layers);
+    let pipeline = dist::Pipeline::new(stage, dist::default_group()?, args.micro_batches)?;
+    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        train_loader.sampler.set_epoch(epoch as u64);
+        let t0 = Instant::now();
+        let bubble = labkit::train_pipeline(&pipeline, &mut optimizer, &mut train_loader)?;
+        dist::barrier()?;
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        // Every rank trained on the same images: the job's throughput is one rank's.
+        let images_per_sec = labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+
+        // Only the last stage computes the loss and accuracy: it hands them to every rank.
+        let (accuracy, loss) = labkit::test_pipeline(&pipeline, &mut test_loader)?.unwrap_or_default();
+        let mut metrics = tch::Tensor::from_slice(&[accuracy, loss]).to_device(device);
+        dist::broadcast(&mut metrics, args.world_size - 1)?;
+        let (v_accuracy, v_loss) = (metrics.double_value(&[0]), metrics.double_value(&[1]));
+
+        let report = labkit::EpochReport {
+            epoch,
+            cumulative_time: total_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss: v_loss,
+            validation_accuracy: v_accuracy,
+        }
+        .record();
+        if global_rank == 0 {
+            report.print();
+            bubble.print();
+        }
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
     if global_rank == 0 {
         labkit::print_summary(&args.run, args.target_accuracy, args.world_size);
     }
