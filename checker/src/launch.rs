@@ -64,7 +64,7 @@ pub fn build(
         }
     };
     // Through the launcher too: a checker stopped mid-build stops cargo and its rustcs.
-    let out = launcher::output(cmd, None)?;
+    let out = child_process::output(cmd, None)?;
     if !out.success() {
         return Ok(Build::Failed(out.stderr));
     }
@@ -181,7 +181,7 @@ pub fn build_all(root: &Path, packages: &[String]) -> bool {
     for package in packages {
         cmd.args(["-p", package]);
     }
-    launcher::output(cmd, None).is_ok_and(|out| out.success())
+    child_process::output(cmd, None).is_ok_and(|out| out.success())
 }
 
 /// Starts every process, waits for all of them up to `limit`, and kills the process

@@ -75,7 +75,7 @@ impl From<String> for Failure {
 
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank and build this run started, then exits 130/143.
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     // Inside a sandbox: run the job handed over on stdin (see `confined`).
     if std::env::args().nth(1).as_deref() == Some(confined::SUPERVISOR) {
         return confined::supervise();

@@ -168,7 +168,7 @@ pub struct Equivalence {
 
 /// A free port for a run's rendezvous; the lab's default port if none can be found.
 fn rendezvous_port() -> u16 {
-    launcher::free_port().unwrap_or(29_500)
+    child_process::free_port().unwrap_or(29_500)
 }
 
 /// Where the ranks of a run compute, and through which backend.

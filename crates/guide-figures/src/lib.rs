@@ -248,7 +248,7 @@ struct Param {
 /// and those it regroups them into after the first iteration, in the order backward
 /// produced the gradients, which the figure shows.
 pub fn bucket_layout() -> Result<BucketLayout, String> {
-    let port = launcher::free_port().map_err(|e| format!("no free port for the one-rank group: {e}"))?;
+    let port = child_process::free_port().map_err(|e| format!("no free port for the one-rank group: {e}"))?;
     let init = dist::Init::Tcp { host: "127.0.0.1".to_string(), port };
     dist::init_process_group(
         dist::Backend::Gloo,

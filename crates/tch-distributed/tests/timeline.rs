@@ -146,7 +146,7 @@ fn ddp_buckets_are_timed_and_the_hook_changes_no_bit() {
     let world = 3;
     let outcomes = run_ranks(
         "timeline",
-        env_ranks(0..world, world, launcher::free_port().unwrap()),
+        env_ranks(0..world, world, child_process::free_port().unwrap()),
         &[],
         Duration::from_secs(240),
     );
