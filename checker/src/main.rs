@@ -5,6 +5,7 @@
 //! builds, runs and judges one step, `report` prints the verdicts; this file maps every
 //! outcome to an exit code, in one place.
 mod autograder;
+mod cargo_build;
 mod checks;
 mod classroom;
 mod cli;
@@ -16,7 +17,6 @@ mod grade;
 mod gradebook;
 mod handed_in;
 mod job;
-mod launch;
 mod observe;
 mod pipeline;
 mod progress;

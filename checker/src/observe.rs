@@ -8,7 +8,7 @@ use lab_trace::Trace;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{Ended, Launch};
-use crate::launch::{self, Build};
+use crate::cargo_build::{self, Build};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -386,7 +386,7 @@ fn help_and_bad_value(bin: &Path, setup: &Setup, grace: Duration) -> (Option<End
         args: args.iter().map(|s| s.to_string()).collect(),
         env: vec![],
     };
-    let mut ended = launch::run_all(
+    let mut ended = cargo_build::run_all(
         bin,
         &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
         &setup.work,
@@ -414,7 +414,7 @@ fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: D
     let mut env = vec![(labkit::FAIL_RANK_ENV.into(), "1".into())];
     env.extend(rendezvous_env());
     let launch = Launch { name: "failing-rank".into(), args, env };
-    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace, setup.confine.as_ref())
+    cargo_build::run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace, setup.confine.as_ref())
         .remove(0)
 }
 
@@ -440,7 +440,7 @@ fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {
     args.extend(placement(1, 2, gpus()).options());
     args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
     let launch = Launch { name: "quick-evaluation".into(), args, env: rendezvous_env() };
-    launch::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace, setup.confine.as_ref())
+    cargo_build::run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace, setup.confine.as_ref())
         .remove(0)
 }
 
@@ -540,7 +540,7 @@ fn run_job(
             }
         }
     }
-    let ended = launch::run_all(
+    let ended = cargo_build::run_all(
         bin,
         &launches,
         &setup.work,
@@ -572,7 +572,7 @@ pub fn build(
     manifest_dir: Option<&Path>,
     sandbox: Option<&crate::sandbox::Sandbox>,
 ) -> Result<PathBuf, BuildFailure> {
-    match launch::build(root, package, manifest_dir, sandbox) {
+    match cargo_build::build(root, package, manifest_dir, sandbox) {
         Ok(Build::Binary(bin)) => Ok(bin),
         Ok(Build::Failed(errors)) => Err(BuildFailure::Errors(readable_errors(&errors))),
         Err(e) => Err(BuildFailure::NoCargo(e.to_string())),

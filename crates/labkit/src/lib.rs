@@ -3,7 +3,7 @@
 //! lines, the trace the checker reads, and a timeline of a run for Perfetto.
 //!
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
-//! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `timeline`; `data`, `perf`, `probes`,
+//! the bottom: `error`, `rng`, `widths`, `parsers`, `trace`, `perfetto`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`), `console` (the lines about processes), `dataset` (the lab's
 //! calls for its data), `exit` (how `main` ends); `options` (`RunOptions::apply`).
@@ -21,11 +21,11 @@ pub mod model;
 mod options;
 mod parsers;
 pub mod perf;
+pub mod perfetto;
 pub mod probes;
 pub mod report;
 mod rng;
 mod run;
-pub mod timeline;
 pub mod trace;
 mod widths;
 

@@ -280,7 +280,7 @@ impl RunOptions {
         // A spawned rank that finds bad input exits with 2, and so does the run.
         tch_distributed::set_worker_exit_code(|e| i32::from(crate::exit::exit_code(e)));
         // DDP_LAB_TIMELINE: on before the program makes its process group and DDP model.
-        crate::timeline::start_if_asked();
+        crate::perfetto::start_if_asked();
         if let Some(n) = self.threads {
             tch::set_num_threads(n.max(1) as i32);
         }

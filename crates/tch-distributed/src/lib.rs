@@ -77,7 +77,7 @@ mod error;
 mod ffi;
 mod fsdp;
 mod group;
-mod launch;
+mod launch_env;
 mod new_group;
 mod pipeline;
 mod reduce_op;
@@ -86,7 +86,7 @@ mod sampler;
 mod spawn;
 mod store;
 mod sync_batch_norm;
-pub mod timeline;
+pub mod spans;
 
 use std::time::Duration;
 
@@ -105,7 +105,7 @@ pub use default_group::{
 pub use error::{DistError, ErrorKind, Result};
 pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work};
-pub use launch::{
+pub use launch_env::{
     local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,
     LOCAL_WORLD_SIZE_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };

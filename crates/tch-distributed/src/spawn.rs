@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use child_process::{signal_name, StopSignals};
 
 use crate::error::{DistError, ErrorKind, Result};
-use crate::launch::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
+use crate::launch_env::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
 
 /// How long stopped ranks get between SIGTERM and SIGKILL by default.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);

@@ -5,7 +5,7 @@
 //! barrier) and then [`FashionMnist::load`] on every rank. See `data/README.md` at
 //! the repository root for the files, the mirrors, and the environment variables.
 
-mod dataset;
+mod in_memory;
 mod download;
 mod error;
 pub(crate) mod fsutil;
@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 #[cfg(test)]
-pub(crate) use dataset::HOST_INDEX_TENSORS;
-pub use dataset::{EpochBatches, FashionMnist, Split, CLASS_NAMES, NUM_CLASSES};
+pub(crate) use in_memory::HOST_INDEX_TENSORS;
+pub use in_memory::{EpochBatches, FashionMnist, Split, CLASS_NAMES, NUM_CLASSES};
 pub use download::{download, resolve_mirrors, DownloadOptions, DEFAULT_MIRRORS};
 pub use error::{DataError, MirrorFailure};
 pub use fsutil::{DirLock, LOCK_FILE};
