@@ -7,8 +7,8 @@ use std::time::Duration;
 use lab_trace::Trace;
 use serde::{Deserialize, Serialize};
 
-use crate::job::{Ended, Launch};
 use crate::cargo_build::{self, Build};
+use crate::job::{Ended, Launch};
 
 /// The hidden variations of one verification, all drawn from `--seed`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use labkit::DeviceChoice;
 use lab_program::{
     finished_lab_binary, run_lab, steady_images_per_sec, workspace_root, write_atomically,
     write_through_temp, Failure, LabRun, LabSettings,
 };
+use labkit::DeviceChoice;
 use serde_json::json;
 
 mod chart;

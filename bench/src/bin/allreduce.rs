@@ -267,8 +267,8 @@ impl Ranks {
 
     fn spawn(&mut self, side: Side, rank: usize, mut cmd: Command) -> Res<()> {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child =
-            child_process::spawn(cmd).map_err(|e| format!("cannot start {} rank {rank}: {e}", side.name()))?;
+        let mut child = child_process::spawn(cmd)
+            .map_err(|e| format!("cannot start {} rank {rank}: {e}", side.name()))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let index = self.ranks.len();

@@ -141,7 +141,9 @@ fn a_timeout_kills_the_whole_group() {
 fn dropping_a_child_kills_its_group() {
     let marker = marker("drop");
     let child = child_process::spawn(tree(&marker)).unwrap();
-    wait_for(Duration::from_secs(20), "the tree", || child_process::processes_with_env(MARK, &marker).len() == 3);
+    wait_for(Duration::from_secs(20), "the tree", || {
+        child_process::processes_with_env(MARK, &marker).len() == 3
+    });
     drop(child);
     assert_nothing_left(&marker, "after dropping the child");
 }

@@ -409,8 +409,9 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     // 1. Two epochs, a checkpoint after each.
     let trace1 = logs.join("trace1");
     let args = lab_args(&[&common[..], &["--epochs", "2"]].concat());
-    let first = Proc::start(lab_command(11, &args, child_process::free_port().unwrap(), &trace1), &logs, "first")
-        .wait(Duration::from_secs(300), "the first run");
+    let first =
+        Proc::start(lab_command(11, &args, child_process::free_port().unwrap(), &trace1), &logs, "first")
+            .wait(Duration::from_secs(300), "the first run");
     assert!(first.status.success(), "{}\n{}", first.stdout, first.stderr);
     let saved = checkpoint_json(&ckpt);
     assert_eq!(saved["format"], "ddp-lab-checkpoint/1");

@@ -83,10 +83,10 @@ mod pipeline;
 mod reduce_op;
 mod rendezvous;
 mod sampler;
+pub mod spans;
 mod spawn;
 mod store;
 mod sync_batch_norm;
-pub mod spans;
 
 use std::time::Duration;
 
