@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use tch::{Device, Tensor};
 
+use crate::c_args::{cstring, duration_ms};
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::reduce_op::ReduceOp;
 use crate::rendezvous::validate_rank;
 use crate::spans;
-use crate::store::{cstring, duration_ms, Store};
+use crate::store::Store;
 
 /// The communication library behind a group, as in `torch.distributed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

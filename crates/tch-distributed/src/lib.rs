@@ -66,6 +66,7 @@
 //! to run a model cut into stages with GPipe's schedule.
 #![warn(missing_docs)]
 mod amp;
+mod c_args;
 mod collectives;
 mod color;
 mod connect;
