@@ -3,7 +3,7 @@
 //! leads its own process group, so that a timeout or a failure kills everything it
 //! started (spawned ranks included), and it dies with the checker, however the checker
 //! ends. The checker runs a job here itself, or its supervisor does inside a sandbox
-//! ([`crate::confined`]); which one is [`crate::cargo_build::run_all`]'s choice.
+//! ([`crate::confined`]); which one, `run_all` chooses (in [`crate::observe`]).
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -75,7 +75,8 @@ impl Ended {
     }
 }
 
-/// [`crate::cargo_build::run_all`] with the checker's own rights (and inside the sandbox, by its supervisor).
+/// A job's processes run with the checker's own rights (`run_all` in [`crate::observe`]
+/// without a sandbox; and inside the sandbox, by its supervisor).
 pub fn run_plain(
     bin: &Path,
     launches: &[Launch],
