@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use labrun::workspace_root;
+use lab_program::workspace_root;
 
 /// The Python side of a benchmark: the interpreter, its script, and the libtorch each
 /// side loads.
@@ -34,7 +34,7 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
         print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')\n";
     let mut probe = Command::new(&python);
     probe.args(["-c", PROBE]);
-    let out = launcher::output(probe, None).map_err(|e| {
+    let out = child_process::output(probe, None).map_err(|e| {
         format!(
             "cannot run the Python interpreter {} ({e}): run scripts/setup.sh (it creates the workspace's .venv), or pass --python",
             python.display()

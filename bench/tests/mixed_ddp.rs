@@ -53,9 +53,9 @@ fn rank_command(python: &Path, language: char) -> Command {
 /// `device` (`cpu` or `cuda`: then rank i on cuda:i); returns each rank's output.
 fn run_mixed(languages: &str, device: &str) -> Option<Vec<String>> {
     let python = python()?;
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let n = languages.len();
-    let ranks: Vec<launcher::Child> = languages
+    let ranks: Vec<child_process::Child> = languages
         .chars()
         .enumerate()
         .map(|(rank, language)| {
@@ -70,7 +70,7 @@ fn run_mixed(languages: &str, device: &str) -> Option<Vec<String>> {
                 .env(tch_distributed::MASTER_PORT_ENV, port.to_string())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            launcher::spawn(cmd).expect("start a rank")
+            child_process::spawn(cmd).expect("start a rank")
         })
         .collect();
     // Every rank waited for (and its pipes drained) at once: a rank blocked on a full
@@ -157,8 +157,8 @@ fn cuda_without_a_gpu_for_the_rank_is_refused_on_both_sides() {
             .env(tch_distributed::MASTER_ADDR_ENV, "127.0.0.1")
             // Nothing listens there: a rank that got as far as the rendezvous would fail
             // differently (or wait), not with the message below.
-            .env(tch_distributed::MASTER_PORT_ENV, launcher::free_port().unwrap().to_string());
-        let out = launcher::output(cmd, Some(Duration::from_secs(120))).expect("run a rank");
+            .env(tch_distributed::MASTER_PORT_ENV, child_process::free_port().unwrap().to_string());
+        let out = child_process::output(cmd, Some(Duration::from_secs(120))).expect("run a rank");
         let text = format!("{}{}", out.stdout, out.stderr);
         assert_eq!(out.status.code(), Some(2), "{language}: {text}");
         assert!(text.contains("--device cuda: ") && text.contains("--device cpu"), "{language}: {text}");
@@ -199,7 +199,7 @@ fn the_guide_example_runs_as_written() {
     let block =
         section.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("its first sh block");
     assert!(block.contains("cargo build --release -p ddp-bench --bin ddp_peer"), "{block}");
-    let port = launcher::free_port().unwrap().to_string();
+    let port = child_process::free_port().unwrap().to_string();
     let script: String = block
         .lines()
         .filter(|l| !l.starts_with("cargo build"))
@@ -210,7 +210,7 @@ fn the_guide_example_runs_as_written() {
         .collect();
     let mut cmd = Command::new("bash");
     cmd.args(["-euc", &script]).current_dir(workspace());
-    let out = launcher::output(cmd, Some(DEADLINE)).expect("run the guide's commands");
+    let out = child_process::output(cmd, Some(DEADLINE)).expect("run the guide's commands");
     let text = format!("{}{}", out.stdout, out.stderr);
     assert!(out.success(), "{script}\n{text}");
     let starts = values_after(&text, "start: ");

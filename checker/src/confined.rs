@@ -217,7 +217,7 @@ fn run_confined(
         output_bytes: sandbox.limits.output,
     };
     let spec = serde_json::to_vec(&spec).map_err(std::io::Error::other)?;
-    let mut child = launcher::spawn(cmd)?;
+    let mut child = child_process::spawn(cmd)?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(&spec)?;
     }
@@ -259,7 +259,7 @@ fn run_confined(
         Err(_) => {
             return Err(std::io::Error::other(format!(
                 "the sandbox ended ({}) without an answer{}{}{}",
-                launcher::describe(status),
+                child_process::describe(status),
                 hit_limits.iter().map(|l| format!("; {l}")).collect::<String>(),
                 if errors.trim().is_empty() { "" } else { ": " },
                 errors.trim()

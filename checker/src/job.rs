@@ -1,9 +1,9 @@
 //! One job's processes: what to start ([`Launch`]), running them side by side, and how
-//! each ended ([`Ended`]). Every process is started through the `launcher` crate: it
+//! each ended ([`Ended`]). Every process is started through the `child-process` crate: it
 //! leads its own process group, so that a timeout or a failure kills everything it
 //! started (spawned ranks included), and it dies with the checker, however the checker
 //! ends. The checker runs a job here itself, or its supervisor does inside a sandbox
-//! ([`crate::confined`]); which one is [`crate::launch::run_all`]'s choice.
+//! ([`crate::confined`]); which one, `run_all` chooses (in [`crate::observe`]).
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -64,7 +64,7 @@ impl Ended {
     pub fn describe(&self) -> String {
         let mut said = match (self.timed_out, self.status) {
             (true, _) => "timed out (killed)".to_string(),
-            (false, Some(status)) => launcher::describe(status),
+            (false, Some(status)) => child_process::describe(status),
             (false, None) => "did not start".to_string(),
         };
         for limit in &self.limits {
@@ -75,7 +75,8 @@ impl Ended {
     }
 }
 
-/// [`crate::launch::run_all`] with the checker's own rights (and inside the sandbox, by its supervisor).
+/// A job's processes run with the checker's own rights (`run_all` in [`crate::observe`]
+/// without a sandbox; and inside the sandbox, by its supervisor).
 pub fn run_plain(
     bin: &Path,
     launches: &[Launch],
@@ -107,7 +108,7 @@ fn run_processes(
     oom_first: bool,
 ) -> Vec<Ended> {
     let start = Instant::now();
-    let mut running: Vec<(usize, launcher::Child, PathBuf, PathBuf)> = Vec::new();
+    let mut running: Vec<(usize, child_process::Child, PathBuf, PathBuf)> = Vec::new();
     let mut ended: Vec<Option<Ended>> = launches.iter().map(|_| None).collect();
     for (i, launch) in launches.iter().enumerate() {
         let out_path = dir.join(format!("{}.stdout", launch.name));
@@ -123,7 +124,7 @@ fn run_processes(
             if oom_first {
                 oom_kill_first(&mut cmd);
             }
-            launcher::spawn(cmd)
+            child_process::spawn(cmd)
         });
         match spawned {
             Ok(child) => running.push((i, child, out_path, err_path)),

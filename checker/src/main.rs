@@ -5,6 +5,7 @@
 //! builds, runs and judges one step, `report` prints the verdicts; this file maps every
 //! outcome to an exit code, in one place.
 mod autograder;
+mod cargo_build;
 mod checks;
 mod classroom;
 mod cli;
@@ -16,7 +17,6 @@ mod grade;
 mod gradebook;
 mod handed_in;
 mod job;
-mod launch;
 mod observe;
 mod pipeline;
 mod progress;
@@ -75,7 +75,7 @@ impl From<String> for Failure {
 
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank and build this run started, then exits 130/143.
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     // Inside a sandbox: run the job handed over on stdin (see `confined`).
     if std::env::args().nth(1).as_deref() == Some(confined::SUPERVISOR) {
         return confined::supervise();

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::checks::{self, CheckResult};
 use crate::observe::{self, Setup, Variation};
-use crate::{confined, launch, progress, sandbox, spinner, standalone};
+use crate::{cargo_build, confined, progress, sandbox, spinner, standalone};
 
 /// Whose program a verification checks.
 #[derive(Clone, Copy)]
@@ -48,7 +48,7 @@ pub fn build_all(root: &Path, steps: &[u8], subject: Subject, sandbox: Option<&s
     let spinner = spinner::Spinner::new(false);
     spinner.phase(&format!("building {} crates", steps.len()));
     let packages: Vec<String> = steps.iter().map(|s| format!("{prefix}_{s:02}")).collect();
-    let built = launch::build_all(root, &packages);
+    let built = cargo_build::build_all(root, &packages);
     spinner.clear();
     built
 }
@@ -95,7 +95,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
     spinner.phase(&format!("building {package}"));
 
     let binary = if built {
-        Ok(launch::binary_path(root, &package))
+        Ok(cargo_build::binary_path(root, &package))
     } else {
         observe::build(root, &package, manifest_dir.as_deref(), sandbox)
             .map_err(|failure| checks::build_failed(&package, &failure))

@@ -89,7 +89,7 @@ fn run_autograder(script: &Path, root: &Path, env: &[(&str, &str)]) -> Value {
         .env(CHECKER_ENV, env!("CARGO_BIN_EXE_checker"))
         .env(PROGRESS_FILE_ENV, &progress)
         .envs(env.iter().copied());
-    let out = launcher::output(cmd, None).expect("run run_autograder");
+    let out = child_process::output(cmd, None).expect("run run_autograder");
     assert_eq!(
         out.status.code(),
         Some(0),

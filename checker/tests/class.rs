@@ -43,7 +43,7 @@ fn bash(script: &str, args: &[&Path], env: &[(&str, &str)]) -> Ran {
     cmd.env("DDP_LAB_CHECKER", env!("CARGO_BIN_EXE_checker"));
     cmd.env(checker::PROGRESS_FILE_ENV, std::env::temp_dir().join("class-test-progress.json"));
     cmd.envs(env.iter().copied());
-    let out = launcher::output(cmd, Some(Duration::from_secs(900))).expect("run bash");
+    let out = child_process::output(cmd, Some(Duration::from_secs(900))).expect("run bash");
     Ran { code: out.status.code(), output: format!("{}{}", out.stdout, out.stderr) }
 }
 
@@ -204,7 +204,7 @@ fn every_command_of_the_classroom_workflow_runs_as_the_command_grader_runs_it() 
             }
         }
         cmd.env(checker::PROGRESS_FILE_ENV, scratch.path().join("progress.json"));
-        let out = launcher::output(cmd, Some(Duration::from_secs(600))).expect("run sh");
+        let out = child_process::output(cmd, Some(Duration::from_secs(600))).expect("run sh");
         Ran { code: out.status.code(), output: format!("{}{}", out.stdout, out.stderr) }
     };
     let setup = steps.iter().find_map(|s| s["run"].as_str()).expect("the setup step");

@@ -349,7 +349,7 @@ fn watch_verifies_again_after_a_save() {
         .env(PROGRESS_FILE_ENV, &progress)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let mut child = launcher::spawn(watch).unwrap();
+    let mut child = child_process::spawn(watch).unwrap();
     let (lines, received) = mpsc::channel();
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {

@@ -62,7 +62,7 @@ fn every_workspace_binary_links_libtorch_cuda() {
     }
     let mut build = cargo();
     build.args(["build", "-q", "--workspace", "--bins"]);
-    let status = launcher::status(build).expect("run cargo build");
+    let status = child_process::status(build).expect("run cargo build");
     assert!(status.success(), "cargo build --workspace --bins failed");
     let bins = workspace_binaries();
     // Every binary that loads libtorch (all but the course generator) must load its

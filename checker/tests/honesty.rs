@@ -32,7 +32,7 @@ fn verify(step: u8, solutions: bool) -> Verdict {
     let progress = scratch.path().join("progress.json");
     cmd.env(checker::PROGRESS_FILE_ENV, &progress);
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
-    let out = launcher::output(cmd, None).expect("run the checker");
+    let out = child_process::output(cmd, None).expect("run the checker");
     Verdict { code: out.status.code(), output: format!("{}{}", out.stdout, out.stderr) }
 }
 

@@ -79,7 +79,7 @@ impl Scene {
         if let Some(bwrap) = &self.bwrap {
             cmd.env(checker::BWRAP_ENV, bwrap);
         }
-        let out = launcher::output(cmd, Some(Duration::from_secs(600))).expect("run the checker");
+        let out = child_process::output(cmd, Some(Duration::from_secs(600))).expect("run the checker");
         let output = format!("{}{}", out.stdout, out.stderr);
         let kept =
             output.lines().find_map(|l| l.trim().strip_prefix("run files kept in ")).map(PathBuf::from);
@@ -105,10 +105,10 @@ impl Scene {
     /// Processes of this test's submission still alive (killed, so the machine stays clean).
     fn survivors(&self) -> Vec<u32> {
         let deadline = Instant::now() + Duration::from_secs(5);
-        let mut left = launcher::processes_with_env(MARK, &self.mark);
+        let mut left = child_process::processes_with_env(MARK, &self.mark);
         while !left.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
-            left = launcher::processes_with_env(MARK, &self.mark);
+            left = child_process::processes_with_env(MARK, &self.mark);
         }
         for pid in &left {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();

@@ -44,7 +44,7 @@ fn checker_with_ranks_running(marker: &str) -> Child {
     let mut checker = cmd.spawn().unwrap();
     let start = Instant::now();
     loop {
-        let ranks = launcher::processes_with_env(MARK, marker)
+        let ranks = child_process::processes_with_env(MARK, marker)
             .into_iter()
             // The program itself, not a build that links it (its path is the first word).
             .filter(|pid| {
@@ -79,7 +79,7 @@ fn main_run_stuck(pid: u32) -> bool {
 }
 
 fn assert_nothing_left(marker: &str, after: &str) {
-    let left = launcher::wait_until_no_process_with_env(MARK, marker, Duration::from_secs(5));
+    let left = child_process::wait_until_no_process_with_env(MARK, marker, Duration::from_secs(5));
     assert!(left.is_empty(), "{after}, still running after 5 s: {left:#?}");
 }
 

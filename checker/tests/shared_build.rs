@@ -20,14 +20,14 @@ fn one_step_builds_on_the_workspaces_dependencies() {
     let mut workspace = cargo();
     workspace.args(["build", "-q", "--workspace", "--bins"]);
     assert!(
-        launcher::status(workspace).expect("run cargo build").success(),
+        child_process::status(workspace).expect("run cargo build").success(),
         "cargo build --workspace failed"
     );
 
     for package in ["solution_03", "step_11"] {
         let mut one = cargo();
         one.args(["build", "-p", package, "--message-format", "json"]);
-        let out = launcher::output(one, None).expect("run cargo build -p");
+        let out = child_process::output(one, None).expect("run cargo build -p");
         assert!(out.status.success(), "cargo build -p {package} failed:\n{}", out.stderr);
         // The workspace build made this very binary too: everything must be fresh.
         let rebuilt: Vec<String> = out

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use labkit::DeviceChoice;
-use labrun::{
+use lab_program::{
     finished_lab_binary, run_lab, steady_images_per_sec, workspace_root, write_atomically,
     write_through_temp, Failure, LabRun, LabSettings,
 };
+use labkit::DeviceChoice;
 use serde_json::json;
 
 mod chart;
@@ -212,7 +212,7 @@ fn plan(a: &Args) -> Result<Plan, String> {
 }
 
 fn main() -> ExitCode {
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     let args = Args::parse();
     if let Some(json) = &args.chart_from {
         return Failure::exit(redraw_charts(json, &args.out_dir, args.font.as_deref()));

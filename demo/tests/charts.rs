@@ -3,13 +3,13 @@
 use std::path::Path;
 use std::process::Command;
 
-use launcher::Output;
+use child_process::Output;
 
 /// The demo, through the launcher: if this test binary dies, the demo goes too.
 fn demo(args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_demo"));
     cmd.args(args);
-    launcher::output(cmd, None).expect("run the demo")
+    child_process::output(cmd, None).expect("run the demo")
 }
 
 fn text(out: &Output) -> String {
@@ -70,7 +70,7 @@ exec "$@""#;
     cmd.args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
         .arg(env!("CARGO_BIN_EXE_demo"))
         .args(["--chart-from", json.to_str().unwrap(), "--out-dir", out_dir.to_str().unwrap()]);
-    let out = launcher::output(cmd, None).unwrap();
+    let out = child_process::output(cmd, None).unwrap();
     assert_ne!(out.status.code(), Some(77), "could not mount a tmpfs over /usr/share/fonts: {}", text(&out));
     assert!(out.status.success(), "with no fonts installed: {}", text(&out));
     assert_png(&out_dir.join("scaling.png"));

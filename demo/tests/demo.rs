@@ -2,13 +2,13 @@
 //! --predict answers from the cost model; bad input exits 2 with a message.
 use std::process::Command;
 
-use launcher::Output;
+use child_process::Output;
 
 /// The demo, through the launcher: if this test binary dies, the demo and its ranks go too.
 fn demo(args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_demo"));
     cmd.args(args);
-    launcher::output(cmd, None).expect("run the demo")
+    child_process::output(cmd, None).expect("run the demo")
 }
 
 fn text(out: &Output) -> (String, String) {
@@ -154,7 +154,7 @@ fn demo_with_a_stuck_rank(marker: &str, out_dir: &std::path::Path) -> std::proce
     let mut demo = cmd.spawn().unwrap();
     let start = std::time::Instant::now();
     loop {
-        let lab: Vec<u32> = launcher::processes_with_env("DEMO_TEST_RUN", marker)
+        let lab: Vec<u32> = child_process::processes_with_env("DEMO_TEST_RUN", marker)
             .into_iter()
             // The program itself, not a build that links it (its path is the first word).
             .filter(|pid| {
@@ -165,7 +165,7 @@ fn demo_with_a_stuck_rank(marker: &str, out_dir: &std::path::Path) -> std::proce
             .collect();
         // The parent and its rank; the rank (it has the spawn variables) asleep.
         let rank_asleep = lab.iter().any(|pid| {
-            launcher::processes_with_env("TCHD_SPAWN_LOCAL_RANK", "0").contains(pid)
+            child_process::processes_with_env("TCHD_SPAWN_LOCAL_RANK", "0").contains(pid)
                 && std::fs::read_to_string(format!("/proc/{pid}/wchan"))
                     .is_ok_and(|w| w.contains("nanosleep"))
         });
@@ -190,7 +190,7 @@ fn no_process_outlives_the_demo_killed_or_interrupted() {
         unsafe { libc::kill(demo.id() as i32, signal) };
         let status = demo.wait().unwrap();
         assert_eq!(status.code(), code, "{status}");
-        let left = launcher::wait_until_no_process_with_env(
+        let left = child_process::wait_until_no_process_with_env(
             "DEMO_TEST_RUN",
             &marker,
             std::time::Duration::from_secs(5),

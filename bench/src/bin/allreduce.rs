@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use ddp_bench::common::{load_average, median, probe_python, PythonEnv, Side};
-use labrun::write_atomically;
+use lab_program::write_atomically;
 use serde_json::{json, Value};
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
@@ -80,7 +80,7 @@ struct Args {
 
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank first (the ranks themselves never start any).
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     let args = Args::parse();
     if args.rank_process {
         return match rank_main(&args) {
@@ -234,7 +234,7 @@ fn gloo_iface(args: &Args) -> Option<String> {
 struct Rank {
     side: Side,
     rank: usize,
-    child: launcher::Child,
+    child: child_process::Child,
     stdin: Option<ChildStdin>,
     reaped: bool,
 }
@@ -252,7 +252,7 @@ struct Event {
 }
 
 /// Every rank process. Dropping it kills and reaps whatever is still running (each
-/// rank is a `launcher::Child`), so no error path leaves processes behind.
+/// rank is a `child_process::Child`), so no error path leaves processes behind.
 struct Ranks {
     ranks: Vec<Rank>,
     tx: Sender<Event>,
@@ -267,8 +267,8 @@ impl Ranks {
 
     fn spawn(&mut self, side: Side, rank: usize, mut cmd: Command) -> Res<()> {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child =
-            launcher::spawn(cmd).map_err(|e| format!("cannot start {} rank {rank}: {e}", side.name()))?;
+        let mut child = child_process::spawn(cmd)
+            .map_err(|e| format!("cannot start {} rank {rank}: {e}", side.name()))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("piped stdout");
         let index = self.ranks.len();
@@ -471,7 +471,7 @@ fn run(args: &Args, env: &PythonEnv) -> Res<()> {
         }
     }
 
-    let ports = launcher::free_ports(2)?;
+    let ports = child_process::free_ports(2)?;
     let exe = std::env::current_exe()?;
     let threads = args.threads.to_string();
     let timeout = args.timeout.to_string();

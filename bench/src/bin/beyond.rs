@@ -117,7 +117,7 @@ const WORLD_SIZE: usize = 2;
 
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     let args = Args::parse();
     let result = match args.rank_process {
         Some(mode) => rank_main(&args, mode),
@@ -136,7 +136,7 @@ fn main() -> ExitCode {
 /// copy again, as the lab's ranks do).
 fn data_options(args: &Args) -> Res<DatasetOptions> {
     let kind: DatasetKind = args.dataset.parse()?;
-    let dir = args.data_dir.clone().unwrap_or_else(|| labrun::workspace_root().join("data"));
+    let dir = args.data_dir.clone().unwrap_or_else(|| lab_program::workspace_root().join("data"));
     Ok(DatasetOptions { dir, kind, ..DatasetOptions::default() })
 }
 
@@ -476,8 +476,8 @@ fn table(args: &Args, runs: &[(Mode, Side, Run)]) -> String {
 /// Starts the ranks of one side, waits, and reads each rank's result line. A failing
 /// rank stops the others.
 fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) -> Res<Run> {
-    let port = launcher::free_port()?;
-    let mut children: Vec<launcher::Child> = Vec::new();
+    let port = child_process::free_port()?;
+    let mut children: Vec<child_process::Child> = Vec::new();
     for rank in 0..WORLD_SIZE {
         let mut cmd = Command::new(&program.0);
         cmd.args(&program.1)
@@ -492,7 +492,7 @@ fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) ->
             .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("python"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        children.push(launcher::spawn(cmd)?);
+        children.push(child_process::spawn(cmd)?);
     }
     // Each rank's stdout and stderr read on threads, so that polling never blocks.
     let readers: Vec<_> = children

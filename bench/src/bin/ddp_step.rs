@@ -75,7 +75,7 @@ struct Args {
 
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     let args = Args::parse();
     let result = if args.rank_process { rank_main(&args) } else { runner(&args) };
     match result {
@@ -144,7 +144,7 @@ fn runner(args: &Args) -> Res<()> {
     let script = root.join("bench/python/ddp_step.py");
     let mut probe = Command::new(&python);
     probe.args(["-c", "import torch"]);
-    if !launcher::output(probe, None).is_ok_and(|out| out.success()) {
+    if !child_process::output(probe, None).is_ok_and(|out| out.success()) {
         return Err(format!(
             "{} cannot import torch: run scripts/setup.sh (or pass --python)",
             python.display()
@@ -240,8 +240,8 @@ fn run_side(
     common: &[String],
     threads: usize,
 ) -> Res<f64> {
-    let port = launcher::free_port()?;
-    let mut children: Vec<launcher::Child> = Vec::new();
+    let port = child_process::free_port()?;
+    let mut children: Vec<child_process::Child> = Vec::new();
     for rank in 0..ws {
         let mut cmd = match side {
             Side::Rust | Side::Control => {
@@ -267,7 +267,7 @@ fn run_side(
             // The same Gloo device on both sides: loopback.
             .env("GLOO_SOCKET_IFNAME", "lo")
             .stdout(Stdio::piped());
-        children.push(launcher::spawn(cmd)?);
+        children.push(child_process::spawn(cmd)?);
     }
     // Read each rank's stdout on a thread, so that polling below never blocks.
     let readers: Vec<_> = children

@@ -159,7 +159,7 @@ fn grade(
         cmd.arg("--unsandboxed");
     }
     let started = Instant::now();
-    let output = launcher::output(cmd, None).map_err(|e| format!("cannot run the checker: {e}"))?;
+    let output = child_process::output(cmd, None).map_err(|e| format!("cannot run the checker: {e}"))?;
     let seconds = started.elapsed().as_secs_f64();
     if !output.status.success() {
         return Err(format!("the checker failed ({}):\n{}{}", output.status, output.stdout, output.stderr));

@@ -29,7 +29,7 @@ use ddp_bench::labbench::{
     column_prefix, columns, describe_placement, placement, shared_extra_args, validate, world_sizes, Args,
     Column,
 };
-use labrun::{
+use lab_program::{
     finished_lab_binary, run_lab, sibling_binary, steady_images_per_sec, workspace_root, write_atomically,
     Failure, LabRun, LabSettings,
 };
@@ -41,7 +41,7 @@ const ALLREDUCE_TARGET: f64 = 0.98;
 
 fn main() -> ExitCode {
     // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
-    launcher::stop_children_on_signals();
+    child_process::stop_children_on_signals();
     let args = Args::parse();
     let gpus = tch::Cuda::device_count().max(0) as usize;
     if let Err(message) = validate(&args, gpus) {
@@ -303,7 +303,7 @@ fn measure_allreduce(a: &Args) -> Result<AllReduce, Failure> {
         cmd.arg("--python").arg(p);
     }
     eprintln!("all_reduce: running the allreduce benchmark at {} MB", a.allreduce_mb);
-    let out = launcher::output(cmd, None)
+    let out = child_process::output(cmd, None)
         .map_err(|e| Failure::Run(format!("cannot run the allreduce benchmark: {e}")))?;
     let text = std::fs::read_to_string(&json_path);
     let _ = std::fs::remove_file(&json_path);

@@ -40,7 +40,7 @@ pub struct Ran {
 
 /// Runs `cmd` (a probe: it ends at once), giving up after 20 s.
 pub fn run(cmd: Command) -> std::io::Result<Ran> {
-    let out = launcher::output(cmd, Some(Duration::from_secs(20)))?;
+    let out = child_process::output(cmd, Some(Duration::from_secs(20)))?;
     Ok(Ran {
         ok: out.success(),
         said: format!("{}{}", out.stderr.trim(), if out.timed_out { " (timed out)" } else { "" }),
@@ -52,7 +52,7 @@ pub fn run(cmd: Command) -> std::io::Result<Ran> {
 pub fn version(bwrap: &Path) -> std::io::Result<Option<String>> {
     let mut cmd = Command::new(bwrap);
     cmd.arg("--version").env_clear();
-    let out = launcher::output(cmd, Some(Duration::from_secs(20)))?;
+    let out = child_process::output(cmd, Some(Duration::from_secs(20)))?;
     Ok(out
         .stdout
         .split_whitespace()

@@ -152,7 +152,7 @@ const SCOPE_PROBE: &str = r#"cg=$(sed -n 's/^0:://p' /proc/self/cgroup); cat "/s
 pub fn scope_works(systemd_run: &Path, limits: &Limits) -> bool {
     let mut cmd = Command::new(systemd_run);
     cmd.args(scope_args(limits)).args(["--", "/bin/sh", "-c", SCOPE_PROBE]);
-    let Ok(out) = launcher::output(cmd, Some(Duration::from_secs(20))) else { return false };
+    let Ok(out) = child_process::output(cmd, Some(Duration::from_secs(20))) else { return false };
     let caps: Vec<&str> = out.stdout.split_whitespace().collect();
     out.success() && caps == [limits.memory.to_string(), limits.processes.to_string()]
 }

@@ -73,7 +73,7 @@ fn checker_env(args: &[&str], paths: &[&Path], env: &[(&str, &Path)]) -> Verdict
     cmd.current_dir(repo()).args(args).args(paths).env(checker::PROGRESS_FILE_ENV, &progress);
     cmd.envs(env.iter().copied());
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
-    let out = launcher::output(cmd, None).expect("run the checker");
+    let out = child_process::output(cmd, None).expect("run the checker");
     let _ = std::fs::remove_file(&progress);
     Verdict { code: out.status.code(), stdout: out.stdout, stderr: out.stderr }
 }

@@ -204,7 +204,7 @@ fn content_type(path: &str) -> &'static str {
 
 /// Headless Chromium with one page, driven over the DevTools protocol on a pipe.
 struct Browser {
-    _child: launcher::Child,
+    _child: child_process::Child,
     commands: File,
     messages: Receiver<Value>,
     session: String,
@@ -253,7 +253,7 @@ impl Browser {
                 Ok(())
             });
         }
-        let child = launcher::spawn(cmd).expect("cannot start Chromium");
+        let child = child_process::spawn(cmd).expect("cannot start Chromium");
         // This process keeps only its own ends, so that the reader sees the end when
         // Chromium exits.
         unsafe {

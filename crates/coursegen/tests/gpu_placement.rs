@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use launcher::Output;
+use child_process::Output;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
@@ -15,7 +15,7 @@ fn built(package: &str) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build.current_dir(root()).args(["build", "-q", "-p", package]);
-    let status = launcher::status(build).unwrap();
+    let status = child_process::status(build).unwrap();
     assert!(status.success(), "building {package} failed");
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
@@ -45,7 +45,7 @@ fn too_few_gpus_is_refused_before_the_ranks_of_a_spawning_program_start() {
     cmd.args(["--device", "cuda", "--num-gpus", ranks, "--width", "narrow", "--dataset", "generated"])
         .env_remove("LOCAL_RANK")
         .env_remove("LOCAL_WORLD_SIZE");
-    let out = launcher::output(cmd, None).unwrap();
+    let out = child_process::output(cmd, None).unwrap();
     assert_refused(&out, "solution_11 --device cuda");
 }
 
@@ -57,7 +57,7 @@ fn too_few_gpus_is_refused_in_a_launched_rank() {
     cmd.args(["--device", "cuda", "--num-gpus", ranks, "--width", "narrow", "--dataset", "generated"])
         .env("LOCAL_RANK", "0")
         .env("LOCAL_WORLD_SIZE", ranks);
-    let out = launcher::output(cmd, None).unwrap();
+    let out = child_process::output(cmd, None).unwrap();
     assert_refused(&out, "solution_03 launched with --device cuda");
 }
 
@@ -76,7 +76,7 @@ fn sharing_needs_a_gpu_to_share() {
         "generated",
     ])
     .args(["--epochs", "1", "--train-subset", "64", "--test-subset", "64"]);
-    let out = launcher::output(cmd, None).unwrap();
+    let out = child_process::output(cmd, None).unwrap();
     if out.status.success() {
         eprintln!("SKIPPED: this machine has a GPU, and two ranks shared it");
         return;

@@ -111,7 +111,7 @@ fn the_guide_lists_every_option_of_the_finished_lab() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build.current_dir(root()).args(["build", "-q", "-p", "solution_11"]);
-    assert!(launcher::status(build).expect("run cargo build").success(), "building solution_11 failed");
+    assert!(child_process::status(build).expect("run cargo build").success(), "building solution_11 failed");
     let out =
         Command::new(target_dir().join("debug/solution_11")).arg("--help").output().expect("run solution_11");
     assert!(out.status.success(), "solution_11 --help: {}", String::from_utf8_lossy(&out.stderr));

@@ -41,7 +41,7 @@ fn built() -> &'static Path {
             "-p",
             "solution_13",
         ]);
-        let status = launcher::status(cmd).expect("run cargo build");
+        let status = child_process::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
         target_dir().join("debug")
     })
@@ -90,7 +90,7 @@ fn lab_args(extra: &[&str]) -> Vec<String> {
 /// A process started through the launcher: it leads its own process group and dies
 /// with this test binary; dropping it kills the group.
 struct Proc {
-    child: launcher::Child,
+    child: child_process::Child,
     out_path: PathBuf,
     err_path: PathBuf,
 }
@@ -111,7 +111,7 @@ impl Proc {
             .stderr(Stdio::from(std::fs::File::create(&err_path).unwrap()))
             .stdin(Stdio::null());
         let shown = format!("{cmd:?}");
-        let child = launcher::spawn(cmd).unwrap_or_else(|e| panic!("start {shown}: {e}"));
+        let child = child_process::spawn(cmd).unwrap_or_else(|e| panic!("start {shown}: {e}"));
         Proc { child, out_path, err_path }
     }
 
@@ -303,7 +303,7 @@ fn busy_rendezvous_port_is_a_clear_error() {
 fn a_master_addr_of_another_machine_is_refused() {
     let logs = scratch("foreign-addr");
     let args = lab_args(&["--num-gpus", "2", "--epochs", "1", "--timeout", "10"]);
-    let mut cmd = lab_command(11, &args, launcher::free_port().unwrap(), &logs.join("trace"));
+    let mut cmd = lab_command(11, &args, child_process::free_port().unwrap(), &logs.join("trace"));
     cmd.env("MASTER_ADDR", "192.0.2.1"); // TEST-NET-1: nobody's address
     let finished = run_to_failure(cmd, &logs, "the lab with a foreign MASTER_ADDR");
     assert_eq!(finished.status.code(), Some(2), "{}", finished.stderr);
@@ -333,7 +333,7 @@ fn a_rank_killed_mid_epoch_ends_the_run_and_leaves_nothing() {
         "--timeout",
         &timeout.to_string(),
     ]);
-    let proc = Proc::start(lab_command(11, &args, launcher::free_port().unwrap(), &trace), &logs, "lab");
+    let proc = Proc::start(lab_command(11, &args, child_process::free_port().unwrap(), &trace), &logs, "lab");
     let victim = wait_for_training(&trace, 1, Duration::from_secs(120));
     let survivor = wait_for_training(&trace, 0, Duration::from_secs(120));
     std::thread::sleep(Duration::from_millis(300));
@@ -362,7 +362,7 @@ fn launched_rank_killed(victim_rank: usize) {
     let logs = scratch(&format!("sigkill-launched-{victim_rank}"));
     let trace = logs.join("trace");
     let timeout = 15u64;
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let args = lab_args(&[
         "--num-gpus",
         "2",
@@ -416,7 +416,7 @@ fn a_stuck_rank_times_the_others_out_naming_the_collective() {
     let trace = logs.join("trace");
     let timeout = 5u64;
     let args = lab_args(&["--num-gpus", "2", "--epochs", "2", "--timeout", &timeout.to_string()]);
-    let mut cmd = lab_command(11, &args, launcher::free_port().unwrap(), &trace);
+    let mut cmd = lab_command(11, &args, child_process::free_port().unwrap(), &trace);
     cmd.env("DDP_LAB_STALL_RANK", "1");
     let proc = Proc::start(cmd, &logs, "lab");
     let finished = proc.wait(Duration::from_secs(120), "the lab with a stuck rank");
@@ -462,8 +462,9 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     // 1. Two epochs, a checkpoint after each.
     let trace1 = logs.join("trace1");
     let args = lab_args(&[&common[..], &["--epochs", "2"]].concat());
-    let first = Proc::start(lab_command(11, &args, launcher::free_port().unwrap(), &trace1), &logs, "first")
-        .wait(Duration::from_secs(300), "the first run");
+    let first =
+        Proc::start(lab_command(11, &args, child_process::free_port().unwrap(), &trace1), &logs, "first")
+            .wait(Duration::from_secs(300), "the first run");
     assert!(first.status.success(), "{}\n{}", first.stdout, first.stderr);
     let saved = checkpoint_json(&ckpt);
     assert_eq!(saved["format"], "ddp-lab-checkpoint/1");
@@ -478,7 +479,7 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     // 2. Resume, and crash while saving epoch 2's checkpoint (before its commit).
     let trace2 = logs.join("trace2");
     let args = lab_args(&[&common[..], &["--epochs", "4", "--resume"]].concat());
-    let mut cmd = lab_command(11, &args, launcher::free_port().unwrap(), &trace2);
+    let mut cmd = lab_command(11, &args, child_process::free_port().unwrap(), &trace2);
     cmd.env("DDP_LAB_CRASH_IN_SAVE", "2");
     let crashed = Proc::start(cmd, &logs, "crashed").wait(Duration::from_secs(300), "the crashing run");
     assert!(!crashed.status.success(), "{}", crashed.stderr);
@@ -492,7 +493,7 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     let trace3 = logs.join("trace3");
     let args = lab_args(&[&common[..], &["--epochs", "3", "--resume"]].concat());
     let resumed =
-        Proc::start(lab_command(11, &args, launcher::free_port().unwrap(), &trace3), &logs, "resumed")
+        Proc::start(lab_command(11, &args, child_process::free_port().unwrap(), &trace3), &logs, "resumed")
             .wait(Duration::from_secs(300), "the resumed run");
     assert!(resumed.status.success(), "{}\n{}", resumed.stdout, resumed.stderr);
     assert!(resumed.stdout.contains("resume: continuing at epoch 2"), "{}", resumed.stdout);
@@ -520,7 +521,7 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
     std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
     let args = lab_args(&[&common[..], &["--epochs", "4", "--resume"]].concat());
     let refused = Proc::start(
-        lab_command(11, &args, launcher::free_port().unwrap(), &logs.join("trace4")),
+        lab_command(11, &args, child_process::free_port().unwrap(), &logs.join("trace4")),
         &logs,
         "refused",
     )
@@ -562,7 +563,7 @@ fn torchrun_restart_recovers_from_the_last_checkpoint() {
         "--master-addr".into(),
         "127.0.0.1".into(),
         "--master-port".into(),
-        launcher::free_port().unwrap().to_string(),
+        child_process::free_port().unwrap().to_string(),
         bin(9).display().to_string(),
     ];
     args.extend(lab_args(&[
@@ -682,7 +683,7 @@ fn two_nodes_over_real_tcp_in_network_namespaces() {
     let logs = scratch("two-nodes");
     let trace = logs.join("trace");
     let data = logs.join("data"); // fresh and shared by both nodes
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let nodes: Vec<Proc> = (0..2)
         .map(|node| {
             let data = data.display().to_string();

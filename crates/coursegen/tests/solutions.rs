@@ -32,7 +32,7 @@ fn solutions_built() -> &'static Path {
         for n in 0..=coursegen::LAST_STEP {
             cmd.args(["-p", &format!("solution_{n:02}")]);
         }
-        let status = launcher::status(cmd).expect("run cargo build");
+        let status = child_process::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
         target_dir().join("debug")
     })
@@ -53,7 +53,7 @@ struct Run {
 
 /// Waits for `child`, killing its group after `limit` so that a hang fails the test
 /// instead of blocking it.
-fn wait_with_limit(child: launcher::Child, limit: Duration, what: &str) -> launcher::Output {
+fn wait_with_limit(child: child_process::Child, limit: Duration, what: &str) -> child_process::Output {
     let out = child.wait_with_output(Some(limit)).unwrap();
     assert!(
         !out.timed_out,
@@ -79,7 +79,7 @@ fn run_solution_on(step: u8, dataset: &str, extra: &[&str]) -> Run {
 fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, &Path)]) -> Run {
     let bin = solutions_built().join(format!("solution_{step:02}"));
     let trace_dir = tempdir(&format!("trace-{step:02}"));
-    let port = launcher::free_port().unwrap().to_string();
+    let port = child_process::free_port().unwrap().to_string();
     let data = data_dir();
     let mut args: Vec<String> =
         ["--width", "narrow", "--dataset", dataset, "--device", "cpu", "--threads", "1", "--timeout", "60"]
@@ -93,7 +93,7 @@ fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, 
     args.extend(extra.iter().map(|s| s.to_string()));
     let processes: Vec<Option<usize>> = if step >= 10 { vec![None] } else { vec![Some(0), Some(1)] };
     // Through the launcher: no rank outlives this test binary.
-    let children: Vec<(Option<usize>, launcher::Child)> = processes
+    let children: Vec<(Option<usize>, child_process::Child)> = processes
         .into_iter()
         .map(|local_rank| {
             let mut cmd = Command::new(&bin);
@@ -108,7 +108,7 @@ fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, 
             if let Some(r) = local_rank {
                 cmd.env("LOCAL_RANK", r.to_string());
             }
-            (local_rank, launcher::spawn(cmd).unwrap())
+            (local_rank, child_process::spawn(cmd).unwrap())
         })
         .collect();
     let mut stdout = String::new();

@@ -8,7 +8,7 @@
 //!   backward pass;
 //! - `timeline-step-08.svg`: a real 2-rank run of step 8 as its timeline
 //!   (`DDP_LAB_TIMELINE`) recorded it, from the trace in `timelines/` (see
-//!   [`timeline`]): the bucket all-reduces overlapping backward, a rank waiting at the
+//!   [`timeline_figure`]): the bucket all-reduces overlapping backward, a rank waiting at the
 //!   barrier;
 //! - `pipeline-schedule.svg`: GPipe's schedule of 4 stages with and without
 //!   micro-batches, and its bubble (see [`pipeline`]);
@@ -22,7 +22,7 @@
 pub mod fsdp;
 pub mod pipeline;
 pub mod svg;
-pub mod timeline;
+pub mod timeline_figure;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,7 +43,7 @@ pub fn figures_dir() -> PathBuf {
 pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
     let layout = bucket_layout()?;
     let model = fsdp::lab_model();
-    let recorded = timeline::recorded_path();
+    let recorded = timeline_figure::recorded_path();
     let trace: serde_json::Value = std::fs::read_to_string(&recorded)
         .map_err(|e| e.to_string())
         .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
@@ -51,7 +51,7 @@ pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
     Ok(vec![
         ("sampler.svg", sampler_figure()),
         ("ddp-buckets.svg", buckets_figure(&layout)),
-        ("timeline-step-08.svg", timeline::timeline_figure(&trace)?),
+        ("timeline-step-08.svg", timeline_figure::timeline_figure(&trace)?),
         ("pipeline-schedule.svg", pipeline::schedule_figure()),
         ("fsdp-bytes.svg", fsdp::bytes_figure(&model)),
         ("fsdp-unshard.svg", fsdp::unshard_figure(&model)),
@@ -248,7 +248,7 @@ struct Param {
 /// and those it regroups them into after the first iteration, in the order backward
 /// produced the gradients, which the figure shows.
 pub fn bucket_layout() -> Result<BucketLayout, String> {
-    let port = launcher::free_port().map_err(|e| format!("no free port for the one-rank group: {e}"))?;
+    let port = child_process::free_port().map_err(|e| format!("no free port for the one-rank group: {e}"))?;
     let init = dist::Init::Tcp { host: "127.0.0.1".to_string(), port };
     dist::init_process_group(
         dist::Backend::Gloo,

@@ -9,14 +9,14 @@ use tch_distributed as dist;
 use crate::checkpoint::CheckpointError;
 use crate::data::DataError;
 use crate::error::{BoxError, Failure};
-use crate::timeline;
+use crate::perfetto;
 
 /// Ends `main`: prints the error, if any, and turns it into the exit code: 2 for bad
 /// input (options, data files, arguments the process group refused), 1 otherwise.
 pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode {
     // DDP_LAB_TIMELINE: this rank's timeline is complete (a spawned rank closes it
     // on its way out of `spawn` instead).
-    timeline::finish();
+    perfetto::finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

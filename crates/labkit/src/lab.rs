@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
 use crate::perf::{self, PerfSettings};
-use crate::{probes, run, timeline, trace};
+use crate::{perfetto, probes, run, trace};
 
 /// A model the training loop can run: the plain WideResNet, the WideResNet wrapped
 /// in DDP (whose forward can fail when another rank is gone), or sharded with FSDP
@@ -107,8 +107,8 @@ pub fn train<M: Model, S: Sampler>(
         // Only built when traced: a full epoch is tens of thousands of indices.
         trace::record(event::TrainIndices { epoch, indices: indices.clone() });
     }
-    timeline::epoch_started(epoch);
-    let train_span = timeline::span("train");
+    perfetto::epoch_started(epoch);
+    let train_span = perfetto::span("train");
     probes::at_epoch_start(epoch)?;
     if epoch == 0 {
         trace::record_initial_weights(&optimizer.trainable_variables());
@@ -117,20 +117,20 @@ pub fn train<M: Model, S: Sampler>(
     // The epoch's indices go to the device once; nothing in the loop waits for the GPU.
     let mut first_step = epoch == 0;
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, loader.device) {
-        let forward = timeline::span("forward");
+        let forward = perfetto::span("forward");
         let logits = run_forward(model, &images, true, loader.device, &perf)?;
         let loss = logits.cross_entropy_for_logits(&labels);
-        timeline::sync(loader.device);
+        perfetto::sync(loader.device);
         forward.end();
         optimizer.zero_grad();
         // DDP's Reducer all-reduces inside backward: its failure is a DistError.
-        let backward = timeline::span("backward");
+        let backward = perfetto::span("backward");
         loss.f_backward().map_err(dist::DistError::from)?;
-        timeline::sync(loader.device);
+        perfetto::sync(loader.device);
         backward.end();
-        let step = timeline::span("optimizer step");
+        let step = perfetto::span("optimizer step");
         optimizer.step();
-        timeline::sync(loader.device);
+        perfetto::sync(loader.device);
         step.end();
         if first_step && trace::enabled() {
             // The float values a pipeline's first step is compared with (step 13).
@@ -144,7 +144,7 @@ pub fn train<M: Model, S: Sampler>(
     trace::record_weights(epoch, &optimizer.trainable_variables());
     model.after_epoch(epoch, optimizer)?;
     train_span.end();
-    timeline::flush();
+    perfetto::flush();
     Ok(())
 }
 
@@ -178,7 +178,7 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
     let mut loss_sum = Tensor::zeros([0i64; 0], (Kind::Double, device));
     let mut correct = Tensor::zeros([0i64; 0], (Kind::Int64, device));
     let (mut total, mut batches) = (0usize, 0usize);
-    let validation = timeline::span("validation");
+    let validation = perfetto::span("validation");
     let _no_grad = tch::no_grad_guard();
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, device) {
         let logits = run_forward(model, &images, false, device, &perf)?;
@@ -189,8 +189,8 @@ pub fn test<M: Model, S: Sampler>(model: &M, loader: &mut DataLoader<'_, S>) -> 
     }
     let (loss_sum, correct) = (loss_sum.double_value(&[]), correct.int64_value(&[]));
     validation.end();
-    timeline::epoch_ended();
-    timeline::flush();
+    perfetto::epoch_ended();
+    perfetto::flush();
     let accuracy = if total == 0 { 0.0 } else { correct as f64 / total as f64 };
     let loss = if batches == 0 { 0.0 } else { loss_sum / batches as f64 };
     if trace::enabled() {

@@ -4,7 +4,7 @@
 //!
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
 //! the bottom: `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
-//! each rank of a node gets), `trace`, `timeline`; `data`, `perf`, `probes`,
+//! each rank of a node gets), `trace`, `perfetto`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about
 //! processes), `dataset` (the lab's calls for its data), `exit` (how `main` ends);
@@ -24,6 +24,7 @@ pub mod model;
 mod options;
 mod parsers;
 pub mod perf;
+pub mod perfetto;
 mod pipeline;
 mod placement;
 pub mod probes;
@@ -31,7 +32,6 @@ pub mod report;
 mod rng;
 mod run;
 mod sharded;
-pub mod timeline;
 pub mod trace;
 mod widths;
 

@@ -193,7 +193,7 @@ impl RunOptions {
 
     /// Applies the process-wide settings, as the top of a PyTorch script does, in
     /// order: [`exit_with_2_on_bad_input`](Self::exit_with_2_on_bad_input), the timeline
-    /// ([`crate::timeline::start_if_asked`]), [`threads`](Self::threads),
+    /// ([`crate::perfetto::start_if_asked`]), [`threads`](Self::threads),
     /// [`refuse_cuda_without_a_gpu`](Self::refuse_cuda_without_a_gpu),
     /// [`seed`](Self::seed), [`tune_convolutions`](Self::tune_convolutions). Each sets
     /// something that belongs to the whole process (libtorch's thread pool and generators,
@@ -205,7 +205,7 @@ impl RunOptions {
     pub fn apply(&self) {
         Self::exit_with_2_on_bad_input();
         // DDP_LAB_TIMELINE: on before the program makes its process group and DDP model.
-        crate::timeline::start_if_asked();
+        crate::perfetto::start_if_asked();
         self.threads();
         self.refuse_cuda_without_a_gpu();
         self.seed();

@@ -18,7 +18,7 @@ use crate::loader::{DataLoader, Sampler};
 use crate::model::{WideResNet, LAYERS};
 use crate::options::RunOptions;
 use crate::perf::Amp;
-use crate::{probes, run, timeline, trace};
+use crate::{perfetto, probes, run, trace};
 
 /// The layers (indices into [`LAYERS`]) that stage `stage` of `stages` holds: the ten
 /// layers shared out in order, as evenly as they go (2 stages: the stem to block3,
@@ -166,8 +166,8 @@ pub fn train_pipeline<S: Sampler>(
             trace::record(event::PipelineStage { stage, stages, micro_batches, layers, parameters });
         }
     }
-    timeline::epoch_started(epoch);
-    let train_span = timeline::span("train");
+    perfetto::epoch_started(epoch);
+    let train_span = perfetto::span("train");
     probes::at_epoch_start(epoch)?;
     if epoch == 0 {
         trace::record_initial_weights(&optimizer.trainable_variables());
@@ -190,7 +190,7 @@ pub fn train_pipeline<S: Sampler>(
     probes::at_epoch_end(epoch);
     trace::record_weights(epoch, &optimizer.trainable_variables());
     train_span.end();
-    timeline::flush();
+    perfetto::flush();
     let measured = if total.is_zero() { 0.0 } else { 1.0 - busy.as_secs_f64() / total.as_secs_f64() };
     let ideal = (stages - 1) as f64 / (micro_batches + stages - 1) as f64;
     trace::record(event::PipelineEpoch {
@@ -219,7 +219,7 @@ pub fn test_pipeline<S: Sampler>(
     let device = loader.device;
     let group = dist::default_group()?;
     let last = group.rank() + 1 == group.world_size();
-    let validation = timeline::span("validation");
+    let validation = perfetto::span("validation");
     let (mut loss_sum, mut correct, mut total, mut batches) = (0.0f64, 0i64, 0usize, 0usize);
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, device) {
         if let Some(logits) = pipeline.eval(&images)? {
@@ -231,8 +231,8 @@ pub fn test_pipeline<S: Sampler>(
         }
     }
     validation.end();
-    timeline::epoch_ended();
-    timeline::flush();
+    perfetto::epoch_ended();
+    perfetto::flush();
     if !last {
         return Ok(None);
     }

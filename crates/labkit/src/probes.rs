@@ -46,7 +46,7 @@ pub const SLOW_PREPARE_DELAY: Duration = Duration::from_secs(1);
 /// [`SLOW_PREPARE_ENV`].
 pub(crate) fn before_preparing_data() {
     if std::env::var(SLOW_PREPARE_ENV).is_ok_and(|v| v.trim() == "1") {
-        let _late = crate::timeline::span(format!("preparing late on purpose ({SLOW_PREPARE_ENV})"));
+        let _late = crate::perfetto::span(format!("preparing late on purpose ({SLOW_PREPARE_ENV})"));
         std::thread::sleep(SLOW_PREPARE_DELAY);
     }
 }
@@ -113,7 +113,7 @@ pub(crate) fn at_epoch_end(epoch: usize) {
     }
     if hook_targets_me(SLOW_RANK_ENV) {
         // One rank finishing late makes a missing barrier visible in the epoch times.
-        let _late = crate::timeline::span(format!("late on purpose ({SLOW_RANK_ENV})"));
+        let _late = crate::perfetto::span(format!("late on purpose ({SLOW_RANK_ENV})"));
         std::thread::sleep(SLOW_RANK_DELAY);
     }
 }

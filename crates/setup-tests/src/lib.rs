@@ -131,7 +131,7 @@ impl Run {
 /// Runs `cmd` to its end through the launcher (it dies with the test). The limit only
 /// stops a hang (a mirror that never answers); no assertion is about time.
 pub fn run(cmd: Command, limit: Duration) -> Run {
-    let out = launcher::output(cmd, Some(limit)).expect("start the command");
+    let out = child_process::output(cmd, Some(limit)).expect("start the command");
     assert!(!out.timed_out, "still running after {limit:?}, killed:\n{}", out.stderr);
     Run { code: out.status.code(), stderr: out.stderr, stdout: out.stdout }
 }

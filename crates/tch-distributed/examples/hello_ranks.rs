@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     // rank outlives this process. Only the parent picks the port (the ranks re-run main).
     let mut options = dist::SpawnOptions::new(args.world_size);
     if dist::spawned_rank().is_none() {
-        let port = launcher::free_port().expect("a free port");
+        let port = child_process::free_port().expect("a free port");
         println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.world_size);
         options =
             options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             // them: only the parent's choice counts, handed over in the environment.
             let mut options = dist::SpawnOptions::new(args.nprocs);
             if dist::spawned_rank().is_none() {
-                let port = launcher::free_port().expect("a free port");
+                let port = child_process::free_port().expect("a free port");
                 println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.nprocs);
                 options = options
                     .env(dist::MASTER_ADDR_ENV, "127.0.0.1")

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::{DistError, Result};
 use crate::group::{next_group_number, Backend, GroupOptions, ProcessGroup};
-use crate::launch::{local_rank, restart_attempt, spawned_rank};
+use crate::launch_env::{local_rank, restart_attempt, spawned_rank};
 use crate::rendezvous::Rendezvous;
 use crate::store::{Store, TcpStoreOptions};
 

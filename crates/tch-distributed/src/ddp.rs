@@ -34,7 +34,7 @@ use tch::Tensor;
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::group::ProcessGroup;
-use crate::timeline;
+use crate::spans;
 
 /// Chunk size for broadcasting model state (PyTorch uses the same 250 MiB).
 const BROADCAST_BUCKET_BYTES: i64 = 250 * 1024 * 1024;
@@ -153,7 +153,7 @@ impl<M: ModuleT> DistributedDataParallel<M> {
             backward_sync: Cell::new(true),
             forward_sync: Cell::new(true),
         };
-        if timeline::is_recording() {
+        if spans::is_recording() {
             // The timeline times each bucket's all-reduce through a communication hook
             // that computes what the Reducer computes without one.
             let mut err = ptr::null_mut();
@@ -161,7 +161,7 @@ impl<M: ModuleT> DistributedDataParallel<M> {
                 ffi::tchd_reducer_time_buckets(
                     ddp.reducer.as_ptr(),
                     ddp.group.raw(),
-                    timeline::bucket_reduced,
+                    spans::bucket_reduced,
                     &mut err,
                 )
             };
@@ -186,10 +186,10 @@ impl<M: ModuleT> DistributedDataParallel<M> {
             })
             .collect();
         let params: Vec<String> = buckets.iter().map(|b| b.len().to_string()).collect();
-        timeline::instant("DDP buckets", "ddp", timeline::Lane::Bucket(0))
-            .arg("buckets", timeline::Arg::Int(buckets.len() as i64))
-            .arg("params", timeline::Arg::Text(params.join(",")))
-            .arg("bytes", timeline::Arg::Text(bytes.join(",")))
+        spans::instant("DDP buckets", "ddp", spans::Lane::Bucket(0))
+            .arg("buckets", spans::Arg::Int(buckets.len() as i64))
+            .arg("params", spans::Arg::Text(params.join(",")))
+            .arg("bytes", spans::Arg::Text(bytes.join(",")))
             .record();
     }
 
@@ -211,7 +211,7 @@ impl<M: ModuleT> DistributedDataParallel<M> {
                 err,
             )
             .map_err(|e| e.context("DDP forward"))?;
-            if rebuilt != 0 && timeline::is_recording() {
+            if rebuilt != 0 && spans::is_recording() {
                 self.record_buckets();
             }
         }

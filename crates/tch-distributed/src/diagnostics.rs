@@ -6,7 +6,7 @@ use std::error::Error;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::launch::{agent_hosts_store, restart_attempt};
+use crate::launch_env::{agent_hosts_store, restart_attempt};
 use crate::{DistError, Store};
 
 /// The default group's store, kept for [`unresponsive_ranks`].

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use tch::{Device, Tensor};
 
+use crate::c_args::{cstring, duration_ms};
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::reduce_op::ReduceOp;
 use crate::rendezvous::validate_rank;
-use crate::store::{cstring, duration_ms, Store};
-use crate::timeline;
+use crate::spans;
+use crate::store::Store;
 
 /// The communication library behind a group, as in `torch.distributed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -549,7 +550,7 @@ impl ProcessGroup {
     fn start(
         &self,
         what: &'static str,
-        span: timeline::Span,
+        span: spans::Span,
         call: impl FnOnce(*mut *mut ffi::tchd_work, *mut *mut std::ffi::c_char) -> i32,
     ) -> Result<Work> {
         let mut out = ptr::null_mut();
@@ -568,14 +569,14 @@ impl ProcessGroup {
 
     /// Numbers every collective (as every rank numbers the same calls), describes it
     /// to [`crate::debug`] when someone listens, and starts timing it for the
-    /// [`timeline`] when that is on.
+    /// [`spans`] when that is on.
     fn observe(
         &self,
         op: &'static str,
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         input: Option<&Tensor>,
-    ) -> timeline::Span {
+    ) -> spans::Span {
         self.observe_tensors(op, reduce_op, root, input.map(std::slice::from_ref).unwrap_or_default())
     }
 
@@ -587,14 +588,14 @@ impl ProcessGroup {
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         tensors: &[Tensor],
-    ) -> timeline::Span {
+    ) -> spans::Span {
         let seq = self.issued.fetch_add(1, Ordering::SeqCst);
         self.describe_call(op, reduce_op, root, tensors, seq)
     }
 
     /// [`observe`](Self::observe) for a send or a receive: `peer` is the other rank, and
     /// the number is the group's count of sends and receives, not of collectives.
-    fn observe_point_to_point(&self, op: &'static str, peer: usize, tensor: &Tensor) -> timeline::Span {
+    fn observe_point_to_point(&self, op: &'static str, peer: usize, tensor: &Tensor) -> spans::Span {
         let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
         self.describe_call(op, None, Some(peer), std::slice::from_ref(tensor), seq)
     }
@@ -606,22 +607,22 @@ impl ProcessGroup {
         root: Option<usize>,
         tensors: &[Tensor],
         seq: u64,
-    ) -> timeline::Span {
+    ) -> spans::Span {
         let numel: i64 = tensors.iter().map(|t| t.numel() as i64).sum();
         let bytes: i64 = tensors.iter().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
-        let mut span = timeline::span(op, "collective", timeline::Lane::Collectives);
+        let mut span = spans::span(op, "collective", spans::Lane::Collectives);
         if span.is_timed() {
             span = span
-                .arg("seq", timeline::Arg::Int(seq as i64))
-                .arg("group", timeline::Arg::Int(self.id as i64))
-                .arg("numel", timeline::Arg::Int(numel))
-                .arg("bytes", timeline::Arg::Int(bytes));
+                .arg("seq", spans::Arg::Int(seq as i64))
+                .arg("group", spans::Arg::Int(self.id as i64))
+                .arg("numel", spans::Arg::Int(numel))
+                .arg("bytes", spans::Arg::Int(bytes));
             if let Some(op) = reduce_op {
-                span = span.arg("reduce_op", timeline::Arg::Text(crate::debug::reduce_op_name(op).into()));
+                span = span.arg("reduce_op", spans::Arg::Text(crate::debug::reduce_op_name(op).into()));
             }
             if let Some(root) = root {
                 let key = if crate::debug::is_point_to_point(op) { "peer" } else { "root" };
-                span = span.arg(key, timeline::Arg::Int(root as i64));
+                span = span.arg(key, spans::Arg::Int(root as i64));
             }
         }
         if !crate::debug::wanted() {
@@ -765,7 +766,7 @@ pub struct Work {
     timeout: Duration,
     /// The collective's span on the timeline: ends when `wait()` returns (or the work
     /// is dropped).
-    span: Option<timeline::Span>,
+    span: Option<spans::Span>,
 }
 
 // SAFETY: c10d Work objects are shared with backend threads and internally locked.

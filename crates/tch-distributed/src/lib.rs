@@ -66,6 +66,7 @@
 //! to run a model cut into stages with GPipe's schedule.
 #![warn(missing_docs)]
 mod amp;
+mod c_args;
 mod collectives;
 mod color;
 mod connect;
@@ -77,16 +78,16 @@ mod error;
 mod ffi;
 mod fsdp;
 mod group;
-mod launch;
+mod launch_env;
 mod new_group;
 mod pipeline;
 mod reduce_op;
 mod rendezvous;
 mod sampler;
+pub mod spans;
 mod spawn;
 mod store;
 mod sync_batch_norm;
-pub mod timeline;
 
 use std::time::Duration;
 
@@ -105,7 +106,7 @@ pub use default_group::{
 pub use error::{DistError, ErrorKind, Result};
 pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory, ShardedUnit};
 pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work};
-pub use launch::{
+pub use launch_env::{
     local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,
     LOCAL_WORLD_SIZE_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,
 };

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use crate::error::{DistError, Result};
-use crate::launch::{agent_hosts_store, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
+use crate::launch_env::{agent_hosts_store, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV};
 use crate::store::is_loopback;
 
 /// Where the ranks meet (PyTorch's `init_method`).

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use launcher::{signal_name, StopSignals};
+use child_process::{signal_name, StopSignals};
 
 use crate::error::{DistError, ErrorKind, Result};
-use crate::launch::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
+use crate::launch_env::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
 
 /// How long stopped ranks get between SIGTERM and SIGKILL by default.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
@@ -421,7 +421,7 @@ fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> 
     // The kernel SIGKILLs this child when the thread that forks it ends, which also
     // covers a parent killed by SIGKILL. That thread is the one blocked in spawn, so it
     // lives as long as the run. The ranks stay in the parent's process group (see spawn).
-    launcher::die_with_parent(&mut cmd);
+    child_process::die_with_parent(&mut cmd);
     cmd.spawn()
 }
 

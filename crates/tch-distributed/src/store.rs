@@ -5,6 +5,7 @@ use std::os::fd::IntoRawFd;
 use std::ptr::{self, NonNull};
 use std::time::Duration;
 
+use crate::c_args::{cstring, duration_ms};
 use crate::error::{check, DistError, Result};
 use crate::ffi;
 
@@ -231,14 +232,6 @@ fn bind_server(host: &str, port: u16) -> Result<TcpListener> {
             format!("hosting the rendezvous store at {host}:{port}: cannot listen on {addr}: {e}"),
         ),
     })
-}
-
-pub(crate) fn cstring(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| DistError::invalid(format!("{s:?} contains a NUL byte")))
-}
-
-pub(crate) fn duration_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use tch::{Kind, Tensor};
 use tch_distributed::debug::{self, CollectiveCall};
-use tch_distributed::timeline::Arg;
+use tch_distributed::spans::Arg;
 use tch_distributed::ReduceOp;
 
 #[test]
@@ -32,7 +32,7 @@ fn the_observer_sees_each_call_as_issued() {
     assert!(group.reduce(&mut throughput, 3, ReduceOp::Sum).is_err());
     group.all_gather_to_vec(&Tensor::from(1i64)).unwrap();
     // FSDP's collectives, timed on the timeline with their sizes in bytes.
-    tch_distributed::timeline::start();
+    tch_distributed::spans::start();
     let shard = Tensor::from_slice(&[1.5f32, 2.5, 3.5]);
     let mut full = Tensor::zeros([3], (Kind::Float, tch::Device::Cpu));
     group.all_gather_into_tensor(&mut full, &shard).unwrap();
@@ -42,7 +42,7 @@ fn the_observer_sees_each_call_as_issued() {
     group.reduce_scatter_tensor(&mut grad_shard, &grads, ReduceOp::Sum).unwrap();
     // One rank cannot send to itself: refused, no number taken.
     assert!(group.send(&shard, 0, 0).is_err());
-    tch_distributed::timeline::stop();
+    tch_distributed::spans::stop();
 
     let seen = seen.lock().unwrap();
     let described: Vec<(u64, String)> = seen.iter().map(|c| (c.seq, c.describe())).collect();
@@ -60,7 +60,7 @@ fn the_observer_sees_each_call_as_issued() {
     );
     assert_eq!((seen[5].bytes(), seen[6].bytes()), (12, 1024));
     assert_eq!(seen[5].values, Some(vec![1.5, 2.5, 3.5]));
-    let timed: Vec<(String, Option<Arg>)> = tch_distributed::timeline::take()
+    let timed: Vec<(String, Option<Arg>)> = tch_distributed::spans::take()
         .into_iter()
         .map(|e| (e.name, e.args.iter().find(|(k, _)| *k == "bytes").map(|(_, v)| v.clone())))
         .collect();

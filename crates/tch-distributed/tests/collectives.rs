@@ -390,55 +390,55 @@ fn point_to_point_scenario() {
 
 #[test]
 fn tensor_forms_on_2_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("tensor_forms", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn tensor_forms_on_3_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("tensor_forms", env_ranks(0..3, 3, port), &[], DEADLINE));
 }
 
 #[test]
 fn point_to_point_on_2_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("point_to_point", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn point_to_point_on_3_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("point_to_point", env_ranks(0..3, 3, port), &[], DEADLINE));
 }
 
 #[test]
 fn every_collective_and_op_on_2_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("collectives", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn every_collective_and_op_on_3_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("collectives", env_ranks(0..3, 3, port), &[], DEADLINE));
 }
 
 #[test]
 fn every_collective_and_op_on_4_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("collectives", env_ranks(0..4, 4, port), &[], DEADLINE));
 }
 
 #[test]
 fn sizes_from_one_element_to_64_mb() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("sizes", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn explicit_tcp_init_without_environment() {
-    let url = format!("tcp://127.0.0.1:{}", launcher::free_port().unwrap());
+    let url = format!("tcp://127.0.0.1:{}", child_process::free_port().unwrap());
     let ranks = (0..3).map(|rank| RankSpec { rank, env: vec![], program: None }).collect();
     assert_all_ok(&run_ranks(
         "explicit_init",
@@ -450,12 +450,12 @@ fn explicit_tcp_init_without_environment() {
 
 #[test]
 fn default_group_lifecycle() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("lifecycle", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn async_work_handles() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("async", env_ranks(0..3, 3, port), &[], DEADLINE));
 }

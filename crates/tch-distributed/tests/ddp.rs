@@ -385,7 +385,7 @@ fn killed_in_backward_scenario() {
 }
 
 fn run(scenario: &str, world: usize, extra: &[(&str, &str)]) -> Vec<RankOutcome> {
-    run_ranks(scenario, env_ranks(0..world, world, launcher::free_port().unwrap()), extra, DEADLINE)
+    run_ranks(scenario, env_ranks(0..world, world, child_process::free_port().unwrap()), extra, DEADLINE)
 }
 
 #[test]

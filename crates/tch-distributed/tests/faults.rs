@@ -47,7 +47,7 @@ fn field<'a>(output: &'a str, key: &str) -> Option<&'a str> {
 /// error, not hang. `missing` is the rank that does not come.
 fn missing_rank(missing: usize) {
     let timeout_ms = 3000u64;
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let ranks = env_ranks((0..3).filter(|r| *r != missing), 3, port);
     let outcomes = run_ranks("join", ranks, &[("TCHD_TIMEOUT_MS", &timeout_ms.to_string())], DEADLINE);
     assert_all_ok(&outcomes); // every present rank returned (with an error) instead of hanging
@@ -169,7 +169,7 @@ fn nccl_without_a_gpu_is_a_clear_error_before_the_network() {
 /// Bad environment values name the variable; the process never reaches the network.
 #[test]
 fn bad_environment_values_name_the_variable() {
-    let port = launcher::free_port().unwrap().to_string();
+    let port = child_process::free_port().unwrap().to_string();
     let cases: [(&[(&str, &str)], &str); 4] = [
         (&[("MASTER_PORT", &port), ("RANK", "0"), ("WORLD_SIZE", "2")], "MASTER_ADDR"),
         (
@@ -231,7 +231,7 @@ fn agent_store_makes_every_rank_a_client() {
 /// gives up at its timeout instead of hanging.
 #[test]
 fn ranks_with_different_world_sizes_are_a_clear_error() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let mut ranks = env_ranks(0..2, 2, port);
     for (k, v) in ranks[1].env.iter_mut() {
         if k == "WORLD_SIZE" {

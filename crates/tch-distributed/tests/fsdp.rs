@@ -511,18 +511,18 @@ fn fully_shard_refuses_what_it_cannot_shard() {
 
 #[test]
 fn wide_resnet_equals_ddp_on_2_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("wide_resnet", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn fsdp_equals_ddp_on_2_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("fsdp_vs_ddp", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn fsdp_equals_ddp_on_3_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("fsdp_vs_ddp", env_ranks(0..3, 3, port), &[], DEADLINE));
 }

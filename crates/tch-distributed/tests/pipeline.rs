@@ -130,12 +130,12 @@ fn gpipe_scenario() {
 
 #[test]
 fn gpipe_step_equals_the_uncut_model_on_2_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("gpipe", env_ranks(0..2, 2, port), &[], DEADLINE));
 }
 
 #[test]
 fn gpipe_step_equals_the_uncut_model_on_3_ranks() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("gpipe", env_ranks(0..3, 3, port), &[], DEADLINE));
 }

@@ -197,7 +197,7 @@ fn run_mixed(languages: &str, init: &str) {
     let Some(python) = python() else { return };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/peer.py");
     let n = languages.len();
-    let mut ranks = env_ranks(0..n, n, launcher::free_port().unwrap());
+    let mut ranks = env_ranks(0..n, n, child_process::free_port().unwrap());
     for (spec, language) in ranks.iter_mut().zip(languages.chars()) {
         spec.env.push(("PEER_INIT".into(), init.into()));
         if language == 'p' {

@@ -539,7 +539,7 @@ fn runs_unchanged_under_torchrun() {
         return;
     };
     let scratch = Scratch::new("torchrun");
-    let port = launcher::free_port().unwrap().to_string();
+    let port = child_process::free_port().unwrap().to_string();
     let mut child = Command::new(torchrun)
         .args(["--no-python", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", &port])
         .arg(std::env::current_exe().unwrap())

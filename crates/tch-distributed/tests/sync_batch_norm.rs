@@ -300,7 +300,7 @@ fn eval_alone_scenario() {
 
 fn run_train(sizes: &str, kind: &str, device: &str) {
     let world = sizes.split(',').count();
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let outcomes = run_ranks(
         "train",
         env_ranks(0..world, world, port),
@@ -347,13 +347,13 @@ fn two_ranks_cuda_f32_when_a_gpu_is_present() {
 
 #[test]
 fn world_of_one_is_exactly_batch_norm() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     assert_all_ok(&run_ranks("single", env_ranks(0..1, 1, port), &[], DEADLINE));
 }
 
 #[test]
 fn eval_mode_uses_running_stats_and_never_communicates() {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     let outcomes = run_ranks("eval_alone", env_ranks(0..2, 2, port), &[], DEADLINE);
     assert_all_ok(&outcomes);
     for line in outcomes[0].output.lines().filter(|l| l.contains("failed as expected")) {

@@ -5,24 +5,24 @@
 //! barrier) and then [`FashionMnist::load`] on every rank. See `data/README.md` at
 //! the repository root for the files, the mirrors, and the environment variables.
 
-mod dataset;
 mod download;
 mod error;
 pub(crate) mod fsutil;
 mod generated;
 pub mod idx;
+mod in_memory;
 mod manifest;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-#[cfg(test)]
-pub(crate) use dataset::HOST_INDEX_TENSORS;
-pub use dataset::{EpochBatches, FashionMnist, Split, CLASS_NAMES, NUM_CLASSES};
 pub use download::{download, resolve_mirrors, DownloadOptions, DEFAULT_MIRRORS};
 pub use error::{DataError, MirrorFailure};
 pub use fsutil::{DirLock, LOCK_FILE};
 pub use generated::{generate, generate_split, GenerateOptions};
+#[cfg(test)]
+pub(crate) use in_memory::HOST_INDEX_TENSORS;
+pub use in_memory::{EpochBatches, FashionMnist, Split, CLASS_NAMES, NUM_CLASSES};
 pub use manifest::{md5_file, md5_hex, Manifest, MANIFEST_FILE};
 
 /// Training images.

@@ -36,6 +36,6 @@ impl Drop for Scratch {
 
 /// A base URL on which nothing listens: offline, as far as the data is concerned.
 pub fn dead_mirror() -> String {
-    let port = launcher::free_port().unwrap();
+    let port = child_process::free_port().unwrap();
     format!("http://127.0.0.1:{port}/fashion/")
 }

@@ -94,7 +94,7 @@ pub fn run_ranks(
     let exe = std::env::current_exe().unwrap();
     let start = Instant::now();
     // Through the launcher: a rank never outlives this test binary.
-    let mut children: Vec<(usize, launcher::Child)> = ranks
+    let mut children: Vec<(usize, child_process::Child)> = ranks
         .into_iter()
         .map(|spec| {
             let mut cmd = match &spec.program {
@@ -124,7 +124,7 @@ pub fn run_ranks(
             for (k, v) in &spec.env {
                 cmd.env(k, v);
             }
-            (spec.rank, launcher::spawn(cmd).expect("start a rank process"))
+            (spec.rank, child_process::spawn(cmd).expect("start a rank process"))
         })
         .collect();
     // Drain pipes on threads so a chatty rank never blocks on a full pipe.

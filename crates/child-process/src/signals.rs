@@ -31,8 +31,8 @@ static SIGNAL_PIPE: AtomicI32 = AtomicI32::new(-1);
 /// nothing.
 ///
 /// ```no_run
-/// launcher::stop_children_on_signals();
-/// // Ctrl-C from here on also stops every child started with launcher::spawn.
+/// child_process::stop_children_on_signals();
+/// // Ctrl-C from here on also stops every child started with child_process::spawn.
 /// ```
 pub fn stop_children_on_signals() {
     static INSTALLED: Once = Once::new();
@@ -75,10 +75,10 @@ static CAUGHT_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// makes sure of it, as `tch_distributed::spawn` does).
 ///
 /// ```no_run
-/// let signals = launcher::StopSignals::catch();
+/// let signals = child_process::StopSignals::catch();
 /// // ... supervise children, looking at signals.caught() between polls ...
 /// if let Some(signal) = signals.caught() {
-///     eprintln!("interrupted by {}", launcher::signal_name(signal));
+///     eprintln!("interrupted by {}", child_process::signal_name(signal));
 /// }
 /// ```
 pub struct StopSignals {

@@ -1,7 +1,7 @@
 //! The timeline of a run, for Perfetto: `DDP_LAB_TIMELINE=DIR` makes every rank record
 //! what it did and when (epochs, forward and backward passes, optimizer steps,
 //! validation, each collective the program issued, and each of DDP's gradient-bucket
-//! all-reduces: see [`tch_distributed::timeline`]) and write it as a Chrome trace, the
+//! all-reduces: see [`tch_distributed::spans`]) and write it as a Chrome trace, the
 //! format PyTorch's profiler writes, which <https://ui.perfetto.dev> and
 //! `chrome://tracing` open.
 //!
@@ -28,7 +28,7 @@ use std::time::SystemTime;
 
 use serde_json::{json, Map, Value};
 use tch_distributed as dist;
-use tch_distributed::timeline::{self, Arg, Event, Lane, Span};
+use tch_distributed::spans::{self, Arg, Event, Lane, Span};
 
 use crate::trace;
 
@@ -50,9 +50,9 @@ fn dir() -> Option<&'static Path> {
 /// Starts recording when `DDP_LAB_TIMELINE` is set (`RunOptions::apply` calls it,
 /// before the program makes its process group and its DDP model).
 pub fn start_if_asked() {
-    if dir().is_some() && !timeline::is_recording() {
+    if dir().is_some() && !spans::is_recording() {
         process_start();
-        timeline::start();
+        spans::start();
         // A spawned rank ends inside `spawn`, never reaching `labkit::finish`.
         dist::set_exit_hook(finish);
     }
@@ -60,12 +60,12 @@ pub fn start_if_asked() {
 
 /// Whether this process records its timeline.
 pub fn enabled() -> bool {
-    dir().is_some() && timeline::is_recording()
+    dir().is_some() && spans::is_recording()
 }
 
 /// A span of the program's own work ("forward", "backward", ...), on the compute lane.
 pub(crate) fn span(name: impl Into<String>) -> Span {
-    timeline::span(name, "compute", Lane::Compute)
+    spans::span(name, "compute", Lane::Compute)
 }
 
 /// Waits for `device` when the timeline is on, so that a span ending now covers the
@@ -88,18 +88,18 @@ pub(crate) fn epoch_started(epoch: usize) {
         return;
     }
     epoch_ended();
-    *EPOCH.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, timeline::now_us()));
+    *EPOCH.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, spans::now_us()));
 }
 
 /// The epoch ends (after its validation): its span goes on the compute lane.
 pub(crate) fn epoch_ended() {
     let Some((epoch, start_us)) = EPOCH.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
-    timeline::record(Event {
+    spans::record(Event {
         name: format!("epoch {epoch}"),
         category: "compute",
         lane: Lane::Compute,
         start_us,
-        dur_us: Some((timeline::now_us() - start_us).max(0.0)),
+        dur_us: Some((spans::now_us() - start_us).max(0.0)),
         args: vec![("epoch", Arg::Int(epoch as i64))],
     });
 }
@@ -129,12 +129,12 @@ fn write_out(last: bool) {
         return;
     }
     let mut guard = FILE.lock().unwrap_or_else(|p| p.into_inner());
-    let mut events = timeline::take();
+    let mut events = spans::take();
     if guard.is_none() {
         let rank = trace::rank().or((last && !events.is_empty()).then_some(0));
         let (Some(rank), Some(dir)) = (rank, dir()) else {
             // Kept for later (the process that spawns the ranks never has one).
-            events.into_iter().for_each(timeline::record);
+            events.into_iter().for_each(spans::record);
             return;
         };
         let path = rank_file(dir, rank);
@@ -149,7 +149,7 @@ fn write_out(last: bool) {
             }
             Err(e) => {
                 eprintln!("warning: cannot write the timeline file {}: {e}", path.display());
-                timeline::stop();
+                spans::stop();
                 return;
             }
         }
@@ -185,7 +185,7 @@ pub fn finish() {
         let _ = out.file.write_all(b"\n]\n").and_then(|_| out.file.sync_all());
         out.closed = true;
     }
-    timeline::stop();
+    spans::stop();
     let Some(dir) = dir() else { return };
     // The last rank to get here sees every file complete (each closes its own before
     // looking), and merges; files older than this process are from another run.

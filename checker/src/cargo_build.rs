@@ -1,14 +1,10 @@
-//! Building a step crate and starting its ranks: one process per rank with
-//! `LOCAL_RANK` before step 10 (as torchrun does), one self-spawning invocation from
-//! step 10, with the checker's rights ([`crate::job`]) or in a sandbox
-//! ([`crate::confined`], whose supervisor runs the same [`crate::job`] inside).
+//! Building a step crate with cargo: with the checker's rights, or offline in the
+//! sandbox for handed-in code; where the binary lands. Running it is
+//! [`crate::observe`]'s job.
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use crate::confined::{self, Confinement};
-use crate::job::{self, Ended, Launch};
 use crate::sandbox::{Mount, Sandbox};
 
 /// What building a crate gave.
@@ -64,7 +60,7 @@ pub fn build(
         }
     };
     // Through the launcher too: a checker stopped mid-build stops cargo and its rustcs.
-    let out = launcher::output(cmd, None)?;
+    let out = child_process::output(cmd, None)?;
     if !out.success() {
         return Ok(Build::Failed(out.stderr));
     }
@@ -181,25 +177,7 @@ pub fn build_all(root: &Path, packages: &[String]) -> bool {
     for package in packages {
         cmd.args(["-p", package]);
     }
-    launcher::output(cmd, None).is_ok_and(|out| out.success())
-}
-
-/// Starts every process, waits for all of them up to `limit`, and kills the process
-/// groups of those still running then. When one process fails, the others get
-/// `grace` to end on their own (a distributed program should notice a dead peer)
-/// before they are killed too. With `confine`, all of them run in one sandbox.
-pub fn run_all(
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    limit: Duration,
-    grace: Duration,
-    confine: Option<&Confinement>,
-) -> Vec<Ended> {
-    match confine {
-        Some(confine) => confined::run_all(confine, bin, launches, dir, limit, grace),
-        None => job::run_plain(bin, launches, dir, limit, grace),
-    }
+    child_process::output(cmd, None).is_ok_and(|out| out.success())
 }
 
 #[cfg(test)]

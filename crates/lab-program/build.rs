@@ -1,4 +1,4 @@
-// labrun's test binary (it links labkit, hence libtorch) finds libtorch without
+// lab-program's test binary (it links labkit, hence libtorch) finds libtorch without
 // LD_LIBRARY_PATH.
 fn main() {
     if let Ok(lib) = std::env::var("DEP_TCH_DISTRIBUTED_LIBTORCH_LIB") {

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use dist::timeline::{self, Arg, Lane};
+use dist::spans::{self, Arg, Lane};
 use dist::{DdpOptions, DistributedDataParallel};
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -82,16 +82,16 @@ fn timeline_scenario() {
     let (plain_vs, plain_net) = build(7 + 100 * rank);
     let plain = DistributedDataParallel::new(plain_net, &plain_vs, options()).unwrap();
     train(&plain, &plain_vs, |_| {});
-    assert!(timeline::take().is_empty(), "nothing is recorded while the timeline is off");
+    assert!(spans::take().is_empty(), "nothing is recorded while the timeline is off");
 
     // With it: the timing hook.
-    timeline::start();
+    spans::start();
     let (timed_vs, timed_net) = build(7 + 100 * rank);
     let timed = DistributedDataParallel::new(timed_net, &timed_vs, options()).unwrap();
     let mut layouts = 0;
     let mut backward = 0;
     train(&timed, &timed_vs, |ddp| {
-        let events = timeline::take();
+        let events = spans::take();
         layouts += events.iter().filter(|e| e.name == "DDP buckets").count();
         let buckets: Vec<_> = events.iter().filter(|e| e.name.starts_with("all_reduce bucket")).collect();
         let expected = ddp.buckets().unwrap();
@@ -130,7 +130,7 @@ fn timeline_scenario() {
     dist::barrier().unwrap();
     let mut sum = Tensor::from_slice(&[1.0f64]);
     dist::all_reduce(&mut sum, dist::ReduceOp::Sum).unwrap();
-    let events = timeline::take();
+    let events = spans::take();
     let collective = |name: &str| {
         events
             .iter()
@@ -146,7 +146,7 @@ fn ddp_buckets_are_timed_and_the_hook_changes_no_bit() {
     let world = 3;
     let outcomes = run_ranks(
         "timeline",
-        env_ranks(0..world, world, launcher::free_port().unwrap()),
+        env_ranks(0..world, world, child_process::free_port().unwrap()),
         &[],
         Duration::from_secs(240),
     );

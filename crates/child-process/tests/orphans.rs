@@ -25,14 +25,14 @@ fn launcher_entry() {
     let Ok(role) = std::env::var(ROLE) else { return };
     let marker = std::env::var("LAUNCHER_TEST_MARKER").unwrap();
     if role == "signals" {
-        launcher::stop_children_on_signals();
+        child_process::stop_children_on_signals();
     }
     let child = if role == "thread" {
         // The thread that asks for the child ends at once: the child must not die of it.
         let marker = marker.clone();
-        std::thread::spawn(move || launcher::spawn(tree(&marker)).unwrap()).join().unwrap()
+        std::thread::spawn(move || child_process::spawn(tree(&marker)).unwrap()).join().unwrap()
     } else {
-        launcher::spawn(tree(&marker)).unwrap()
+        child_process::spawn(tree(&marker)).unwrap()
     };
     println!("started {}", child.id());
     std::thread::sleep(Duration::from_secs(600));
@@ -64,7 +64,7 @@ fn start_launcher(role: &str, marker: &str) -> std::process::Child {
     let started = BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.contains("started "));
     assert!(started, "the launcher did not start its child");
     wait_for(Duration::from_secs(20), "the child and both grandchildren", || {
-        launcher::processes_with_env(MARK, marker).len() == 3
+        child_process::processes_with_env(MARK, marker).len() == 3
     });
     launcher
 }
@@ -79,7 +79,7 @@ fn wait_for(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 
 /// Polls /proc for up to 5 s until no process of the run is left.
 fn assert_nothing_left(marker: &str, after: &str) {
-    let left = launcher::wait_until_no_process_with_env(MARK, marker, Duration::from_secs(5));
+    let left = child_process::wait_until_no_process_with_env(MARK, marker, Duration::from_secs(5));
     for pid in left.iter().filter_map(|l| l.split(':').next()?.parse::<i32>().ok()) {
         // SAFETY: kill(2) of a process this test started (through its launcher).
         unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -110,7 +110,7 @@ fn a_child_outlives_the_thread_that_asked_for_it_but_not_the_launcher() {
     // The thread has ended before "started" was printed; a child killed by that would
     // be gone by now (the kernel kills it as the thread exits).
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(launcher::processes_with_env(MARK, &marker).len(), 3, "the tree died with the thread");
+    assert_eq!(child_process::processes_with_env(MARK, &marker).len(), 3, "the tree died with the thread");
     signal(&launcher, libc::SIGKILL);
     launcher.wait().unwrap();
     assert_nothing_left(&marker, "after kill -9 of the launcher");
@@ -131,7 +131,7 @@ fn sigint_and_sigterm_stop_the_tree_and_exit_130_and_143() {
 #[test]
 fn a_timeout_kills_the_whole_group() {
     let marker = marker("timeout");
-    let out = launcher::output(tree(&marker), Some(Duration::from_millis(500))).unwrap();
+    let out = child_process::output(tree(&marker), Some(Duration::from_millis(500))).unwrap();
     assert!(out.timed_out && !out.success(), "{out:?}");
     assert_eq!(out.describe(), "timed out (killed)");
     assert_nothing_left(&marker, "after the timeout");
@@ -140,8 +140,10 @@ fn a_timeout_kills_the_whole_group() {
 #[test]
 fn dropping_a_child_kills_its_group() {
     let marker = marker("drop");
-    let child = launcher::spawn(tree(&marker)).unwrap();
-    wait_for(Duration::from_secs(20), "the tree", || launcher::processes_with_env(MARK, &marker).len() == 3);
+    let child = child_process::spawn(tree(&marker)).unwrap();
+    wait_for(Duration::from_secs(20), "the tree", || {
+        child_process::processes_with_env(MARK, &marker).len() == 3
+    });
     drop(child);
     assert_nothing_left(&marker, "after dropping the child");
 }
@@ -151,7 +153,7 @@ fn what_a_child_leaves_in_its_group_is_killed_when_it_ends() {
     let marker = marker("left");
     let mut cmd = Command::new("/bin/sh");
     cmd.args(["-c", "sleep 600 & echo started; exit 3"]).env(MARK, &marker);
-    let out = launcher::output(cmd, Some(Duration::from_secs(60))).unwrap();
+    let out = child_process::output(cmd, Some(Duration::from_secs(60))).unwrap();
     assert_eq!(out.describe(), "exit code 3");
     assert_eq!(out.stdout, "started\n");
     assert!(out.left_behind, "{out:?}");

@@ -147,7 +147,7 @@ impl Default for LabRun<'_> {
 /// fewer epoch lines than asked for.
 pub fn run_lab(program: &Path, settings: &LabSettings, run: LabRun<'_>) -> Result<LabOutput, String> {
     let LabRun { prefix, world_size, timeout } = run;
-    let port = launcher::free_port().map_err(|e| format!("no free port: {e}"))?;
+    let port = child_process::free_port().map_err(|e| format!("no free port: {e}"))?;
     let mut cmd = Command::new(program);
     cmd.args(prefix)
         .args(settings.args(world_size))
@@ -160,7 +160,7 @@ pub fn run_lab(program: &Path, settings: &LabSettings, run: LabRun<'_>) -> Resul
     let shown = format!("{} {}", program.display(), world_size);
     // Its own process group, dying with this process: on a timeout, a Ctrl-C or a crash
     // here every rank it started goes with it.
-    let out = launcher::output(cmd, Some(timeout))
+    let out = child_process::output(cmd, Some(timeout))
         .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
     let (stdout, stderr) = (out.stdout, out.stderr);
     let tail = |s: &str| {
@@ -177,7 +177,7 @@ pub fn run_lab(program: &Path, settings: &LabSettings, run: LabRun<'_>) -> Resul
         return Err(format!(
             "{} ({world_size} ranks) failed ({}):\n{}\n{}",
             program.display(),
-            launcher::describe(out.status),
+            child_process::describe(out.status),
             tail(&stdout),
             tail(&stderr)
         ));
@@ -213,7 +213,7 @@ pub fn sibling_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
         if release {
             build.arg("--release");
         }
-        let status = launcher::spawn(build)
+        let status = child_process::spawn(build)
             .and_then(|mut cargo| cargo.wait())
             .map_err(|e| format!("cannot run cargo to build {bin}: {e}"))?;
         if !status.success() {

@@ -1,0 +1,60 @@
+//! The program's command line and environment for a run: the lab's options for a
+//! variation, checkpoints, a rendezvous of its own.
+use super::placement::{gpus, placement};
+use super::{Setup, Variation};
+
+/// A free port for a run's rendezvous; the lab's default port if none can be found.
+pub(super) fn rendezvous_port() -> u16 {
+    child_process::free_port().unwrap_or(29_500)
+}
+
+pub(super) fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--width".into(),
+        "narrow".into(),
+        "--batch-size".into(),
+        v.batch_size.to_string(),
+        "--epochs".into(),
+        v.epochs.to_string(),
+        "--patience".into(),
+        "0".into(),
+        "--train-subset".into(),
+        v.train_subset.to_string(),
+        "--test-subset".into(),
+        v.test_subset.to_string(),
+        "--threads".into(),
+        "1".into(),
+        "--timeout".into(),
+        // Generous: on a loaded 2-core machine a rank can start seconds after another.
+        "60".into(),
+    ];
+    args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
+    if step >= 1 {
+        args.extend([
+            "--num-nodes".into(),
+            v.nodes.to_string(),
+            "--num-gpus".into(),
+            v.ranks_per_node.to_string(),
+            "--node-id".into(),
+            node.to_string(),
+        ]);
+    }
+    args
+}
+
+/// `--save-every 1` into a fresh checkpoint directory of the verification, and `more`.
+pub(super) fn checkpoint_args(setup: &Setup, dir: &str, more: &[&str]) -> Vec<String> {
+    let dir = setup.work.join(dir);
+    let mut args =
+        vec!["--save-every".into(), "1".into(), "--checkpoint-dir".into(), dir.display().to_string()];
+    args.extend(more.iter().map(|s| s.to_string()));
+    args
+}
+
+/// MASTER_ADDR and MASTER_PORT for a run of its own on this machine.
+pub(super) fn rendezvous_env() -> Vec<(String, String)> {
+    vec![
+        (tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()),
+        (tch_distributed::MASTER_PORT_ENV.into(), rendezvous_port().to_string()),
+    ]
+}

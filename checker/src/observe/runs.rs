@@ -1,0 +1,225 @@
+//! Running the step's program: the runs of a verification (its ranks for a job, --help
+//! and a bad value, a failing rank, the quick evaluation), each job's processes with the
+//! checker's rights ([`crate::job`]) or in the sandbox ([`crate::confined`], whose
+//! supervisor runs the same [`crate::job`] inside).
+use std::path::Path;
+use std::time::Duration;
+
+use lab_trace::Trace;
+
+use super::command_line::{common_args, rendezvous_env, rendezvous_port};
+use super::placement::{gpus, node_gpus, placement, visible_devices};
+use super::{RankProcess, Setup, Variation};
+use crate::confined::{self, Confinement};
+use crate::job::{self, Ended, Launch};
+
+/// `--help` and `--num-gpus two`, both at once: neither touches the network or the
+/// other's files.
+pub(super) fn help_and_bad_value(
+    bin: &Path,
+    setup: &Setup,
+    grace: Duration,
+) -> (Option<Ended>, Option<Ended>) {
+    let launch = |name: &str, args: &[&str]| Launch {
+        name: name.into(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: vec![],
+    };
+    let mut ended = run_all(
+        bin,
+        &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
+        &setup.work,
+        Duration::from_secs(60),
+        grace,
+        setup.confine.as_ref(),
+    );
+    let bad = ended.pop();
+    (ended.pop(), bad)
+}
+
+/// The program run with rank 1 made to fail (step 10 on).
+pub(super) fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: Duration) -> Ended {
+    let mut args = common_args(step, v, 0);
+    args.extend(["--dataset".into(), "generated".into()]);
+    args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+    let mut env = vec![(labkit::FAIL_RANK_ENV.into(), "1".into())];
+    env.extend(rendezvous_env());
+    let launch = Launch { name: "failing-rank".into(), args, env };
+    run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace, setup.confine.as_ref()).remove(0)
+}
+
+/// The quick evaluation the checker judges `target-reached` on: the finished lab on the
+/// generated stand-in, 8,000 training images, at most 6 epochs, stopping at the first
+/// epoch that reaches the target (`--patience 1`: `target-reached` asks whether it is
+/// reached, and the lab's default of two epochs in a row would train a second epoch only
+/// to confirm it). Measured over the program's `--seed` 0-19 (2026-11-25): 7 seeds reach
+/// 0.85 at epoch 0, 11 at epoch 1, 2 at epoch 2, so 6 epochs leave a margin of 3; the
+/// checker runs the default seed 0, 0.863 at epoch 0. The main job's own evaluation
+/// (scripts/quick-evaluation.args) trains on the real Fashion-MNIST and takes minutes,
+/// too long for a check that runs on every `verify`; the report names the data set.
+pub const STAND_IN_EVALUATION: [&str; 8] =
+    ["--train-subset", "8000", "--test-subset", "2000", "--epochs", "6", "--patience", "1"];
+
+/// The finished lab's quick evaluation (step 11) on the stand-in ([`STAND_IN_EVALUATION`]).
+pub(super) fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> Ended {
+    let mut args: Vec<String> = STAND_IN_EVALUATION.map(String::from).to_vec();
+    args.extend(
+        ["--num-gpus", "2", "--width", "narrow", "--threads", "1", "--dataset", "generated"]
+            .map(String::from),
+    );
+    args.extend(placement(1, 2, gpus()).options());
+    args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+    let launch = Launch { name: "quick-evaluation".into(), args, env: rendezvous_env() };
+    run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace, setup.confine.as_ref()).remove(0)
+}
+
+/// Which run of a verification.
+#[derive(Clone, Copy)]
+pub(super) enum Job {
+    /// The run most checks judge: hidden variations, a late rank from step 8,
+    /// downloads from the mirror from step 5.
+    Main,
+    /// The N-ranks-equal-1-rank comparison ("many" or "one").
+    Equivalence(&'static str),
+    /// Step 12's stopped, resumed and uninterrupted runs.
+    Resume(&'static str),
+    /// Step 14's runs with `--fsdp` and without ("fsdp" or "ddp"): dropout on (both draw
+    /// the same masks from the same seeds) and per-rank BatchNorm, whose collectives
+    /// would mix with FSDP's.
+    Fsdp(&'static str),
+    /// Step 13's runs: "pipelined", "cut" (one step) and "uncut" (the same step).
+    Pipeline(&'static str),
+}
+
+impl Job {
+    /// Dropout off: the comparisons (the pipelined run of step 13 trains as students run
+    /// it; step 14's runs keep dropout on, both drawing the same masks from the same seeds).
+    fn dropout_off(self) -> bool {
+        !matches!(self, Job::Main | Job::Fsdp(_) | Job::Pipeline("pipelined"))
+    }
+
+    /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),
+    /// so that DDP must broadcast rank 0's weights; not in step 13's runs, whose stages
+    /// must start from the uncut model's weights (`--seed` alone).
+    fn ranks_seeded_apart(self) -> bool {
+        !matches!(self, Job::Pipeline(_))
+    }
+}
+
+/// Starts the program as step `step` needs (one process per rank before step 10, one
+/// invocation per node from step 10) and gathers what its processes did.
+/// Returns the processes, the trace, and the rendezvous port given (if any).
+pub(super) fn run_job(
+    step: u8,
+    bin: &Path,
+    v: &Variation,
+    setup: &Setup,
+    job: Job,
+    extra: &[String],
+) -> (Vec<RankProcess>, Trace, Option<u16>) {
+    let prefix = match job {
+        Job::Main => String::new(),
+        Job::Equivalence(name) => format!("equivalence-{name}-"),
+        Job::Resume(name) => format!("{name}-"),
+        Job::Pipeline(name) => format!("pipeline-{name}-"),
+        Job::Fsdp(name) => format!("{name}-"),
+    };
+    let trace_dir = setup.work.join(format!("{prefix}trace"));
+    let _ = std::fs::create_dir_all(&trace_dir);
+    let port = (step >= 4).then(rendezvous_port);
+    let mut launches = Vec::new();
+    let mut placement = Vec::new();
+    for node in 0..v.nodes {
+        let mut args = common_args(step, v, node);
+        args.extend(["--seed".into(), v.program_seed.to_string()]);
+        args.extend(extra.iter().cloned());
+        let mut env: Vec<(String, String)> =
+            vec![(lab_trace::TRACE_ENV.into(), trace_dir.display().to_string())];
+        if job.ranks_seeded_apart() {
+            env.push((labkit::SEED_PER_RANK_ENV.into(), "1".into()));
+        }
+        if let Some(own) = node_gpus(node, v.nodes, gpus()) {
+            env.push(("CUDA_VISIBLE_DEVICES".into(), visible_devices(own)));
+        }
+        match port {
+            Some(p) => {
+                env.push((tch_distributed::MASTER_ADDR_ENV.into(), "127.0.0.1".into()));
+                env.push((tch_distributed::MASTER_PORT_ENV.into(), p.to_string()));
+            }
+            // Empty counts as unset: the program must fall back to the lab's address.
+            None => {
+                env.push((tch_distributed::MASTER_ADDR_ENV.into(), String::new()));
+                env.push((tch_distributed::MASTER_PORT_ENV.into(), String::new()));
+            }
+        }
+        let main = matches!(job, Job::Main);
+        if main && step >= 5 {
+            // A rank that does not wait for its node's data then always reads too early.
+            env.push((labkit::SLOW_PREPARE_ENV.into(), "1".into()));
+        }
+        if main && step >= 8 && v.world_size() > 1 {
+            env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
+        }
+        if main && step >= 12 {
+            // A rank that loads without waiting for rank 0's write then always reads too early.
+            env.push((labkit::SLOW_SAVE_ENV.into(), "1".into()));
+        }
+        if job.dropout_off() {
+            env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
+        }
+        match (&setup.mirror, step >= 5 && main) {
+            (Some((url, manifest)), true) => {
+                let dir = setup.work.join(format!("data-node{node}"));
+                args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
+                args.extend(["--data-dir".into(), dir.display().to_string()]);
+                env.push((labkit::data::MANIFEST_ENV.into(), manifest.display().to_string()));
+            }
+            _ => {
+                args.extend(["--dataset".into(), "generated".into()]);
+                args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
+            }
+        }
+        if step >= 10 {
+            launches.push(Launch { name: format!("{prefix}node{node}"), args, env });
+            placement.push((node, None));
+        } else {
+            for local in 0..v.ranks_per_node {
+                let mut env = env.clone();
+                env.push((tch_distributed::LOCAL_RANK_ENV.into(), local.to_string()));
+                env.push((tch_distributed::LOCAL_WORLD_SIZE_ENV.into(), v.ranks_per_node.to_string()));
+                launches.push(Launch {
+                    name: format!("{prefix}node{node}-rank{local}"),
+                    args: args.clone(),
+                    env,
+                });
+                placement.push((node, Some(local)));
+            }
+        }
+    }
+    let ended =
+        run_all(bin, &launches, &setup.work, setup.limit, Duration::from_secs(45), setup.confine.as_ref());
+    let processes = placement
+        .into_iter()
+        .zip(ended)
+        .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
+        .collect();
+    (processes, Trace::read(&trace_dir), port)
+}
+
+/// Starts every process, waits for all of them up to `limit`, and kills the process
+/// groups of those still running then. When one process fails, the others get
+/// `grace` to end on their own (a distributed program should notice a dead peer)
+/// before they are killed too. With `confine`, all of them run in one sandbox.
+pub(super) fn run_all(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    limit: Duration,
+    grace: Duration,
+    confine: Option<&Confinement>,
+) -> Vec<Ended> {
+    match confine {
+        Some(confine) => confined::run_all(confine, bin, launches, dir, limit, grace),
+        None => job::run_plain(bin, launches, dir, limit, grace),
+    }
+}
