@@ -31,7 +31,8 @@ fn target_dir() -> PathBuf {
 }
 
 fn cargo() -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
+    let mut cmd = launcher::cargo();
     cmd.current_dir(common::repo());
     cmd
 }

@@ -28,8 +28,8 @@ fn target_dir() -> PathBuf {
 fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
+        // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
+        let mut cmd = launcher::cargo();
         cmd.current_dir(root()).args(["build", "-q", "-p", "solution_09", "-p", "solution_11"]);
         let status = launcher::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
