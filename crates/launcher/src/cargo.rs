@@ -83,9 +83,13 @@ mod tests {
 
     #[test]
     fn the_packages_facts_are_named_and_the_builds_settings_are_not() {
-        for name in
-            ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION_MAJOR", "CARGO_BIN_EXE_checker", "OUT_DIR"]
-        {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_BIN_EXE_checker",
+            "OUT_DIR",
+        ] {
             assert!(set_by_cargo_for_its_program(name), "{name}");
         }
         // The user's and the build's own settings stay.
