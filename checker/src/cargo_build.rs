@@ -35,14 +35,10 @@ pub fn build(
     let workdir = manifest_dir.unwrap_or(root);
     let cmd = match sandbox {
         None => {
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-            let mut cmd = Command::new(cargo);
+            // Without what cargo set for the checker itself (`cargo checker`, a test):
+            // the build is then the plain `cargo build`'s, and reuses it.
+            let mut cmd = child_process::cargo();
             cmd.args(&args).current_dir(workdir);
-            for (name, _) in std::env::vars_os() {
-                if set_by_cargo_for_its_program(&name.to_string_lossy()) {
-                    cmd.env_remove(name);
-                }
-            }
             if manifest_dir.is_some() {
                 cmd.env("CARGO_TARGET_DIR", &target);
             }
@@ -65,27 +61,6 @@ pub fn build(
         return Ok(Build::Failed(out.stderr));
     }
     Ok(Build::Binary(target.join("debug").join(package)))
-}
-
-/// What cargo sets for a program it runs (`cargo run -p checker`, a test): the
-/// checker's own package. Left in a build's environment, a dependency's build script
-/// that watches one (ring's `rerun-if-env-changed` for `CARGO_MANIFEST_DIR`, `OUT_DIR`,
-/// `CARGO_PKG_*`) sees it change against a plain `cargo build`, and that dependency and
-/// everything above it (labkit, every step) are rebuilt each time the two alternate.
-fn set_by_cargo_for_its_program(name: &str) -> bool {
-    const NAMES: [&str; 9] = [
-        "CARGO_MANIFEST_DIR",
-        "CARGO_MANIFEST_PATH",
-        "CARGO_MANIFEST_LINKS",
-        "CARGO_CRATE_NAME",
-        "CARGO_BIN_NAME",
-        "CARGO_PRIMARY_PACKAGE",
-        "CARGO_TARGET_TMPDIR",
-        "CARGO_RUSTC_CURRENT_DIR",
-        "OUT_DIR",
-    ];
-    NAMES.contains(&name)
-        || ["CARGO_PKG_", "CARGO_BIN_EXE_", "CARGO_CFG_"].iter().any(|prefix| name.starts_with(prefix))
 }
 
 /// cargo in a sandbox: the toolchain's own binary (not rustup's proxy), what it reads
@@ -171,8 +146,7 @@ pub fn binary_path(root: &Path, package: &str) -> PathBuf {
 /// instead of one per package). False when any of them fails: each is then built on
 /// its own, so that the failure is reported with its step.
 pub fn build_all(root: &Path, packages: &[String]) -> bool {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
-    let mut cmd = Command::new(cargo);
+    let mut cmd = child_process::cargo();
     cmd.args(["build", "--quiet", "--color", "never"]).current_dir(root);
     for package in packages {
         cmd.args(["-p", package]);
@@ -197,20 +171,5 @@ mod tests {
             args.windows(3).any(|w| w[0] == "--ro-bind-try" && w[1] == real && w[2] == real),
             "{real} (behind .gloo-include) is not visible in the build's sandbox: {args:?}"
         );
-    }
-
-    #[test]
-    fn a_build_leaves_out_what_cargo_set_for_the_checker_only() {
-        for set in
-            ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION_MAJOR", "CARGO_BIN_EXE_checker"]
-        {
-            assert!(set_by_cargo_for_its_program(set), "{set}");
-        }
-        // The user's and the build's own settings stay.
-        for kept in
-            ["CARGO_HOME", "CARGO_TARGET_DIR", "CARGO", "CARGO_NET_OFFLINE", "CARGO_BUILD_JOBS", "PATH"]
-        {
-            assert!(!set_by_cargo_for_its_program(kept), "{kept}");
-        }
     }
 }

@@ -10,7 +10,8 @@ use std::process::Command;
 use serde_json::Value;
 
 fn cargo() -> Command {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
+    let mut cmd = child_process::cargo();
     cmd.current_dir(common::repo());
     cmd
 }

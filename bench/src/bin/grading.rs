@@ -61,7 +61,8 @@ fn run(root: &Path, args: &Args) -> Result<(), String> {
         return Err("--submissions and every --jobs value must be at least 1".into());
     }
     eprintln!("== building the checker (cargo build -p checker)");
-    let built = Command::new("cargo")
+    // As a plain `cargo build` runs, also under `cargo run`: the workspace's build is reused.
+    let built = child_process::cargo()
         .current_dir(root)
         .args(["build", "-q", "-p", "checker"])
         .status()

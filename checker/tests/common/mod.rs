@@ -67,6 +67,12 @@ pub fn checker_recording(args: &[&str], paths: &[&Path], file: &Path) -> Verdict
     checker_env(args, paths, &[(checker::RECORD_OBSERVATION_ENV, file)])
 }
 
+/// The checker with [`checker::TIMINGS_ENV`] set: stderr names each phase as it ends
+/// (`[timing] 2.1 s  building checked_step_00_1f70156b`).
+pub fn checker_timed(args: &[&str]) -> Verdict {
+    checker_env(args, &[], &[(checker::TIMINGS_ENV, Path::new("1"))])
+}
+
 fn checker_env(args: &[&str], paths: &[&Path], env: &[(&str, &Path)]) -> Verdict {
     let progress = std::env::temp_dir().join(format!("checker-test-progress-{}.json", std::process::id()));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));

@@ -21,7 +21,9 @@
 //! process dies, `signals` stops them on Ctrl-C and friends (the one place stop
 //! signals are handled: [`StopSignals`] records them for a supervisor instead),
 //! `describe` words an exit status, `ports` picks free ports, `procs` finds processes
-//! by their environment.
+//! by their environment, `cargo` starts cargo from a program cargo runs (a test) as a
+//! plain `cargo build` would run.
+mod cargo;
 mod child;
 mod describe;
 mod groups;
@@ -30,6 +32,7 @@ mod procs;
 mod signals;
 mod spawn;
 
+pub use cargo::{cargo, set_by_cargo_for_its_program};
 pub use child::{Child, Output};
 pub use describe::{describe, signal_name};
 pub use groups::{group_alive, kill_group};

@@ -12,8 +12,8 @@ fn root() -> PathBuf {
 }
 
 fn built(package: &str) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
+    // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
+    let mut build = child_process::cargo();
     build.current_dir(root()).args(["build", "-q", "-p", package]);
     let status = child_process::status(build).unwrap();
     assert!(status.success(), "building {package} failed");

@@ -108,8 +108,8 @@ fn differences(help: &[OptionRow], guide: &[OptionRow]) -> Vec<String> {
 
 #[test]
 fn the_guide_lists_every_option_of_the_finished_lab() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
+    // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
+    let mut build = child_process::cargo();
     build.current_dir(root()).args(["build", "-q", "-p", "solution_11"]);
     assert!(child_process::status(build).expect("run cargo build").success(), "building solution_11 failed");
     let out =

@@ -29,8 +29,8 @@ fn target_dir() -> PathBuf {
 fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
+        // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
+        let mut cmd = child_process::cargo();
         cmd.current_dir(root()).args([
             "build",
             "-q",

@@ -206,9 +206,11 @@ pub fn finished_lab_binary() -> Result<PathBuf, String> {
 pub fn sibling_binary(package: &str, bin: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
     let dir = exe.parent().ok_or("this executable has no directory")?.to_path_buf();
-    if let Some(cargo) = std::env::var_os("CARGO") {
+    if std::env::var_os("CARGO").is_some() {
         let release = dir.file_name().is_some_and(|n| n == "release");
-        let mut build = Command::new(cargo);
+        // As a plain `cargo build` runs (not with what cargo set for this program): the
+        // lab's build is reused, not redone.
+        let mut build = child_process::cargo();
         build.args(["build", "-q", "-p", package, "--bin", bin]).current_dir(workspace_root());
         if release {
             build.arg("--release");
