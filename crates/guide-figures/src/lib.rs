@@ -10,6 +10,9 @@
 //!   (`DDP_LAB_TIMELINE`) recorded it, from the trace in `timelines/` (see
 //!   [`timeline_figure`]): the bucket all-reduces overlapping backward, a rank waiting at the
 //!   barrier;
+//! - `timeline-step-14-fsdp.svg`: one training step of a real 2-rank `--fsdp` run of
+//!   step 14, from the trace in `timelines/` (see [`timeline_fsdp`]): the all-gathers
+//!   before each block's forward and backward, the reduce-scatters of its gradients;
 //! - `pipeline-schedule.svg`: GPipe's schedule of 4 stages with and without
 //!   micro-batches, and its bubble (see [`pipeline`]);
 //! - `fsdp-bytes.svg` and `fsdp-unshard.svg`: the lab's WideResNet sharded as PyTorch's
@@ -23,6 +26,7 @@ pub mod fsdp;
 pub mod pipeline;
 pub mod svg;
 pub mod timeline_figure;
+pub mod timeline_fsdp;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,19 +47,25 @@ pub fn figures_dir() -> PathBuf {
 pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
     let layout = bucket_layout()?;
     let model = fsdp::lab_model();
-    let recorded = timeline_figure::recorded_path();
-    let trace: serde_json::Value = std::fs::read_to_string(&recorded)
-        .map_err(|e| e.to_string())
-        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
-        .map_err(|e| format!("cannot read the recorded timeline {}: {e}", recorded.display()))?;
+    let trace = read_recorded(&timeline_figure::recorded_path())?;
+    let fsdp_trace = read_recorded(&timeline_fsdp::recorded_path())?;
     Ok(vec![
         ("sampler.svg", sampler_figure()),
         ("ddp-buckets.svg", buckets_figure(&layout)),
         ("timeline-step-08.svg", timeline_figure::timeline_figure(&trace)?),
+        ("timeline-step-14-fsdp.svg", timeline_fsdp::fsdp_timeline_figure(&fsdp_trace, &model)?),
         ("pipeline-schedule.svg", pipeline::schedule_figure()),
         ("fsdp-bytes.svg", fsdp::bytes_figure(&model)),
         ("fsdp-unshard.svg", fsdp::unshard_figure(&model)),
     ])
+}
+
+/// A recorded timeline (a merged Chrome trace) committed in `timelines/`.
+fn read_recorded(path: &Path) -> Result<serde_json::Value, String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        .map_err(|e| format!("cannot read the recorded timeline {}: {e}", path.display()))
 }
 
 // --- the sampler ----------------------------------------------------------------------

@@ -50,7 +50,7 @@ pub fn spans(trace: &Value) -> Result<Vec<Span>, String> {
 }
 
 /// Fill and stroke of a span by what it is.
-fn colour(span: &Span) -> (&'static str, &'static str) {
+pub(crate) fn colour(span: &Span) -> (&'static str, &'static str) {
     match span.name.as_str() {
         "forward" => ("#dbe7f6", "#2f6db5"),
         "backward" => ("#fde3cf", "#d0661c"),
@@ -60,6 +60,9 @@ fn colour(span: &Span) -> (&'static str, &'static str) {
         "reduce" | "all_reduce" => ("#e8dcf4", "#7048a8"),
         n if n.starts_with("late") => ("#ffffff", "#b8383d"),
         n if n.starts_with("all_reduce bucket") => ("#fff2b3", "#a07800"),
+        // FSDP's unshard and its gradients' way out.
+        "all_gather_into_tensor" => ("#d4eef0", "#1f8a94"),
+        "reduce_scatter_tensor" => ("#f6dcea", "#a8487a"),
         _ => ("#e6e6e6", "#777777"),
     }
 }
@@ -73,20 +76,20 @@ fn tick_step(range: f64, want: f64) -> f64 {
 
 /// Maps seconds in `[t0, t1]` to `[x0, x1]`.
 #[derive(Clone, Copy)]
-struct Scale {
-    t0: f64,
-    t1: f64,
-    x0: f64,
-    x1: f64,
+pub(crate) struct Scale {
+    pub(crate) t0: f64,
+    pub(crate) t1: f64,
+    pub(crate) x0: f64,
+    pub(crate) x1: f64,
 }
 
 impl Scale {
-    fn x(&self, t: f64) -> f64 {
+    pub(crate) fn x(&self, t: f64) -> f64 {
         self.x0 + (t - self.t0) / (self.t1 - self.t0) * (self.x1 - self.x0)
     }
 
     /// The span's rectangle, clipped to the scale's window (None: outside it).
-    fn clip(&self, s: &Span) -> Option<(f64, f64)> {
+    pub(crate) fn clip(&self, s: &Span) -> Option<(f64, f64)> {
         if s.end < self.t0 || s.start > self.t1 {
             return None;
         }
@@ -95,7 +98,7 @@ impl Scale {
     }
 
     /// An axis under `y`, in seconds from `origin`, with round ticks.
-    fn axis(&self, svg: &mut Svg, y: f64, origin: f64) {
+    pub(crate) fn axis(&self, svg: &mut Svg, y: f64, origin: f64) {
         svg.line(self.x0, y, self.x1, y, &format!("stroke=\"{MUTED}\""));
         let step = tick_step(self.t1 - self.t0, 8.0);
         let mut k = ((self.t0 - origin) / step).ceil();
@@ -118,7 +121,7 @@ fn trim_zeros(s: &str) -> String {
 }
 
 /// Draws a span as a bar of height `h` at `y`, labelled when the label fits.
-fn bar(svg: &mut Svg, scale: &Scale, s: &Span, y: f64, h: f64, label: &str) {
+pub(crate) fn bar(svg: &mut Svg, scale: &Scale, s: &Span, y: f64, h: f64, label: &str) {
     let Some((x, w)) = scale.clip(s) else { return };
     let (fill, stroke) = colour(s);
     let dash = if s.name.starts_with("late") { " stroke-dasharray=\"4 3\"" } else { "" };
