@@ -138,7 +138,7 @@ pub fn fsdp_timeline_figure(trace: &Value, model: &[Variable]) -> Result<String,
     let row_h = 12.0;
     // Compute lane, rows of all-gather labels, collectives lane, rows of
     // reduce-scatter labels.
-    const ROWS: usize = 3;
+    const ROWS: usize = 4;
     let rows_h = ROWS as f64 * row_h;
     let rank_h = lane_h + 8.0 + rows_h + lane_h + rows_h + 22.0;
     let top = 112.0;
