@@ -196,8 +196,24 @@ pub fn run_all(
     grace: Duration,
     confine: Option<&Confinement>,
 ) -> Vec<Ended> {
+    run_carrying(bin, launches, dir, &[], limit, grace, confine)
+}
+
+/// [`run_all`] for a job that leaves files to a later job, or finds an earlier job's:
+/// `carry` names their directories, relative to `dir`. Without a sandbox every job
+/// shares `dir` and nothing needs carrying; in one, each job's `dir` is a tmpfs of its
+/// own, and only the files under `carry` (binary included) go in and come back whole.
+pub fn run_carrying(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    carry: &[&str],
+    limit: Duration,
+    grace: Duration,
+    confine: Option<&Confinement>,
+) -> Vec<Ended> {
     match confine {
-        Some(confine) => confined::run_all(confine, bin, launches, dir, limit, grace),
+        Some(confine) => confined::run_all(confine, bin, launches, dir, carry, limit, grace),
         None => job::run_plain(bin, launches, dir, limit, grace),
     }
 }

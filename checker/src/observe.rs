@@ -512,15 +512,25 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     let whole_args = checkpoint_args(setup, "uninterrupted-checkpoints", &[]);
     let stopped_args = checkpoint_args(setup, "resumed-checkpoints", &[]);
     let resumed_args = checkpoint_args(setup, "resumed-checkpoints", &["--resume"]);
+    // In the sandbox each job's work directory is its own: the checkpoint crosses over.
+    let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
     let ((whole, whole_trace, _), (stopped, _, _)) = std::thread::scope(|scope| {
         let whole =
             scope.spawn(|| run_job(step, bin, &settings, setup, Job::Resume("uninterrupted"), &whole_args));
-        let stopped = run_job(step, bin, &stopped_settings, setup, Job::Resume("stopped"), &stopped_args);
+        let stopped = run_job_carrying(
+            step,
+            bin,
+            &stopped_settings,
+            setup,
+            Job::Resume("stopped"),
+            &stopped_args,
+            &carry,
+        );
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
     let (resumed, resumed_trace, _) =
-        run_job(step, bin, &settings, setup, Job::Resume("resumed"), &resumed_args);
+        run_job_carrying(step, bin, &settings, setup, Job::Resume("resumed"), &resumed_args, &carry);
     ResumeRuns {
         settings,
         stopped_after,
@@ -642,6 +652,20 @@ fn run_job(
     job: Job,
     extra: &[String],
 ) -> (Vec<RankProcess>, Trace, Option<u16>) {
+    run_job_carrying(step, bin, v, setup, job, extra, &[])
+}
+
+/// [`run_job`], the files under the directories `carry` names (of the work directory)
+/// carried in from an earlier job and out to a later one ([`launch::run_carrying`]).
+fn run_job_carrying(
+    step: u8,
+    bin: &Path,
+    v: &Variation,
+    setup: &Setup,
+    job: Job,
+    extra: &[String],
+    carry: &[&str],
+) -> (Vec<RankProcess>, Trace, Option<u16>) {
     let prefix = match job {
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
@@ -721,10 +745,11 @@ fn run_job(
             }
         }
     }
-    let ended = launch::run_all(
+    let ended = launch::run_carrying(
         bin,
         &launches,
         &setup.work,
+        carry,
         setup.limit,
         Duration::from_secs(45),
         setup.confine.as_ref(),
