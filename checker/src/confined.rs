@@ -139,7 +139,7 @@ struct JobAnswer {
     files: BTreeMap<String, String>,
     /// The carried directories' files, whole (path relative to the work directory).
     carried: BTreeMap<String, Bytes>,
-    /// Why a file was not carried in or out ("… is over the … carried files may hold").
+    /// Why a file was not carried in or out ("… was not carried to the next run: …").
     not_carried: Vec<String>,
     seconds: f64,
 }
@@ -165,9 +165,9 @@ impl<'de> Deserialize<'de> for Bytes {
 }
 
 /// How many bytes the carried files of one job may hold in all, each way: one file's
-/// limit (a checkpoint of the lab's whole model is 69 MB). They also fit the work
+/// limit (a checkpoint of the lab's whole model is about 69 MB). They also fit the work
 /// space, so the answer stays bounded: the text files plus this, as base64.
-pub fn carried_budget(limits: &crate::sandbox::Limits) -> u64 {
+fn carried_budget(limits: &crate::sandbox::Limits) -> u64 {
     limits.file_size.min(limits.work_space)
 }
 
