@@ -9,6 +9,12 @@
 //! to the host's disk, and the checker writes what came back into the run's directory
 //! itself, after the sandbox is gone.
 //!
+//! Only text comes back that way. A job that leaves files for a later job (step 12's
+//! stopped run, its checkpoint for the resumed run) names their directories to carry:
+//! every file under them comes back whole, binary included, within [`carried_budget`],
+//! and the next job naming the same directories finds them in its own tmpfs, written
+//! there by its supervisor before the ranks start. Still nothing inside writes outside.
+//!
 //! From step 5 the ranks download from the checker's local mirror, which counts the
 //! downloads outside. The supervisor listens on the mirror's port inside and relays
 //! each connection over a Unix socket to the checker: the mirror is the one thing
@@ -106,6 +112,13 @@ struct JobSpec {
     relay: Option<RelaySpec>,
     /// How much of each rank's stdout and stderr comes back.
     output_bytes: u64,
+    /// Directories of the work directory, relative to it, whose files come back whole.
+    carry: Vec<String>,
+    /// Their files the checker already has (relative path → bytes), written into the
+    /// tmpfs before the ranks start.
+    carried: BTreeMap<String, Bytes>,
+    /// How many bytes the carried files may hold in all, each way.
+    carried_bytes: u64,
 }
 
 /// Where the job's end of the mirror relay listens and what it connects to.
@@ -117,14 +130,45 @@ struct RelaySpec {
     socket: PathBuf,
 }
 
-/// The supervisor's answer, on its stdout: how each launch ended, in order, and the
-/// work directory's text files.
+/// The supervisor's answer, on its stdout: how each launch ended, in order, the
+/// work directory's text files and the carried directories' files.
 #[derive(Debug, Serialize, Deserialize)]
 struct JobAnswer {
     ended: Vec<EndedInside>,
     /// Path relative to the work directory → content (cut as `collect_files` says).
     files: BTreeMap<String, String>,
+    /// The carried directories' files, whole (path relative to the work directory).
+    carried: BTreeMap<String, Bytes>,
+    /// Why a file was not carried in or out ("… was not carried to the next run: …").
+    not_carried: Vec<String>,
     seconds: f64,
+}
+
+/// A file's bytes, as base64 in the JSON that crosses the sandbox (a checkpoint is
+/// binary; an array of numbers would be four times its size).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Bytes(Vec<u8>);
+
+impl Serialize for Bytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
+        use base64::Engine;
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map(Bytes).map_err(serde::de::Error::custom)
+    }
+}
+
+/// How many bytes the carried files of one job may hold in all, each way: one file's
+/// limit (a checkpoint of the lab's whole model is about 69 MB). They also fit the work
+/// space, so the answer stays bounded: the text files plus this, as base64.
+fn carried_budget(limits: &crate::sandbox::Limits) -> u64 {
+    limits.file_size.min(limits.work_space)
 }
 
 /// How one process of the job ended, as the supervisor saw it.
@@ -143,16 +187,18 @@ struct EndedInside {
 }
 
 /// Runs `launches` of `bin` as [`job::run_plain`] does, but all of them inside one
-/// sandbox; their files land in `dir` afterwards.
+/// sandbox; their files land in `dir` afterwards. The files under `carry` (directories
+/// of `dir`, relative to it) go in as the checker has them, and come back whole.
 pub fn run_all(
     confine: &Confinement,
     bin: &Path,
     launches: &[Launch],
     dir: &Path,
+    carry: &[&str],
     limit: Duration,
     grace: Duration,
 ) -> Vec<Ended> {
-    match run_confined(confine, bin, launches, dir, limit, grace) {
+    match run_confined(confine, bin, launches, dir, carry, limit, grace) {
         Ok(ended) => ended,
         Err(e) => launches
             .iter()
@@ -166,6 +212,7 @@ fn run_confined(
     bin: &Path,
     launches: &[Launch],
     dir: &Path,
+    carry: &[&str],
     limit: Duration,
     grace: Duration,
 ) -> std::io::Result<Vec<Ended>> {
@@ -207,6 +254,12 @@ fn run_confined(
     let mut cmd =
         sandbox.job_command(cgroup.as_ref(), &checker, &[OsString::from(SUPERVISOR)], dir, &env, &mounts)?;
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let carried_bytes = carried_budget(&sandbox.limits);
+    let mut not_carried = Vec::new();
+    let mut carried = BTreeMap::new();
+    for rel in carry {
+        collect_carried(dir, rel, carried_bytes, &mut carried, &mut not_carried);
+    }
     let spec = JobSpec {
         bin: bin.to_path_buf(),
         dir: dir.to_path_buf(),
@@ -215,14 +268,19 @@ fn run_confined(
         grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
         relay: relay.as_ref().map(|r| RelaySpec { port: r.port, socket: r.socket.clone() }),
         output_bytes: sandbox.limits.output,
+        carry: carry.iter().map(|c| c.to_string()).collect(),
+        carried,
+        carried_bytes,
     };
     let spec = serde_json::to_vec(&spec).map_err(std::io::Error::other)?;
     let mut child = child_process::spawn(cmd)?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(&spec)?;
     }
-    // The answer may be as large as the work space; anything beyond is not an answer.
-    let answer = capped_reader(child.stdout.take(), sandbox.limits.work_space + (1 << 20));
+    // The answer may be as large as the work space and the carried files (as base64);
+    // anything beyond is not an answer.
+    let answer_cap = sandbox.limits.work_space + carried_bytes.div_ceil(3) * 4 + (1 << 20);
+    let answer = capped_reader(child.stdout.take(), answer_cap);
     let errors = capped_reader(child.stderr.take(), sandbox.limits.output);
     // The supervisor enforces `limit` and `grace` itself; this is the backstop should it
     // be stopped or starved.
@@ -266,17 +324,29 @@ fn run_confined(
             )))
         }
     };
-    // The checker writes the files itself, outside the sandbox, under `dir` only.
+    // The checker writes the files itself, outside the sandbox, under `dir` only; the
+    // carried ones last, whole (a carried `checkpoint.json` is also a text file), and
+    // only under the directories it asked for.
     for (rel, text) in &parsed.files {
-        let rel = Path::new(rel);
-        if rel.components().all(|c| matches!(c, Component::Normal(_))) {
-            let path = dir.join(rel);
+        if let Some(path) = inside(dir, rel) {
             if let Some(parent) = path.parent() {
                 let _ = std::fs::create_dir_all(parent);
             }
             let _ = std::fs::write(path, text);
         }
     }
+    for (rel, bytes) in &parsed.carried {
+        if let Some(path) = inside(dir, rel).filter(|_| under_any(rel, carry)) {
+            if let Some(parent) = path.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            if let Err(e) = atomic_file::write_atomically(&path, &bytes.0) {
+                not_carried.push(format!("{rel} could not be written back: {e}"));
+            }
+        }
+    }
+    not_carried.extend(parsed.not_carried.iter().cloned());
+    hit_limits.extend(not_carried);
     let text = |name: &str| parsed.files.get(name).cloned().unwrap_or_default();
     let mut ended = Vec::new();
     for (launch, got) in launches.iter().zip(&parsed.ended) {
@@ -427,10 +497,26 @@ pub fn supervise() -> std::process::ExitCode {
     let cap = usize::try_from(spec.output_bytes).unwrap_or(usize::MAX);
     let (limit, grace) = (Duration::from_millis(spec.limit_ms), Duration::from_millis(spec.grace_ms));
     let started = Instant::now();
+    // The carried files first: the ranks find them where an earlier job left them.
+    let mut not_carried = Vec::new();
+    for (rel, bytes) in &spec.carried {
+        let Some(path) = inside(&spec.dir, rel).filter(|_| under_any(rel, &spec.carry)) else { continue };
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(&path, &bytes.0));
+        if let Err(e) = written {
+            not_carried.push(format!("{rel} could not be carried into the job's work directory: {e}"));
+        }
+    }
     let ended = job::run_supervised(&spec.bin, &spec.launches, &spec.dir, limit, grace);
     let mut files = BTreeMap::new();
     let mut cut = BTreeMap::new();
     collect_files(&spec.dir, &spec.dir, cap, &mut files, &mut cut);
+    let mut carried = BTreeMap::new();
+    for rel in &spec.carry {
+        collect_carried(&spec.dir, rel, spec.carried_bytes, &mut carried, &mut not_carried);
+    }
     let was_cut = |name: String| cut.get(&name).copied().unwrap_or(false);
     let ended = ended
         .iter()
@@ -444,7 +530,7 @@ pub fn supervise() -> std::process::ExitCode {
             err_cut: was_cut(format!("{}.stderr", e.name)),
         })
         .collect();
-    let answer = JobAnswer { ended, files, seconds: started.elapsed().as_secs_f64() };
+    let answer = JobAnswer { ended, files, carried, not_carried, seconds: started.elapsed().as_secs_f64() };
     let Ok(answer) = serde_json::to_vec(&answer) else { return std::process::ExitCode::from(2) };
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(&answer);
@@ -485,6 +571,64 @@ fn collect_files(
     }
 }
 
+/// Every regular file under `root`/`carry` (a directory of the work directory),
+/// whole, into `carried` while they hold at most `budget` bytes in all; each file that
+/// does not fit is left out, and `not_carried` says why. Links are not followed.
+fn collect_carried(
+    root: &Path,
+    carry: &str,
+    budget: u64,
+    carried: &mut BTreeMap<String, Bytes>,
+    not_carried: &mut Vec<String>,
+) {
+    let Some(top) = inside(root, carry) else { return };
+    let mut held: u64 = carried.values().map(|b| b.0.len() as u64).sum();
+    let mut pending = vec![top];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        // In name order: which files fit the budget does not depend on the directory's order.
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let Ok(kind) = entry.file_type() else { continue };
+            let path = entry.path();
+            if kind.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if !kind.is_file() {
+                continue;
+            }
+            let rel = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(u64::MAX);
+            if held.saturating_add(len) > budget {
+                not_carried.push(format!(
+                    "{rel} ({len} bytes) was not carried to the next run: the carried files may hold {} in all",
+                    bytes(budget)
+                ));
+                continue;
+            }
+            // Read no more than announced: a file growing meanwhile is cut, not unbounded.
+            let Some((kept, _)) = read_capped(&path, len as usize, false) else { continue };
+            held += kept.len() as u64;
+            carried.insert(rel, Bytes(kept));
+        }
+    }
+}
+
+/// `dir`/`rel` where `rel` is a plain relative path (no `..`, not absolute).
+fn inside(dir: &Path, rel: &str) -> Option<PathBuf> {
+    let rel = Path::new(rel);
+    let plain =
+        rel.components().next().is_some() && rel.components().all(|c| matches!(c, Component::Normal(_)));
+    plain.then(|| dir.join(rel))
+}
+
+/// Whether `rel` lies under one of the `carry` directories.
+fn under_any(rel: &str, carry: &[impl AsRef<str>]) -> bool {
+    carry.iter().any(|c| Path::new(rel).starts_with(c.as_ref()) && Path::new(rel) != Path::new(c.as_ref()))
+}
+
 /// At most `limit` bytes of the file at `path`: its end (`tail`) or its start, and
 /// whether some was left out. Never reads more than it keeps.
 fn read_capped(path: &Path, limit: usize, tail: bool) -> Option<(Vec<u8>, bool)> {
@@ -511,4 +655,78 @@ fn relay_inside(port: u16, socket: PathBuf) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes that are not text: every byte value, a NUL first.
+    fn binary(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 256) as u8).collect()
+    }
+
+    #[test]
+    fn a_carried_directory_comes_back_whole_and_nothing_else_does() {
+        let work = tempfile::tempdir().unwrap();
+        let carried_dir = work.path().join("resumed-checkpoints");
+        std::fs::create_dir_all(carried_dir.join("nested")).unwrap();
+        std::fs::write(carried_dir.join("weights.safetensors"), binary(1000)).unwrap();
+        std::fs::write(carried_dir.join("nested/more.bin"), binary(10)).unwrap();
+        std::fs::write(work.path().join("elsewhere.bin"), binary(10)).unwrap();
+        // A link is not followed: the checker never writes what it points at.
+        std::os::unix::fs::symlink("/etc/passwd", carried_dir.join("link")).unwrap();
+        let (mut carried, mut not_carried) = (BTreeMap::new(), Vec::new());
+        collect_carried(work.path(), "resumed-checkpoints", 1 << 20, &mut carried, &mut not_carried);
+        let names: Vec<&str> = carried.keys().map(String::as_str).collect();
+        assert_eq!(names, ["resumed-checkpoints/nested/more.bin", "resumed-checkpoints/weights.safetensors"]);
+        assert_eq!(carried["resumed-checkpoints/weights.safetensors"].0, binary(1000));
+        assert!(not_carried.is_empty(), "{not_carried:?}");
+    }
+
+    #[test]
+    fn files_over_the_carried_budget_are_left_out_and_said_so() {
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path().join("ckpt");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.bin"), binary(600)).unwrap();
+        std::fs::write(dir.join("b.bin"), binary(600)).unwrap();
+        let (mut carried, mut not_carried) = (BTreeMap::new(), Vec::new());
+        collect_carried(work.path(), "ckpt", 1000, &mut carried, &mut not_carried);
+        assert_eq!(carried.keys().collect::<Vec<_>>(), ["ckpt/a.bin"], "the first in name order fits");
+        assert_eq!(not_carried.len(), 1, "{not_carried:?}");
+        assert!(
+            not_carried[0].starts_with("ckpt/b.bin (600 bytes) was not carried to the next run"),
+            "{not_carried:?}"
+        );
+    }
+
+    #[test]
+    fn only_plain_paths_under_a_carried_directory_are_written() {
+        let dir = Path::new("/work/run");
+        assert_eq!(inside(dir, "ckpt/a.bin"), Some(dir.join("ckpt/a.bin")));
+        for outside in ["../escape", "/etc/passwd", "ckpt/../../escape", ""] {
+            assert_eq!(inside(dir, outside), None, "{outside:?}");
+        }
+        assert!(under_any("ckpt/a.bin", &["ckpt"]));
+        assert!(!under_any("ckpt", &["ckpt"]), "the directory itself is not a file of it");
+        assert!(!under_any("ckptx/a.bin", &["ckpt"]), "a path component, not a prefix of the name");
+        assert!(!under_any("other/a.bin", &["ckpt"]));
+    }
+
+    #[test]
+    fn bytes_cross_as_base64_and_come_back_the_same() {
+        let answer = JobAnswer {
+            ended: vec![],
+            files: BTreeMap::new(),
+            carried: BTreeMap::from([("ckpt/w.bin".to_string(), Bytes(binary(300)))]),
+            not_carried: vec![],
+            seconds: 0.0,
+        };
+        let json = serde_json::to_string(&answer).unwrap();
+        assert!(json.contains("\"ckpt/w.bin\":\"AAECAw"), "{json}");
+        let back: JobAnswer = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.carried["ckpt/w.bin"], Bytes(binary(300)));
+        assert!(serde_json::from_str::<JobAnswer>(&json.replace("AAECAw", "!!!!")).is_err());
+    }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 pub use build_errors::{build, BuildFailure};
 use command_line::checkpoint_args;
 pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns};
-use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, Job};
+use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, Job};
 pub use variation::{Variation, FSDP_STEPS};
 
 /// Where the verification runs and what it may use.
@@ -201,15 +201,25 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     let whole_args = checkpoint_args(setup, "uninterrupted-checkpoints", &[]);
     let stopped_args = checkpoint_args(setup, "resumed-checkpoints", &[]);
     let resumed_args = checkpoint_args(setup, "resumed-checkpoints", &["--resume"]);
+    // In the sandbox each job's work directory is its own: the checkpoint crosses over.
+    let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
     let ((whole, whole_trace, _), (stopped, _, _)) = std::thread::scope(|scope| {
         let whole =
             scope.spawn(|| run_job(step, bin, &settings, setup, Job::Resume("uninterrupted"), &whole_args));
-        let stopped = run_job(step, bin, &stopped_settings, setup, Job::Resume("stopped"), &stopped_args);
+        let stopped = run_job_carrying(
+            step,
+            bin,
+            &stopped_settings,
+            setup,
+            Job::Resume("stopped"),
+            &stopped_args,
+            &carry,
+        );
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
     let (resumed, resumed_trace, _) =
-        run_job(step, bin, &settings, setup, Job::Resume("resumed"), &resumed_args);
+        run_job_carrying(step, bin, &settings, setup, Job::Resume("resumed"), &resumed_args, &carry);
     ResumeRuns {
         settings,
         stopped_after,

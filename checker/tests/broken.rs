@@ -90,17 +90,12 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
     assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
 }
 
-/// Unsandboxed: in the sandbox every run has a work directory of its own, so step 12's
-/// resumed run never finds the stopped run's checkpoint and `resume-equals-uninterrupted`
-/// fails whatever the program (a defect of step 12's runs, not of this variant).
 #[test]
 fn a_whole_model_beside_the_stage_fails_own_stage() {
     // Every rank still computes only its stage, so training goes on as it should: the
     // mistake shows in what each rank holds, and in the first step's weights, which
     // count the whole model's untrained parameters too.
-    let variant = named("whole-model-beside-stage");
-    let args = ["verify", "step", "13", "--seed", "4242", "--unsandboxed", "--crate"];
-    let v = checker_with(&args, &[&variant.crate_dir()]);
+    let v = verify(named("whole-model-beside-stage"));
     assert_eq!(v.code, Some(1), "{}", v.output());
     assert_eq!(v.failed(), ["own-stage", "equals-uncut"], "{}", v.output());
     assert!(v.stdout.contains("together 695112 values of the uncut model's 173778"), "{}", v.output());
@@ -111,9 +106,5 @@ fn a_whole_model_beside_the_stage_fails_own_stage() {
 /// tell them apart by the weights; what each rank holds and the collectives are right.
 #[test]
 fn gradients_not_averaged_fail_equals_ddp() {
-    // In the sandbox step 12's resumed job starts in a work directory of its own, without
-    // the stopped job's checkpoint (a binary file does not come back out of a job), so it
-    // trains epoch 0 again: a limit of step 12's runs in the sandbox, not this mistake's.
-    let sandboxed: &[&str] = if common::sandbox_works() { &["resume-equals-uninterrupted"] } else { &[] };
-    fails_on("gradients-not-averaged", "equals-ddp", sandboxed);
+    fails_on("gradients-not-averaged", "equals-ddp", &[]);
 }

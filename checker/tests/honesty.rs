@@ -75,6 +75,9 @@ solutions_pass! {
     9: solution_09_passes;
     10: solution_10_passes;
     11: solution_11_passes;
+    // Steps 12-14 at once (step 14's verification runs them all), in the sandbox: step
+    // 12's resumed job starts from the stopped job's checkpoint, carried between them.
+    14: solution_14_passes;
 }
 
 // Every starter's verdicts are judged from a recorded run of today's starter in the

@@ -92,9 +92,15 @@ impl Scene {
 
     /// `verify step 0 --crate` of `source`, sandboxed (or not).
     fn verify(&self, source: &str, sandboxed: bool, extra: &[&str]) -> Seen {
+        self.verify_step(0, source, sandboxed, extra)
+    }
+
+    /// `verify step STEP --crate` of `source`, sandboxed (or not).
+    fn verify_step(&self, step: u8, source: &str, sandboxed: bool, extra: &[&str]) -> Seen {
         let krate = self.submission(source);
         let krate = krate.display().to_string();
-        let mut args = vec!["verify", "step", "0", "--crate", &krate, "--seed", "1", "--keep"];
+        let step = step.to_string();
+        let mut args = vec!["verify", "step", &step, "--crate", &krate, "--seed", "1", "--keep"];
         if !sandboxed {
             args.push("--unsandboxed");
         }
@@ -591,4 +597,56 @@ fn fills_its_work_directory_past_the_jobs_memory() {
         }
         assert!(scene.survivors().is_empty());
     }
+}
+
+/// Step 12's stopped run leaves a checkpoint for the resumed run, each in a sandbox whose
+/// work directory is a tmpfs of its own: the checkpoint's directory is carried from one
+/// to the other, binary files whole, links not followed. The program stands in for a
+/// checkpointing one: stopped (no `--resume`), it writes bytes that are no text into
+/// `--checkpoint-dir`; resumed, it says whether it finds them there, the same.
+#[test]
+fn a_binary_file_left_in_a_carried_directory_reaches_the_next_job_whole() {
+    let _one = serial();
+    if !sandbox_works() {
+        return;
+    }
+    let scene = Scene::new("carry");
+    let source = r#"fn main() {
+        let args: Vec<String> = std::env::args().collect();
+        let Some(at) = args.iter().position(|a| a == "--checkpoint-dir") else { return };
+        let dir = std::path::PathBuf::from(&args[at + 1]);
+        if !dir.ends_with("resumed-checkpoints") {
+            return;
+        }
+        // 1 MB of every byte value, a marker in the middle.
+        let mut blob: Vec<u8> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+        blob[500_000..500_011].copy_from_slice(b"CARRY-MARK!");
+        let file = dir.join("nested").join("weights.bin");
+        if args.iter().any(|a| a == "--resume") {
+            match std::fs::read(&file) {
+                Ok(found) if found == blob => println!("CARRIED-WHOLE"),
+                Ok(found) => println!("CARRIED-CHANGED {} bytes", found.len()),
+                Err(e) => println!("CARRIED-MISSING {e}"),
+            }
+            if std::fs::symlink_metadata(dir.join("link")).is_ok() {
+                println!("LINK-CARRIED");
+            }
+        } else {
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, &blob).unwrap();
+            std::os::unix::fs::symlink("/etc/hostname", dir.join("link")).unwrap();
+        }
+    }"#;
+    let seen = scene.verify_step(12, source, true, &[]);
+    seen.assert_ran();
+    assert!(
+        seen.files.contains("CARRIED-WHOLE"),
+        "the resumed job must find the stopped job's file, whole:\n{}\n{}",
+        seen.output,
+        seen.files.lines().filter(|l| l.contains("CARRIED")).collect::<Vec<_>>().join("\n")
+    );
+    assert!(!seen.files.contains("LINK-CARRIED"), "a link was carried:\n{}", seen.files);
+    // The checker wrote it into the run's directory on the host (the kept files).
+    assert!(seen.files.contains("CARRY-MARK!"), "the carried file is not in the run's directory");
+    assert!(scene.survivors().is_empty());
 }

@@ -117,6 +117,20 @@ pub(super) fn run_job(
     job: Job,
     extra: &[String],
 ) -> (Vec<RankProcess>, Trace, Option<u16>) {
+    run_job_carrying(step, bin, v, setup, job, extra, &[])
+}
+
+/// [`run_job`], the files under the directories `carry` names (of the work directory)
+/// carried in from an earlier job and out to a later one ([`run_carrying`]).
+pub(super) fn run_job_carrying(
+    step: u8,
+    bin: &Path,
+    v: &Variation,
+    setup: &Setup,
+    job: Job,
+    extra: &[String],
+    carry: &[&str],
+) -> (Vec<RankProcess>, Trace, Option<u16>) {
     let prefix = match job {
         Job::Main => String::new(),
         Job::Equivalence(name) => format!("equivalence-{name}-"),
@@ -196,8 +210,15 @@ pub(super) fn run_job(
             }
         }
     }
-    let ended =
-        run_all(bin, &launches, &setup.work, setup.limit, Duration::from_secs(45), setup.confine.as_ref());
+    let ended = run_carrying(
+        bin,
+        &launches,
+        &setup.work,
+        carry,
+        setup.limit,
+        Duration::from_secs(45),
+        setup.confine.as_ref(),
+    );
     let processes = placement
         .into_iter()
         .zip(ended)
@@ -218,8 +239,24 @@ pub(super) fn run_all(
     grace: Duration,
     confine: Option<&Confinement>,
 ) -> Vec<Ended> {
+    run_carrying(bin, launches, dir, &[], limit, grace, confine)
+}
+
+/// [`run_all`] for a job that leaves files to a later job, or finds an earlier job's:
+/// `carry` names their directories, relative to `dir`. Without a sandbox every job
+/// shares `dir` and nothing needs carrying; in one, each job's `dir` is a tmpfs of its
+/// own, and only the files under `carry` (binary included) go in and come back whole.
+pub(super) fn run_carrying(
+    bin: &Path,
+    launches: &[Launch],
+    dir: &Path,
+    carry: &[&str],
+    limit: Duration,
+    grace: Duration,
+    confine: Option<&Confinement>,
+) -> Vec<Ended> {
     match confine {
-        Some(confine) => confined::run_all(confine, bin, launches, dir, limit, grace),
+        Some(confine) => confined::run_all(confine, bin, launches, dir, carry, limit, grace),
         None => job::run_plain(bin, launches, dir, limit, grace),
     }
 }
