@@ -302,14 +302,7 @@ pub fn timeline_figure(trace: &Value) -> Result<String, String> {
         ("all_reduce bucket 0", "bucket all-reduce"),
         ("broadcast_coalesced", "buffers broadcast"),
     ];
-    let mut x = 20.0;
-    for (name, text) in items {
-        let probe = Span { rank: 0, lane: 0, name: name.to_string(), start: 0.0, end: 0.0, bytes: None };
-        let (fill, stroke) = colour(&probe);
-        svg.rect(x, legend_y - 10.0, 12.0, 12.0, &format!("fill=\"{fill}\" stroke=\"{stroke}\""));
-        svg.text(x + 17.0, legend_y, "small", "", text);
-        x += 17.0 + 6.2 * text.len() as f64 + 16.0;
-    }
+    legend_row(&mut svg, &items, legend_y);
     svg.text(
         20.0,
         legend_y + 22.0,
@@ -318,6 +311,18 @@ pub fn timeline_figure(trace: &Value) -> Result<String, String> {
         "Open the trace itself in https://ui.perfetto.dev (or chrome://tracing) to zoom and read every event's arguments.",
     );
     Ok(svg.finish())
+}
+
+/// A row of legend swatches at `legend_y`: each span name's colours beside its text.
+pub(crate) fn legend_row(svg: &mut Svg, items: &[(&str, &str)], legend_y: f64) {
+    let mut x = 20.0;
+    for (name, text) in items {
+        let probe = Span { rank: 0, lane: 0, name: name.to_string(), start: 0.0, end: 0.0, bytes: None };
+        let (fill, stroke) = colour(&probe);
+        svg.rect(x, legend_y - 10.0, 12.0, 12.0, &format!("fill=\"{fill}\" stroke=\"{stroke}\""));
+        svg.text(x + 17.0, legend_y, "small", "", text);
+        x += 17.0 + 6.2 * text.len() as f64 + 16.0;
+    }
 }
 
 #[cfg(test)]

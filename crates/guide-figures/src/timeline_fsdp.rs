@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::fsdp::{self, Variable};
 use crate::size;
 use crate::svg::{Svg, INK};
-use crate::timeline_figure::{bar, colour, spans, Scale, Span};
+use crate::timeline_figure::{self, bar, colour, spans, Scale, Span};
 
 /// The recorded trace the figure is drawn from.
 pub fn recorded_path() -> std::path::PathBuf {
@@ -236,14 +236,7 @@ pub fn fsdp_timeline_figure(trace: &Value, model: &[Variable]) -> Result<String,
         (ALL_GATHER, "all-gather (unshard)"),
         (REDUCE_SCATTER, "reduce-scatter (gradients)"),
     ];
-    let mut x = 20.0;
-    for (name, text) in items {
-        let probe = Span { rank: 0, lane: 0, name: name.to_string(), start: 0.0, end: 0.0, bytes: None };
-        let (fill, stroke) = colour(&probe);
-        svg.rect(x, legend_y - 10.0, 12.0, 12.0, &format!("fill=\"{fill}\" stroke=\"{stroke}\""));
-        svg.text(x + 17.0, legend_y, "small", "", text);
-        x += 17.0 + 6.2 * text.len() as f64 + 16.0;
-    }
+    timeline_figure::legend_row(&mut svg, &items, legend_y);
     svg.text(
         20.0,
         legend_y + 22.0,
