@@ -96,7 +96,7 @@ fn main() -> ExitCode {
 fn try_main(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List { checks: false } => {
-            print!("{}", progress::render(&progress::load(&repo_root()), coursegen::STEPS));
+            print!("{}", progress::render(&progress::load(&repo_root())?, coursegen::STEPS));
             Ok(())
         }
         Command::List { checks: true } => {

@@ -148,7 +148,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
         // Progress is about the student's own crates, not the reference solutions.
         let passed = results.iter().all(CheckResult::passed);
         if let Err(e) = progress::record(root, step, passed) {
-            eprintln!("warning: cannot record progress in .checker/progress.json: {e}");
+            eprintln!("warning: the verdict is not recorded for `checker list`: {e}");
         }
     }
     Ok(StepRun { package, variation, results, output, kept })

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use checker::PROGRESS_FILE_ENV;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 /// Where a step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +24,22 @@ impl Status {
     }
 }
 
+/// A verdict as the file keeps it: only steps `verify` has judged are in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Kept {
+    Done,
+    Failing,
+}
+
+/// The file: `{"step_03": "done", "step_07": "failing"}`. Keys the checker does not know
+/// (a later course's steps) are kept as they are.
+type ProgressFile = BTreeMap<String, Kept>;
+
+fn key(step: u8) -> String {
+    format!("step_{step:02}")
+}
+
 fn file(root: &Path) -> PathBuf {
     match std::env::var_os(PROGRESS_FILE_ENV) {
         Some(path) if !path.is_empty() => PathBuf::from(path),
@@ -31,35 +47,49 @@ fn file(root: &Path) -> PathBuf {
     }
 }
 
+/// The file as kept; none yet is no progress. A file that is not the checker's is an
+/// error naming it and what to do, never read as "nothing done" (and then overwritten).
+fn read(path: &Path) -> Result<ProgressFile, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ProgressFile::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "{} is not the checker's progress file ({e}): it keeps a verdict per step, e.g. {{\"step_03\": \"done\"}}; delete it to start the record afresh (`checker verify` writes it again)",
+            path.display()
+        )
+    })
+}
+
 /// Every step's status (steps never verified are `NotTried`).
-pub fn load(root: &Path) -> BTreeMap<u8, Status> {
-    let saved: Value = std::fs::read_to_string(file(root))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null);
-    (0..=coursegen::LAST_STEP)
+pub fn load(root: &Path) -> Result<BTreeMap<u8, Status>, String> {
+    let kept = read(&file(root))?;
+    Ok((0..=coursegen::LAST_STEP)
         .map(|step| {
-            let status = match saved[format!("step_{step:02}")].as_str() {
-                Some("done") => Status::Done,
-                Some("failing") => Status::Failing,
-                _ => Status::NotTried,
+            let status = match kept.get(&key(step)) {
+                Some(Kept::Done) => Status::Done,
+                Some(Kept::Failing) => Status::Failing,
+                None => Status::NotTried,
             };
             (step, status)
         })
-        .collect()
+        .collect())
 }
 
-/// Records a verdict, atomically (a temp file renamed over the old one).
-pub fn record(root: &Path, step: u8, passed: bool) -> std::io::Result<()> {
-    let mut all: BTreeMap<String, Value> = load(root)
-        .into_iter()
-        .filter(|(_, s)| *s != Status::NotTried)
-        .map(|(n, s)| (format!("step_{n:02}"), json!(s.word())))
-        .collect();
-    all.insert(format!("step_{step:02}"), json!(if passed { "done" } else { "failing" }));
+/// Records a verdict, atomically (a temp file renamed over the old one). A file that
+/// cannot be read is left as it is, and the error says why.
+pub fn record(root: &Path, step: u8, passed: bool) -> Result<(), String> {
     let path = file(root);
-    std::fs::create_dir_all(path.parent().expect("a parent"))?;
-    atomic_file::write_atomically(&path, serde_json::to_string_pretty(&all)? + "\n")
+    let mut kept = read(&path)?;
+    kept.insert(key(step), if passed { Kept::Done } else { Kept::Failing });
+    let text = serde_json::to_string_pretty(&kept).map_err(|e| e.to_string())? + "\n";
+    let write = |path: &Path| -> std::io::Result<()> {
+        std::fs::create_dir_all(path.parent().expect("a parent"))?;
+        atomic_file::write_atomically(path, text)
+    };
+    write(&path).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// `checker list`: a line per step and a bar of the steps done.
@@ -89,12 +119,12 @@ mod tests {
     fn verdicts_are_kept_and_listed() {
         let root = std::env::temp_dir().join(format!("checker-progress-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        assert!(load(&root).values().all(|s| *s == Status::NotTried));
+        assert!(load(&root).unwrap().values().all(|s| *s == Status::NotTried));
         record(&root, 3, false).unwrap();
         record(&root, 0, true).unwrap();
         record(&root, 3, true).unwrap();
         record(&root, 7, false).unwrap();
-        let statuses = load(&root);
+        let statuses = load(&root).unwrap();
         assert_eq!(statuses[&0], Status::Done);
         assert_eq!(statuses[&3], Status::Done);
         assert_eq!(statuses[&7], Status::Failing);
@@ -106,6 +136,31 @@ mod tests {
         let filled = 2 * 24 / steps;
         let bar = format!("[{}{}] 2/{steps} steps done\n", "#".repeat(filled), "-".repeat(24 - filled));
         assert!(text.ends_with(&bar), "{text}");
+        // The file is the verdicts, by step.
+        let kept = std::fs::read_to_string(root.join(".checker/progress.json")).unwrap();
+        let kept: serde_json::Value = serde_json::from_str(&kept).unwrap();
+        assert_eq!(kept, serde_json::json!({"step_00": "done", "step_03": "done", "step_07": "failing"}));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A file that is not the checker's is named, with what to do, and never
+    /// overwritten: recording a verdict leaves it as it was.
+    #[test]
+    fn a_file_that_is_not_progress_is_named_and_kept() {
+        let root = std::env::temp_dir().join(format!("checker-progress-bad-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let path = root.join(".checker/progress.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        for bad in ["{\"step_03\": \"finished\"}", "[1, 2]", "{\"step_03\": "] {
+            std::fs::write(&path, bad).unwrap();
+            let e = load(&root).unwrap_err();
+            assert!(
+                e.contains("progress.json is not the checker's progress file") && e.contains("delete it"),
+                "{e}"
+            );
+            assert!(record(&root, 3, true).is_err());
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), bad, "left as it was");
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 }

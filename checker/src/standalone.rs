@@ -122,6 +122,14 @@ fn standalone_manifest(
             replace(table, &name, dependency);
         }
     }
+    // The step's one binary (its `[[bin]]` says `test = false`) is named for the package
+    // as well: the checker runs target/debug/<package>, and two checked copies must not
+    // write the same binary.
+    if let Some(bins) = doc.get_mut("bin").and_then(Item::as_array_of_tables_mut) {
+        for bin in bins.iter_mut() {
+            bin.insert("name", value(package));
+        }
+    }
     doc.insert("workspace", Item::Table(Table::new()));
     if let Some(profile) = workspace.get("profile") {
         doc.insert("profile", profile.clone());
@@ -301,7 +309,8 @@ mod tests {
         assert_eq!(doc["package"]["edition"].as_str(), Some("2021"), "{out}");
         assert_eq!(doc["package"]["metadata"]["lab"]["name"].as_str(), Some("kept"), "{out}");
         assert_eq!(doc["package"]["metadata"]["lab"]["path"].as_str(), Some("../../crates/kept"), "{out}");
-        assert_eq!(doc["bin"][0]["name"].as_str(), Some("step_07"), "{out}");
+        // The binary is named for the package (what the checker runs); its path stays.
+        assert_eq!(doc["bin"][0]["name"].as_str(), Some("checked_step_07"), "{out}");
         assert_eq!(doc["bin"][0]["path"].as_str(), Some("src/main.rs"), "{out}");
         assert_eq!(doc["dependencies"]["tch"].as_str(), Some("=0.24.0"), "{out}");
     }

@@ -12,7 +12,7 @@ use lab_program::{
     finished_lab_binary, run_lab, steady_images_per_sec, workspace_root, write_atomically,
     write_through_temp, Failure, LabRun, LabSettings,
 };
-use labkit::DeviceChoice;
+use labkit::{DeviceChoice, GpuRequest, Placement};
 use serde_json::json;
 
 mod chart;
@@ -47,7 +47,8 @@ struct Args {
     /// the GPUs of this node, or its CPUs].
     #[arg(long, value_delimiter = ',', value_name = "N,N,…")]
     world_sizes: Vec<usize>,
-    /// `auto` (GPUs when there are any), `cpu` or `cuda` (`gpu` too).
+    /// `auto` (a GPU per rank when the node has one for the largest world size, else
+    /// the CPU: the lab's rule), `cpu` or `cuda` (`gpu` too).
     #[arg(long, default_value = "auto", value_name = "DEVICE", ignore_case = true)]
     device: DeviceChoice,
     /// WideResNet widths [default: lab on GPUs and with --predict, narrow on CPUs].
@@ -139,20 +140,12 @@ fn powers_up_to(n: usize) -> Vec<usize> {
     v
 }
 
-fn plan(a: &Args) -> Result<Plan, String> {
-    let gpus = tch::Cuda::device_count().max(0) as usize;
-    let cuda = match a.device {
-        DeviceChoice::Auto => gpus > 0,
-        DeviceChoice::Cpu => false,
-        DeviceChoice::Cuda => {
-            if gpus == 0 {
-                return Err("--device cuda: this node has no GPU".into());
-            }
-            true
-        }
-    };
+/// What the demo runs on a node with `gpus` GPUs. Where the ranks compute is the lab's
+/// placement rule ([`labkit::Placement::of_node`]) for the largest world size, so that
+/// the demo asks for what the lab program will do: a GPU per rank, or the CPU.
+fn plan(a: &Args, gpus: usize) -> Result<Plan, String> {
     let world_sizes = if a.world_sizes.is_empty() {
-        powers_up_to(if cuda { gpus } else { cpus() })
+        powers_up_to(if a.device != DeviceChoice::Cpu && gpus > 0 { gpus } else { cpus() })
     } else {
         a.world_sizes.clone()
     };
@@ -162,9 +155,22 @@ fn plan(a: &Args) -> Result<Plan, String> {
         ));
     }
     let largest = *world_sizes.last().unwrap_or(&1);
-    if cuda && largest > gpus {
-        return Err(format!("--world-sizes: {largest} ranks need {largest} GPUs, this node has {gpus}"));
+    // Every world size on the same devices, or the speed-ups compare GPUs with CPUs; the
+    // demo does not share GPUs between ranks (that measures the sharing, not DDP).
+    let request = GpuRequest { device: a.device, share_gpus: false, ranks: largest };
+    let placement = Placement::of_node(request, gpus).map_err(|e| {
+        if gpus == 0 {
+            e // --device cuda on a node without GPUs: the rule's message names the demo's options
+        } else {
+            format!("--world-sizes: {largest} ranks on --device cuda need {largest} GPUs, this node has {gpus}: give world sizes up to {gpus} (e.g. 1,2), or --device cpu")
+        }
+    })?;
+    if placement == Placement::Cpu && a.device == DeviceChoice::Auto && gpus > 0 {
+        eprintln!(
+            "demo: {largest} ranks and {gpus} GPU(s): --device auto runs every world size on the CPU (the lab's rule: a GPU for every rank, or none); ask for at most --world-sizes …,{gpus} to measure the GPUs"
+        );
     }
+    let cuda = placement != Placement::Cpu;
     if largest > 256 {
         return Err(format!("--world-sizes: {largest} ranks is more than this demo starts (256)"));
     }
@@ -217,7 +223,7 @@ fn main() -> ExitCode {
     if let Some(json) = &args.chart_from {
         return Failure::exit(redraw_charts(json, &args.out_dir, args.font.as_deref()));
     }
-    let result = plan(&args).map_err(Failure::BadInput).and_then(|mut p| {
+    let result = plan(&args, labkit::gpu_count()).map_err(Failure::BadInput).and_then(|mut p| {
         // Once, before any run: every run then reads the same copy, and the demo says
         // which data set it trains on (the real one when present or downloadable).
         if !args.predict || args.step_ms.is_none() {
@@ -509,6 +515,33 @@ mod tests {
         assert_eq!(powers_up_to(2), vec![1, 2]);
         assert_eq!(powers_up_to(8), vec![1, 2, 4, 8]);
         assert_eq!(powers_up_to(6), vec![1, 2, 4, 6]);
+    }
+
+    fn plan_of(args: &[&str], gpus: usize) -> Result<Plan, String> {
+        let a = Args::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).unwrap();
+        plan(&a, gpus)
+    }
+
+    /// The demo places its ranks by the lab's rule, with the node's GPUs as a value (so
+    /// that a CPU machine tests the GPU nodes' plans): a GPU per rank up to the GPUs
+    /// there are, never GPUs for some world sizes and CPUs for others.
+    #[test]
+    fn the_demo_places_ranks_by_the_labs_rule() {
+        let on_gpus = plan_of(&[], 4).unwrap();
+        assert_eq!(on_gpus.world_sizes, vec![1, 2, 4]);
+        assert!(on_gpus.cuda && on_gpus.settings.device == "cuda");
+        let two = plan_of(&["--world-sizes", "1,2"], 2).unwrap();
+        assert!(two.cuda, "two ranks, two GPUs: one each");
+        // More ranks than GPUs under `auto`: the lab runs on the CPU, and so does every
+        // world size of the demo.
+        let more = plan_of(&["--world-sizes", "1,2,4"], 2).unwrap();
+        assert!(!more.cuda && more.settings.device == "cpu");
+        // ... and `cuda` says what to ask for instead.
+        let e = plan_of(&["--device", "cuda", "--world-sizes", "1,2,4"], 2).err().unwrap();
+        assert!(e.contains("4 ranks") && e.contains("up to 2"), "{e}");
+        let e = plan_of(&["--device", "cuda"], 0).err().unwrap();
+        assert!(e.contains("sees no GPU"), "{e}");
+        assert!(!plan_of(&["--device", "cpu", "--world-sizes", "1,2"], 8).unwrap().cuda);
     }
 
     #[test]

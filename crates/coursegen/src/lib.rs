@@ -190,7 +190,7 @@ fn header(version: Version) -> String {
 }
 
 /// Fills in the manifest template for one version: its `[package]` `name` and
-/// `description`, set as TOML values (escaped as TOML needs), the rest of the template
+/// `description` (and a `[[bin]]`'s `name = "{{name}}"`), set as TOML values (escaped as TOML needs), the rest of the template
 /// as it is, comments included.
 pub fn render_manifest(template: &str, version: Version) -> Result<String, CourseError> {
     let version = version.validate()?;
@@ -211,6 +211,15 @@ pub fn render_manifest(template: &str, version: Version) -> Result<String, Cours
         let decor = value.decor().clone();
         *value = Value::from(text);
         *value.decor_mut() = decor;
+    }
+    // The crate's binary (a `[[bin]]` table, there to say `test = false`) is named as
+    // the package: `{{name}}` there too.
+    if let Some(bins) = manifest.get_mut("bin").and_then(Item::as_array_of_tables_mut) {
+        for bin in bins.iter_mut() {
+            if bin.get("name").and_then(Item::as_str) == Some("{{name}}") {
+                bin.insert("name", toml_edit::value(version.package_name()));
+            }
+        }
     }
     let out = manifest.to_string();
     for (i, line) in out.lines().enumerate() {

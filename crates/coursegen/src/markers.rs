@@ -522,6 +522,10 @@ n2n4
         )
         .unwrap_err();
         assert!(matches!(e, CourseError::Leftover { line: 4, marker: "{{", .. }), "{e:?}");
+        // A binary named `{{name}}` is named as the package; its other keys stay.
+        let template = "[package]\nname = \"{{name}}\"\ndescription = \"{{description}}\"\n\n[[bin]]\nname = \"{{name}}\"\ntest = false\n";
+        let manifest = crate::render_manifest(template, Starter(7)).unwrap();
+        assert!(manifest.ends_with("[[bin]]\nname = \"step_07\"\ntest = false\n"), "{manifest}");
     }
 
     #[test]

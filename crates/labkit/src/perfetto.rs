@@ -108,6 +108,10 @@ pub(crate) fn epoch_ended() {
 struct RankFile {
     file: File,
     rank: usize,
+    /// The world's size as last seen while the process group was up: `finish` may run
+    /// after `destroy_process_group` (steps 11-14 leave the job cleanly), when the
+    /// group's size reads 1 and only rank 0's file would be merged.
+    world_size: Option<usize>,
     lanes: BTreeSet<Lane>,
     closed: bool,
 }
@@ -145,7 +149,8 @@ fn write_out(last: bool) {
                 let head =
                     process_metadata(rank).iter().map(Value::to_string).collect::<Vec<_>>().join(",\n");
                 let _ = write!(file, "[\n{head}");
-                *guard = Some(RankFile { file, rank, lanes: BTreeSet::new(), closed: false });
+                *guard =
+                    Some(RankFile { file, rank, world_size: None, lanes: BTreeSet::new(), closed: false });
             }
             Err(e) => {
                 eprintln!("warning: cannot write the timeline file {}: {e}", path.display());
@@ -155,6 +160,9 @@ fn write_out(last: bool) {
         }
     }
     let Some(out) = guard.as_mut().filter(|f| !f.closed) else { return };
+    if let Ok(size) = dist::get_world_size() {
+        out.world_size = Some(size);
+    }
     let mut text = String::new();
     events.sort_by(|a, b| a.start_us.total_cmp(&b.start_us));
     for event in events {
@@ -178,13 +186,13 @@ pub fn finish() {
     }
     epoch_ended();
     write_out(true);
-    let world_size = dist::get_world_size().unwrap_or(1);
-    {
+    let world_size = {
         let mut guard = FILE.lock().unwrap_or_else(|p| p.into_inner());
         let Some(out) = guard.as_mut().filter(|f| !f.closed) else { return };
         let _ = out.file.write_all(b"\n]\n").and_then(|_| out.file.sync_all());
         out.closed = true;
-    }
+        out.world_size.unwrap_or(1)
+    };
     spans::stop();
     let Some(dir) = dir() else { return };
     // The last rank to get here sees every file complete (each closes its own before
