@@ -8,7 +8,7 @@ use coursegen::LAB_LAST_STEP;
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Sandbox, SandboxDescription};
 
 /// Points a step is worth, shared equally by the checks it introduces.
 pub const STEP_POINTS: f64 = 10.0;
@@ -30,7 +30,7 @@ pub struct Grade {
 #[serde(rename_all = "snake_case")]
 pub enum Confinement {
     /// In the bubblewrap sandbox, as [`Sandbox::describe`] tells it.
-    Sandboxed(serde_json::Value),
+    Sandboxed(SandboxDescription),
     /// With the grader's rights: asked for (`--unsandboxed`), or no sandbox could be
     /// made here (`--unsandboxed-fallback`, with why).
     Unconfined { why: Option<String> },
@@ -47,7 +47,9 @@ impl Confinement {
     /// The sandbox as a report's JSON shows it: its description, or "none".
     pub fn sandbox_json(&self) -> serde_json::Value {
         match self {
-            Confinement::Sandboxed(described) => described.clone(),
+            Confinement::Sandboxed(described) => {
+                serde_json::to_value(described).expect("a sandbox description is plain data")
+            }
             Confinement::Unconfined { .. } => serde_json::Value::from("none"),
         }
     }
@@ -56,9 +58,9 @@ impl Confinement {
     pub fn describe(&self) -> String {
         match self {
             Confinement::Sandboxed(described) => {
-                let memory = described["limits"]["memory_bytes"].as_u64().unwrap_or(0) >> 20;
-                let processes = described["limits"]["processes"].as_u64().unwrap_or(0);
-                let capping = described["capping"].as_str().unwrap_or("limits");
+                let memory = described.limits.memory_bytes >> 20;
+                let processes = described.limits.processes;
+                let capping = &described.capping;
                 format!("a bubblewrap sandbox ({memory} MiB of memory, {processes} processes; {capping})")
             }
             Confinement::Unconfined { why: None } => {

@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use checker::BWRAP_ENV;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 mod bubblewrap;
 mod command;
@@ -224,14 +224,16 @@ impl Sandbox {
         }
     }
 
-    /// The sandbox as the results JSON records it.
-    pub fn describe(&self) -> Value {
+    /// The sandbox as the reports record it.
+    pub fn describe(&self) -> SandboxDescription {
         let version = bubblewrap::named(self.version.as_deref());
-        json!({
-            "tool": "bubblewrap",
-            "bubblewrap": {"path": self.bwrap, "version": self.version},
-            "namespaces": ["user", "pid", "network (loopback only)", "mount", "ipc", "uts", "cgroup"],
-            "nested_user_namespaces": match &self.nested_userns {
+        SandboxDescription {
+            tool: "bubblewrap".into(),
+            bubblewrap: BubblewrapDescription { path: self.bwrap.clone(), version: self.version.clone() },
+            namespaces: ["user", "pid", "network (loopback only)", "mount", "ipc", "uts", "cgroup"]
+                .map(String::from)
+                .to_vec(),
+            nested_user_namespaces: match &self.nested_userns {
                 NestedUserns::Disabled => "refused (bubblewrap --disable-userns)".to_string(),
                 NestedUserns::Filtered(_) => format!(
                     "refused by a seccomp filter (unshare/clone with CLONE_NEWUSER: EPERM; clone3: ENOSYS): \
@@ -239,21 +241,55 @@ impl Sandbox {
                 ),
                 NestedUserns::Allowed => "allowed".to_string(),
             },
-            "capping": self.capping.describe(),
-            "work_space": if self.tmpfs_size {
+            capping: self.capping.describe().into(),
+            work_space: if self.tmpfs_size {
                 "tmpfs capped at limits.work_space_bytes (bubblewrap --size)".to_string()
             } else {
                 format!("tmpfs capped only by the job's memory limit: {version} has no --size")
             },
-            "limits": {
-                "memory_bytes": self.limits.memory,
-                "processes": self.limits.processes,
-                "file_size_bytes": self.limits.file_size,
-                "work_space_bytes": self.limits.work_space,
-                "output_bytes": self.limits.output,
+            limits: LimitsDescription {
+                memory_bytes: self.limits.memory,
+                processes: self.limits.processes,
+                file_size_bytes: self.limits.file_size,
+                work_space_bytes: self.limits.work_space,
+                output_bytes: self.limits.output,
             },
-        })
+        }
     }
+}
+
+/// The sandbox as the grade reports record it (Gradescope's `extra_data.sandbox`,
+/// exercism's and JUnit's properties), and the line `grade` prints from it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SandboxDescription {
+    pub tool: String,
+    pub bubblewrap: BubblewrapDescription,
+    pub namespaces: Vec<String>,
+    /// Whether the job may make user namespaces of its own, and what refuses them.
+    pub nested_user_namespaces: String,
+    /// What caps the job's memory and processes.
+    pub capping: String,
+    /// The job's work directory and what caps it.
+    pub work_space: String,
+    pub limits: LimitsDescription,
+}
+
+/// Which bubblewrap ran the jobs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BubblewrapDescription {
+    pub path: PathBuf,
+    /// `bwrap --version`'s number, when it said one.
+    pub version: Option<String>,
+}
+
+/// A job's limits, as the sandbox enforces them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LimitsDescription {
+    pub memory_bytes: u64,
+    pub processes: u64,
+    pub file_size_bytes: u64,
+    pub work_space_bytes: u64,
+    pub output_bytes: u64,
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {

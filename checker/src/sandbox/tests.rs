@@ -141,7 +141,7 @@ fn bubblewrap_0_7_has_the_seccomp_filter_stand_in_for_disable_userns() {
     let at = args.iter().position(|a| a == "--seccomp").expect("--seccomp FD");
     assert!(args[at + 1].parse::<i32>().is_ok_and(|fd| fd > 2), "{args:?}");
     assert!(at < args.iter().position(|a| a == "--").unwrap(), "an option of bwrap's, not of the program's");
-    let described = s.describe()["nested_user_namespaces"].as_str().unwrap().to_string();
+    let described = s.describe().nested_user_namespaces;
     assert!(described.contains("seccomp filter") && described.contains("bubblewrap 0.7.0"), "{described}");
 }
 
@@ -197,8 +197,8 @@ fn bubblewrap_0_6_runs_where_the_jobs_cgroup_caps_its_tmpfs() {
     assert!(!args.contains(&"--size".to_string()), "{args:?}");
     assert!(has(&args, &["--tmpfs", "/job"]));
     let described = s.describe();
-    let space = described["work_space"].as_str().unwrap();
-    assert!(space.contains("job's memory limit") && space.contains("0.6.1"), "{described}");
+    let space = &described.work_space;
+    assert!(space.contains("job's memory limit") && space.contains("0.6.1"), "{described:?}");
 }
 
 #[test]
@@ -236,7 +236,7 @@ fn bubblewrap_0_6_runs_in_a_systemd_user_scope() {
     let JobCgroup::Scope { events } = &job else { panic!("a scope") };
     let cmd = s.job_command(Some(&job), Path::new("/bin/true"), &[], Path::new("/tmp"), &[], &[]).unwrap();
     assert_eq!(argv(&cmd)[dash + 5], events.display().to_string());
-    assert!(s.describe()["capping"].as_str().unwrap().contains("systemd user scope"));
+    assert!(s.describe().capping.contains("systemd user scope"));
     // Where systemd-run is gone, no scope is claimed.
     let s = Sandbox::probe_at(&bwrap, &here(), Limits::default(), |_| Capping::UserScope, None);
     assert!(s.is_err_and(|why| why.cause.contains("has no --size")), "rlimits cannot cap 0.6.1's tmpfs");
@@ -415,5 +415,5 @@ fn this_machines_bubblewrap_is_probed_for_the_options_it_knows() {
         release >= vec![0, 8],
         "--disable-userns, bubblewrap {version}"
     );
-    assert_eq!(s.describe()["bubblewrap"]["version"], version.as_str());
+    assert_eq!(s.describe().bubblewrap.version.as_deref(), Some(version.as_str()));
 }
