@@ -123,11 +123,12 @@ fn compile_once(build: &mut cc::Build, name: &str, gloo_dir: &Path) {
     for file in SHIM_FILES {
         std::fs::read(Path::new("shim").join(file)).unwrap_or_default().hash(&mut key);
     }
-    let versions = compiler
-        .args()
-        .iter()
-        .filter_map(|a| a.to_str()?.strip_prefix("-I").map(PathBuf::from))
-        .map(|dir| dir.join("torch/version.h"))
+    // cc passes each include directory as `-I` and the directory, two arguments.
+    let args = compiler.args();
+    let versions = args
+        .windows(2)
+        .filter(|pair| pair[0] == "-I")
+        .map(|pair| Path::new(&pair[1]).join("torch/version.h"))
         .chain([gloo_dir.join("gloo/config.h")]);
     for file in versions {
         std::fs::read(file).unwrap_or_default().hash(&mut key);
