@@ -99,3 +99,12 @@ impl Side {
         }
     }
 }
+
+/// Rust ranks run as PyTorch's do by default: no collective checked across ranks
+/// (tch-distributed checks Gloo's by default, PyTorch only under
+/// `TORCH_DISTRIBUTED_DEBUG=DETAIL`), so that a side-by-side figure compares the same
+/// work. Call first in `main`, before any thread or rank starts: the rank processes
+/// inherit it.
+pub fn check_collectives_as_pytorch() {
+    std::env::set_var(tch_distributed::CHECK_COLLECTIVES_ENV, "0");
+}

@@ -79,6 +79,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    ddp_bench::common::check_collectives_as_pytorch();
     // Ctrl-C or SIGTERM stops every rank first (the ranks themselves never start any).
     child_process::stop_children_on_signals();
     let args = Args::parse();

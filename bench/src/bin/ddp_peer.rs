@@ -124,6 +124,9 @@ fn run(args: &Args, device: Device) -> dist::Result<()> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // Its PyTorch peers check nothing: this rank must not either, or it would wait for
+    // helper groups they never make.
+    ddp_bench::common::check_collectives_as_pytorch();
     if args.steps == 0 || args.batch_size < 1 || args.lr <= 0.0 {
         eprintln!("error: --steps and --batch-size must be at least 1 and --lr positive");
         return ExitCode::from(2);

@@ -74,6 +74,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    ddp_bench::common::check_collectives_as_pytorch();
     // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
     child_process::stop_children_on_signals();
     let args = Args::parse();

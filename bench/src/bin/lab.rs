@@ -40,6 +40,7 @@ const EFFICIENCY_TARGET: f64 = 0.90;
 const ALLREDUCE_TARGET: f64 = 0.98;
 
 fn main() -> ExitCode {
+    ddp_bench::common::check_collectives_as_pytorch();
     // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
     child_process::stop_children_on_signals();
     let args = Args::parse();

@@ -110,6 +110,7 @@ mod tests {
             seq,
             group: 0,
             values: Some(values.to_vec()),
+            site: None,
         });
         record.rank = Some(rank);
         record

@@ -287,6 +287,11 @@ pub struct Collective {
     /// The input's values before the call, for small tensors.
     #[serde(deserialize_with = "floats::optional_floats")]
     pub values: Option<Vec<f64>>,
+    /// Where the program issued it, `file:line:column` of the call in the program's
+    /// source (`src/main.rs:142:13`); `None` for the calls a library makes on its own
+    /// (DDP's broadcast, FSDP's all-gathers) and in traces written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
 }
 
 /// See [`Event::Resumed`].

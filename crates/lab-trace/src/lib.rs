@@ -230,6 +230,7 @@ mod tests {
                 seq: 4,
                 group: 0,
                 values: Some(vec![652.5]),
+                site: Some("src/main.rs:142:13".into()),
             }),
             stamped(event::LoadDataset { dir: "data".into() }),
             stamped(event::ParameterValues {

@@ -60,6 +60,7 @@ fn record_collective(call: &dist::debug::CollectiveCall) {
         seq: call.seq,
         group: call.group,
         values: call.values.clone(),
+        site: call.site.map(|at| format!("{}:{}:{}", at.file(), at.line(), at.column())),
     });
 }
 

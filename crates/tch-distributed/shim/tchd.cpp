@@ -9,6 +9,7 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupWrapper.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef TCHD_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -16,11 +17,33 @@
 
 using namespace tchd;
 
+// A Gloo device as the group's options ask: an interface, a host name, or c10d's default.
+static std::shared_ptr<::gloo::transport::Device> gloo_device(const char* hostname, const char* interface) {
+  if (interface != nullptr) return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  if (hostname != nullptr) return c10d::ProcessGroupGloo::createDeviceForHostname(hostname);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// PyTorch's _create_process_group_wrapper: a helper Gloo backend on its own keys
+// ("pg_wrapper:<group name>/", as Python names them), over which c10d's ProcessGroupWrapper runs a monitored
+// barrier and compares the ranks' fingerprints (op, sequence number, dtypes, shapes)
+// before handing each collective to `backend`.
+static c10::intrusive_ptr<c10d::Backend> checked(const c10::intrusive_ptr<c10d::Backend>& backend,
+                                                 const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const std::string& group_name, int rank, int size,
+                                                 std::chrono::milliseconds timeout, const char* hostname,
+                                                 const char* interface) {
+  auto helper_store = c10::make_intrusive<c10d::PrefixStore>("pg_wrapper:" + group_name, store);
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  opts->devices.push_back(gloo_device(hostname, interface));
+  auto helper = c10::make_intrusive<c10d::ProcessGroupGloo>(helper_store, rank, size, opts);
+  return c10::make_intrusive<c10d::ProcessGroupWrapper>(backend, helper);
+}
+
 #ifdef TCHD_WITH_NCCL
 // The NCCL backend of a group (for splitting new groups from it).
 static c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl_backend(tchd_group* group) {
-  auto nccl = c10::dynamic_intrusive_pointer_cast<c10d::ProcessGroupNCCL>(
-      group->pg->getBackend(c10::DeviceType::CUDA));
+  auto nccl = c10::dynamic_intrusive_pointer_cast<c10d::ProcessGroupNCCL>(group->backend);
   TORCH_CHECK_VALUE(nccl, "the group to split from has no NCCL backend");
   return nccl;
 }
@@ -110,8 +133,8 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err) {
 int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name,
                    const uint64_t* global_ranks, size_t n_global_ranks, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
-                   int bound_cuda_device, tchd_group* split_from, int split_color, tchd_group** out,
-                   char** err) {
+                   int bound_cuda_device, tchd_group* split_from, int split_color, int check_collectives,
+                   tchd_group** out, char** err) {
   return guarded(err, [&] {
     TORCH_CHECK_VALUE(size >= 1, "world size must be at least 1, got ", size);
     TORCH_CHECK_VALUE(rank >= 0 && rank < size, "rank ", rank, " is outside 0..", size);
@@ -130,25 +153,28 @@ int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name
       pg->setBoundDeviceId(bound);
     }
     c10::intrusive_ptr<c10d::Backend> made;
+    c10::intrusive_ptr<c10d::Backend> p2p;
     if (backend == TCHD_GLOO) {
       auto backend_store = c10::make_intrusive<c10d::PrefixStore>("cpu/", prefixed);
       auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-      if (gloo_interface != nullptr) {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(gloo_interface));
-      } else if (gloo_hostname != nullptr) {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_hostname));
-      } else {
-        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      }
+      opts->devices.push_back(gloo_device(gloo_hostname, gloo_interface));
       opts->group_name = group_name;
       opts->global_ranks_in_group = ranks;
       auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(backend_store, rank, size, opts);
       // Rank 0 publishes the group's starting sequence number, the others wait for it.
       gloo->setSequenceNumberForGroup();
+      c10::intrusive_ptr<c10d::Backend> serving = gloo;
+      if (check_collectives != 0) {
+        serving = checked(gloo, backend_store, group_name, rank, size, timeout, gloo_hostname, gloo_interface);
+        auto p2p_store = c10::make_intrusive<c10d::PrefixStore>("tchd_p2p:" + std::string(group_name), backend_store);
+        auto p2p_opts = c10d::ProcessGroupGloo::Options::create(timeout);
+        p2p_opts->devices.push_back(gloo_device(gloo_hostname, gloo_interface));
+        p2p = c10::make_intrusive<c10d::ProcessGroupGloo>(p2p_store, rank, size, p2p_opts);
+      }
       // As PyTorch does for backend="gloo": the same backend serves CPU and CUDA tensors.
       pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-      pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
-      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, serving);
+      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::GLOO, serving);
       made = gloo;
     } else if (backend == TCHD_NCCL) {
 #ifdef TCHD_WITH_NCCL
@@ -169,8 +195,12 @@ int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name
       }
       auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(backend_store, rank, size, opts);
       nccl->setSequenceNumberForGroup();
+      c10::intrusive_ptr<c10d::Backend> serving = nccl;
+      if (check_collectives != 0) {
+        serving = checked(nccl, backend_store, group_name, rank, size, timeout, gloo_hostname, gloo_interface);
+      }
       pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
-      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, serving);
       made = nccl;
 #else
       TORCH_CHECK_VALUE(false, "this build of tch-distributed has no NCCL (no CUDA headers at build time)");
@@ -186,6 +216,8 @@ int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name
     }
     auto* g = new tchd_group();
     g->pg = pg;
+    g->backend = made;
+    g->p2p = p2p;
     g->timeout = timeout;
     *out = g;
   });
@@ -277,14 +309,18 @@ int tchd_reduce_scatter_tensor(tchd_group* group, void* output, void* input, int
 int tchd_send(tchd_group* group, void* tensor, int dst, int tag, tchd_work** out, char** err) {
   return guarded(err, [&] {
     std::vector<at::Tensor> ts{tensor_ref(tensor)};
-    *out = wrap(group->pg->send(ts, dst, tag));
+    *out = wrap(group->p2p ? group->p2p->send(ts, dst, tag) : group->pg->send(ts, dst, tag));
   });
 }
 
 int tchd_recv(tchd_group* group, void* tensor, int src, int tag, tchd_work** out, char** err) {
   return guarded(err, [&] {
     std::vector<at::Tensor> ts{tensor_ref(tensor)};
-    *out = wrap(src < 0 ? group->pg->recvAnysource(ts, tag) : group->pg->recv(ts, src, tag));
+    if (group->p2p) {
+      *out = wrap(src < 0 ? group->p2p->recvAnysource(ts, tag) : group->p2p->recv(ts, src, tag));
+    } else {
+      *out = wrap(src < 0 ? group->pg->recvAnysource(ts, tag) : group->pg->recv(ts, src, tag));
+    }
   });
 }
 

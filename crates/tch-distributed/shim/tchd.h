@@ -76,8 +76,12 @@ int tchd_store_port(tchd_store* store, uint16_t* out, char** err);
 int tchd_group_new(tchd_store* store, const char* prefix, const char* group_name,
                    const uint64_t* global_ranks, size_t n_global_ranks, int backend, int rank, int size,
                    const char* gloo_hostname, const char* gloo_interface, int64_t timeout_ms,
-                   int bound_cuda_device, tchd_group* split_from, int split_color, tchd_group** out,
-                   char** err);
+                   int bound_cuda_device, tchd_group* split_from, int split_color, int check_collectives,
+                   tchd_group** out, char** err);
+// check_collectives != 0: the backend is wrapped in c10d's ProcessGroupWrapper (PyTorch's
+// TORCH_DISTRIBUTED_DEBUG=DETAIL) over a helper Gloo backend: before each collective the
+// ranks compare what they are about to run, and a mismatch is an exception on every rank
+// instead of mismatched messages that Gloo's own threads abort the process on.
 // split_from (or NULL) / split_color: an NCCL group made by splitting split_from's
 // communicator with this color (PyTorch's new_group under a bound default group).
 // A rank of split_from that is not in the new group takes part in the split here:

@@ -23,6 +23,13 @@ struct tchd_store {
 
 struct tchd_group {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  // The backend itself, unwrapped (the group's may be a ProcessGroupWrapper around it).
+  c10::intrusive_ptr<c10d::Backend> backend;
+  // Where sends and receives go when the collectives are checked over Gloo: a Gloo
+  // backend of their own, since Gloo counts them in the sequence number the check
+  // compares, and a pipeline's ranks send and receive different numbers by design.
+  // Null otherwise (the group's own backend serves them).
+  c10::intrusive_ptr<c10d::Backend> p2p;
   std::chrono::milliseconds timeout;
 };
 

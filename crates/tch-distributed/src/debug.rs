@@ -60,6 +60,10 @@ pub struct CollectiveCall {
     /// The input's values before the call, when an observer is installed and the tensor
     /// has at most [`OBSERVED_VALUES_MAX`] elements.
     pub values: Option<Vec<f64>>,
+    /// The line that issued it: the program's call of `dist::reduce(...)` or
+    /// `group.barrier()` (the collectives are `#[track_caller]`), so that a report can
+    /// point at the line to fix. `None` for the calls DDP makes on its own.
+    pub site: Option<&'static std::panic::Location<'static>>,
 }
 
 impl CollectiveCall {
@@ -121,7 +125,7 @@ pub fn set_collective_observer(observer: impl Fn(&CollectiveCall) + Send + Sync 
     OBSERVER.set(Box::new(observer)).is_ok()
 }
 
-fn detail_logging() -> bool {
+pub(crate) fn detail_logging() -> bool {
     static DETAIL: OnceLock<bool> = OnceLock::new();
     *DETAIL.get_or_init(|| {
         std::env::var("TORCH_DISTRIBUTED_DEBUG").is_ok_and(|v| v.trim().eq_ignore_ascii_case("detail"))
@@ -143,8 +147,9 @@ pub(crate) fn issued(mut call: CollectiveCall, input: Option<&Tensor>) {
         });
     }
     if detail_logging() {
+        let site = call.site.map(|at| format!(" at {at}")).unwrap_or_default();
         eprintln!(
-            "[rank {}] TORCH_DISTRIBUTED_DEBUG: group {} collective #{}: {}",
+            "[rank {}] TORCH_DISTRIBUTED_DEBUG: group {} collective #{}: {}{site}",
             call.rank,
             call.group,
             call.seq,
@@ -173,6 +178,7 @@ mod tests {
             rank: 0,
             world_size: 2,
             values: None,
+            site: None,
         };
         assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");
         let barrier =

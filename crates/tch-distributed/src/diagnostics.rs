@@ -25,6 +25,11 @@ pub(crate) fn keep_for_roll_call(store: Arc<Store>, rank: usize, world_size: usi
         Some(RollCall { store, rank, world_size, hosts_store });
 }
 
+/// Runs `f` on the default group's store; `None` when there is no default group.
+pub(crate) fn with_default_store<T>(f: impl FnOnce(&Store) -> T) -> Option<T> {
+    DEFAULT_STORE.read().unwrap_or_else(|p| p.into_inner()).as_ref().map(|call| f(&call.store))
+}
+
 /// `destroy_process_group` forgets it.
 pub(crate) fn forget_roll_call() {
     DEFAULT_STORE.write().unwrap_or_else(|p| p.into_inner()).take();

@@ -22,6 +22,11 @@ pub enum ErrorKind {
     Store,
     /// Gloo or NCCL failed.
     Backend,
+    /// The ranks issued different collectives at the same point (one reached a
+    /// collective the others did not, or called another op or another shape): a
+    /// mistake in the program, found before the collective ran (see
+    /// [`GroupOptions::check_collectives`](crate::GroupOptions::check_collectives)).
+    Mismatch,
     /// No default process group: `init_process_group` was not called.
     NotInitialized,
     /// `init_process_group` was called twice.
@@ -107,6 +112,9 @@ impl std::error::Error for DistError {}
 impl From<tch::TchError> for DistError {
     fn from(e: tch::TchError) -> Self {
         let message = e.to_string();
+        if crate::mismatch::is_mismatch(&message) {
+            return crate::mismatch::explain_backward(&message);
+        }
         DistError::new(classify(ffi::TCHD_ERR_OTHER, &message), message)
     }
 }
@@ -129,9 +137,16 @@ pub(crate) fn check(status: c_int, err: *mut c_char) -> Result<()> {
 
 fn classify(status: c_int, message: &str) -> ErrorKind {
     let lower = message.to_ascii_lowercase();
-    if lower.contains("eaddrinuse") || lower.contains("address already in use") {
+    if crate::mismatch::is_mismatch(message) {
+        ErrorKind::Mismatch
+    } else if lower.contains("eaddrinuse") || lower.contains("address already in use") {
         ErrorKind::AddressInUse
-    } else if lower.contains("timed out") || lower.contains("timeout") {
+    } else if lower.contains("timed out")
+        || lower.contains("timeout")
+        || lower.contains("failed to pass monitoredbarrier")
+    {
+        // The last: the collectives' check found a rank that never arrived (gone, or
+        // stuck elsewhere) within the timeout.
         ErrorKind::Timeout
     } else if ["connection reset", "connection closed", "broken pipe", "read error", "write error"]
         .iter()
@@ -173,6 +188,8 @@ mod tests {
         assert_eq!(classify(ffi::TCHD_ERR_STORE, "wait timeout after 5000ms, keys: /x"), ErrorKind::Timeout);
         assert_eq!(classify(ffi::TCHD_ERR_BACKEND, "NCCL error: unhandled cuda error"), ErrorKind::Backend);
         assert_eq!(classify(1, "something else"), ErrorKind::Other);
+        let absent = "[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 10000 ms";
+        assert_eq!(classify(1, absent), ErrorKind::Timeout);
         let gone = "[gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:22736: Connection reset by peer";
         assert_eq!(classify(1, gone), ErrorKind::Network);
     }

@@ -111,6 +111,7 @@ extern "C" {
         bound_cuda_device: c_int,
         split_from: *mut tchd_group,
         split_color: c_int,
+        check_collectives: c_int,
         out: *mut *mut tchd_group,
         err: *mut *mut c_char,
     ) -> c_int;

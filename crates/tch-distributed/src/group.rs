@@ -1,6 +1,7 @@
 //! Process groups and collectives over c10d's ProcessGroup (Gloo or NCCL backend).
 use std::ffi::c_void;
 use std::fmt;
+use std::panic::Location;
 use std::ptr::{self, NonNull};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,6 +120,41 @@ pub struct GroupOptions {
     /// uses it instead of guessing one from the global rank (c10d's "Guessing device ID
     /// based on global rank" warning). `None`, or a CPU device: not bound.
     pub device_id: Option<Device>,
+    /// Whether the ranks compare each collective before running it (c10d's
+    /// ProcessGroupWrapper, which PyTorch puts in under `TORCH_DISTRIBUTED_DEBUG=DETAIL`):
+    /// a collective that only some ranks reach, or that ranks issue with other ops or
+    /// shapes, then fails on every rank with an error naming both calls, instead of
+    /// hanging or, under Gloo, aborting the process from Gloo's own threads. It costs
+    /// a small barrier and all-gather on a helper Gloo group per collective.
+    /// `None`: [`checks_collectives`]'s rule (on for Gloo, on for NCCL under `DETAIL`).
+    pub check_collectives: Option<bool>,
+}
+
+/// Environment variable: `1` checks every group's collectives, `0` none (see
+/// [`GroupOptions::check_collectives`]); unset, the backend decides.
+pub const CHECK_COLLECTIVES_ENV: &str = "TCHD_CHECK_COLLECTIVES";
+
+/// Whether a group of `backend` compares its collectives across ranks when its options
+/// leave it to the rule ([`GroupOptions::check_collectives`] `None`):
+/// [`CHECK_COLLECTIVES_ENV`] when set to `0` or `1`; else yes for Gloo, whose threads
+/// abort the process on mismatched messages (a misuse must be an error, never a
+/// signal), and for NCCL only under `TORCH_DISTRIBUTED_DEBUG=DETAIL`, as PyTorch does
+/// (NCCL does not abort on a mismatch, and the check's host round trip would stall the
+/// GPU's stream of collectives).
+///
+/// Ranks of one group must agree: a Python rank shares a Gloo group with Rust ranks
+/// only when it checks too (`TORCH_DISTRIBUTED_DEBUG=DETAIL`, whose keys these are) or
+/// the Rust ranks do not (`TCHD_CHECK_COLLECTIVES=0`).
+pub fn checks_collectives(backend: Backend) -> bool {
+    match std::env::var(CHECK_COLLECTIVES_ENV).ok().as_deref().map(str::trim) {
+        Some("1") => return true,
+        Some("0") => return false,
+        _ => {}
+    }
+    match backend {
+        Backend::Gloo => true,
+        Backend::Nccl => crate::debug::detail_logging(),
+    }
 }
 
 impl Default for GroupOptions {
@@ -129,6 +165,7 @@ impl Default for GroupOptions {
             gloo_hostname: None,
             gloo_interface: None,
             device_id: None,
+            check_collectives: None,
         }
     }
 }
@@ -226,6 +263,7 @@ impl ProcessGroup {
                 },
                 split.map_or(ptr::null_mut(), |(parent, _)| parent.raw()),
                 split.map_or(-1, |(_, color)| color),
+                i32::from(opts.check_collectives.unwrap_or_else(|| checks_collectives(backend))),
                 &mut out,
                 &mut err,
             )
@@ -296,12 +334,14 @@ impl ProcessGroup {
     }
 
     /// Combines `tensor` across all ranks with `op`; every rank ends with the result.
+    #[track_caller]
     pub fn all_reduce(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
         self.all_reduce_async(tensor, op)?.wait()
     }
 
     /// [`ProcessGroup::all_reduce`] without waiting: [`Work::wait`] finishes it
     /// (PyTorch's `async_op=True`).
+    #[track_caller]
     pub fn all_reduce_async(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "all_reduce")?;
         self.check_op(op, "all_reduce")?;
@@ -313,11 +353,13 @@ impl ProcessGroup {
     }
 
     /// Like [`all_reduce`](Self::all_reduce), but only rank `dst` is guaranteed the result.
+    #[track_caller]
     pub fn reduce(&self, tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<()> {
         self.reduce_async(tensor, dst, op)?.wait()
     }
 
     /// [`ProcessGroup::reduce`] without waiting: [`Work::wait`] finishes it.
+    #[track_caller]
     pub fn reduce_async(&self, tensor: &mut Tensor, dst: usize, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "reduce")?;
         self.check_op(op, "reduce")?;
@@ -330,11 +372,13 @@ impl ProcessGroup {
     }
 
     /// Copies rank `src`'s `tensor` into every other rank's `tensor`.
+    #[track_caller]
     pub fn broadcast(&self, tensor: &mut Tensor, src: usize) -> Result<()> {
         self.broadcast_async(tensor, src)?.wait()
     }
 
     /// [`ProcessGroup::broadcast`] without waiting: [`Work::wait`] finishes it.
+    #[track_caller]
     pub fn broadcast_async(&self, tensor: &mut Tensor, src: usize) -> Result<Work> {
         self.check_tensor(tensor, "broadcast")?;
         self.check_peer(src, "broadcast", "source")?;
@@ -347,11 +391,13 @@ impl ProcessGroup {
 
     /// Gathers every rank's `input` into `outputs[rank]` on every rank
     /// (`outputs.len()` == world size, each shaped like `input`).
+    #[track_caller]
     pub fn all_gather(&self, outputs: &mut [Tensor], input: &Tensor) -> Result<()> {
         self.all_gather_async(outputs, input)?.wait()
     }
 
     /// [`ProcessGroup::all_gather`] without waiting: [`Work::wait`] finishes it.
+    #[track_caller]
     pub fn all_gather_async(&self, outputs: &mut [Tensor], input: &Tensor) -> Result<Work> {
         self.check_tensor(input, "all_gather")?;
         if outputs.len() != self.world_size {
@@ -385,6 +431,7 @@ impl ProcessGroup {
     }
 
     /// Convenience form of [`all_gather`](Self::all_gather) that allocates the outputs.
+    #[track_caller]
     pub fn all_gather_to_vec(&self, input: &Tensor) -> Result<Vec<Tensor>> {
         let mut outputs: Vec<Tensor> = (0..self.world_size).map(|_| input.empty_like()).collect();
         self.all_gather(&mut outputs, input)?;
@@ -410,11 +457,13 @@ impl ProcessGroup {
     /// // Rows 2r and 2r + 1 hold rank r's shard.
     /// # Ok(()) }
     /// ```
+    #[track_caller]
     pub fn all_gather_into_tensor(&self, output: &mut Tensor, input: &Tensor) -> Result<()> {
         self.all_gather_into_tensor_async(output, input)?.wait()
     }
 
     /// [`ProcessGroup::all_gather_into_tensor`] without waiting: [`Work::wait`] finishes it.
+    #[track_caller]
     pub fn all_gather_into_tensor_async(&self, output: &mut Tensor, input: &Tensor) -> Result<Work> {
         const WHAT: &str = "all_gather_into_tensor";
         self.check_tensor(input, WHAT)?;
@@ -439,11 +488,13 @@ impl ProcessGroup {
     /// parameter, and each keeps the sum over ranks of its own shard's part. Gloo has no
     /// [`ReduceOp::Avg`] (as in PyTorch): for the average, as DDP takes it, reduce with
     /// `Sum` and divide by the world size, as FSDP2 does on Gloo.
+    #[track_caller]
     pub fn reduce_scatter_tensor(&self, output: &mut Tensor, input: &Tensor, op: ReduceOp) -> Result<()> {
         self.reduce_scatter_tensor_async(output, input, op)?.wait()
     }
 
     /// [`ProcessGroup::reduce_scatter_tensor`] without waiting: [`Work::wait`] finishes it.
+    #[track_caller]
     pub fn reduce_scatter_tensor_async(
         &self,
         output: &mut Tensor,
@@ -471,12 +522,14 @@ impl ProcessGroup {
     /// Only the two ranks take part, so the other ranks issue nothing; two ranks that
     /// both send to each other first wait for ever: use [`isend`](Self::isend) and
     /// [`irecv`](Self::irecv) for exchanges.
+    #[track_caller]
     pub fn send(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<()> {
         self.isend(tensor, dst, tag)?.wait()
     }
 
     /// [`ProcessGroup::send`] without waiting (`torch.distributed.isend`): the tensor must
     /// not change until [`Work::wait`] returned.
+    #[track_caller]
     pub fn isend(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<Work> {
         const WHAT: &str = "send";
         self.check_tensor(tensor, WHAT)?;
@@ -491,12 +544,14 @@ impl ProcessGroup {
 
     /// Receives into `tensor` what rank `src` [`send`](Self::send)s with the same `tag`
     /// (`torch.distributed.recv`); the shapes and dtypes must agree.
+    #[track_caller]
     pub fn recv(&self, tensor: &mut Tensor, src: usize, tag: i32) -> Result<()> {
         self.irecv(tensor, src, tag)?.wait()
     }
 
     /// [`ProcessGroup::recv`] without waiting (`torch.distributed.irecv`): `tensor`
     /// holds the data once [`Work::wait`] returned.
+    #[track_caller]
     pub fn irecv(&self, tensor: &mut Tensor, src: usize, tag: i32) -> Result<Work> {
         const WHAT: &str = "recv";
         self.check_tensor(tensor, WHAT)?;
@@ -511,6 +566,7 @@ impl ProcessGroup {
     /// Receives into `tensor` from whichever rank sends first with `tag`, and returns
     /// that rank (`torch.distributed.recv` with `src=None`). Gloo only: NCCL has no
     /// receive from any source.
+    #[track_caller]
     pub fn recv_any_source(&self, tensor: &mut Tensor, tag: i32) -> Result<usize> {
         const WHAT: &str = "recv";
         self.check_tensor(tensor, WHAT)?;
@@ -522,7 +578,8 @@ impl ProcessGroup {
             ));
         }
         let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
-        let span = self.describe_call(WHAT, None, None, std::slice::from_ref(tensor), seq);
+        let span =
+            self.describe_call(WHAT, None, None, std::slice::from_ref(tensor), seq, Some(Location::caller()));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         let work = self.start(WHAT, span, |out, err| unsafe {
             ffi::tchd_recv(self.raw.as_ptr(), ptr, -1, tag, out, err)
@@ -531,11 +588,13 @@ impl ProcessGroup {
     }
 
     /// Waits until every rank of the group has reached this point.
+    #[track_caller]
     pub fn barrier(&self) -> Result<()> {
         self.barrier_async()?.wait()
     }
 
     /// [`ProcessGroup::barrier`] without waiting: [`Work::wait`] finishes it.
+    #[track_caller]
     pub fn barrier_async(&self) -> Result<Work> {
         let span = self.observe("barrier", None, None, None);
         self.start("barrier", span, |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
@@ -570,6 +629,7 @@ impl ProcessGroup {
     /// Numbers every collective (as every rank numbers the same calls), describes it
     /// to [`crate::debug`] when someone listens, and starts timing it for the
     /// [`spans`] when that is on.
+    #[track_caller]
     fn observe(
         &self,
         op: &'static str,
@@ -577,7 +637,9 @@ impl ProcessGroup {
         root: Option<usize>,
         input: Option<&Tensor>,
     ) -> spans::Span {
-        self.observe_tensors(op, reduce_op, root, input.map(std::slice::from_ref).unwrap_or_default())
+        let seq = self.issued.fetch_add(1, Ordering::SeqCst);
+        let tensors = input.map(std::slice::from_ref).unwrap_or_default();
+        self.describe_call(op, reduce_op, root, tensors, seq, Some(Location::caller()))
     }
 
     /// [`observe`](Self::observe) for a call over several tensors (DDP's coalesced
@@ -590,14 +652,15 @@ impl ProcessGroup {
         tensors: &[Tensor],
     ) -> spans::Span {
         let seq = self.issued.fetch_add(1, Ordering::SeqCst);
-        self.describe_call(op, reduce_op, root, tensors, seq)
+        self.describe_call(op, reduce_op, root, tensors, seq, None)
     }
 
     /// [`observe`](Self::observe) for a send or a receive: `peer` is the other rank, and
     /// the number is the group's count of sends and receives, not of collectives.
+    #[track_caller]
     fn observe_point_to_point(&self, op: &'static str, peer: usize, tensor: &Tensor) -> spans::Span {
         let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
-        self.describe_call(op, None, Some(peer), std::slice::from_ref(tensor), seq)
+        self.describe_call(op, None, Some(peer), std::slice::from_ref(tensor), seq, Some(Location::caller()))
     }
 
     fn describe_call(
@@ -607,6 +670,7 @@ impl ProcessGroup {
         root: Option<usize>,
         tensors: &[Tensor],
         seq: u64,
+        site: Option<&'static Location<'static>>,
     ) -> spans::Span {
         let numel: i64 = tensors.iter().map(|t| t.numel() as i64).sum();
         let bytes: i64 = tensors.iter().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
@@ -625,13 +689,6 @@ impl ProcessGroup {
                 span = span.arg(key, spans::Arg::Int(root as i64));
             }
         }
-        if !crate::debug::wanted() {
-            return span;
-        }
-        let input = match tensors {
-            [one] => Some(one),
-            _ => None,
-        };
         let call = crate::debug::CollectiveCall {
             op,
             reduce_op,
@@ -643,12 +700,23 @@ impl ProcessGroup {
             rank: self.rank,
             world_size: self.world_size,
             values: None,
+            site,
         };
-        crate::debug::issued(call, input);
+        crate::mismatch::remember(&call);
+        if crate::debug::wanted() {
+            let input = match tensors {
+                [one] => Some(one),
+                _ => None,
+            };
+            crate::debug::issued(call, input);
+        }
         span
     }
 
     fn explain(&self, e: DistError, what: &str) -> DistError {
+        if e.kind() == ErrorKind::Mismatch {
+            return crate::mismatch::explain(e, what, self.id, self.rank, self.world_size);
+        }
         explain(e, what, self.rank, self.world_size, self.timeout)
     }
 

@@ -79,6 +79,7 @@ mod ffi;
 mod fsdp;
 mod group;
 mod launch_env;
+mod mismatch;
 mod new_group;
 mod pipeline;
 mod reduce_op;
@@ -105,7 +106,9 @@ pub use default_group::{
 };
 pub use error::{DistError, ErrorKind, Result};
 pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory, ShardedUnit};
-pub use group::{nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work};
+pub use group::{
+    checks_collectives, nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work, CHECK_COLLECTIVES_ENV,
+};
 pub use launch_env::{
     local_rank, spawned_rank, LaunchEnv, SpawnedRank, GROUP_RANK_ENV, GROUP_WORLD_SIZE_ENV, LOCAL_RANK_ENV,
     LOCAL_WORLD_SIZE_ENV, MASTER_ADDR_ENV, MASTER_PORT_ENV, RANK_ENV, WORLD_SIZE_ENV,

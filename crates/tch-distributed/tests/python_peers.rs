@@ -3,7 +3,8 @@
 //! group through env:// or tcp://, either side hosting the store, and run the same
 //! collectives, reduce ops, subgroups, DDP's coalesced broadcast, FSDP's
 //! `all_gather_into_tensor` and `reduce_scatter_tensor`, and a ring of `isend`/`irecv`. Every rank,
-//! whatever its language, must print exactly the results worked out here.
+//! whatever its language, must print exactly the results worked out here. The Rust
+//! ranks check no collective (`TCHD_CHECK_COLLECTIVES=0`), as PyTorch by default.
 mod common;
 
 use std::path::PathBuf;
@@ -204,7 +205,9 @@ fn run_mixed(languages: &str, init: &str) {
             spec.program = Some(vec![python.display().to_string(), script.display().to_string()]);
         }
     }
-    let outcomes = run_ranks("mixed", ranks, &[], DEADLINE);
+    // PyTorch checks no collective by default: the Rust ranks must not either, or they
+    // would wait for helper groups the Python ranks never make.
+    let outcomes = run_ranks("mixed", ranks, &[(dist::CHECK_COLLECTIVES_ENV, "0")], DEADLINE);
     for o in &outcomes {
         // A Python rank prints no Rust completion marker: its own last line instead.
         let python_rank = languages.as_bytes()[o.rank] == b'p';
