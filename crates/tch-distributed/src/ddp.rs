@@ -362,8 +362,10 @@ pub fn broadcast_coalesced(group: &ProcessGroup, tensors: &mut [Tensor]) -> Resu
             &mut err,
         )
     };
-    check(status, err)
-        .map_err(|e| e.context(format!("broadcasting model state from rank 0 (rank {})", group.rank())))
+    check(status, err).map_err(|e| match e.kind() {
+        ErrorKind::Mismatch => group.explain(e, "DDP's broadcast of the model's state from rank 0"),
+        _ => e.context(format!("broadcasting model state from rank 0 (rank {})", group.rank())),
+    })
 }
 
 /// Variables with their names.

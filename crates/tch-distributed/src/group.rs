@@ -713,7 +713,9 @@ impl ProcessGroup {
         span
     }
 
-    fn explain(&self, e: DistError, what: &str) -> DistError {
+    /// `e`, the failure of `what` on this group, with what this rank (and, for a
+    /// mismatch, every rank) was doing.
+    pub(crate) fn explain(&self, e: DistError, what: &str) -> DistError {
         if e.kind() == ErrorKind::Mismatch {
             return crate::mismatch::explain(e, what, self.id, self.rank, self.world_size);
         }
