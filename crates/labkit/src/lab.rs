@@ -30,6 +30,11 @@ pub trait Model {
     fn after_epoch(&self, _epoch: usize, _optimizer: &nn::Optimizer) -> Result<()> {
         Ok(())
     }
+    /// Called by `train` before the epoch's first step: an error when `optimizer`
+    /// cannot train this model (a sharded model's optimizer must step on its shards).
+    fn check_optimizer(&self, _optimizer: &nn::Optimizer) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One model or another, chosen at run time (`--fsdp`: sharded, else DDP).
@@ -42,6 +47,9 @@ impl<M: Model + ?Sized> Model for Box<M> {
     }
     fn after_epoch(&self, epoch: usize, optimizer: &nn::Optimizer) -> Result<()> {
         (**self).after_epoch(epoch, optimizer)
+    }
+    fn check_optimizer(&self, optimizer: &nn::Optimizer) -> Result<()> {
+        (**self).check_optimizer(optimizer)
     }
 }
 
@@ -100,6 +108,8 @@ pub fn train<M: Model, S: Sampler>(
     optimizer: &mut nn::Optimizer,
     loader: &mut DataLoader<'_, S>,
 ) -> Result<()> {
+    // Before anything reads the optimizer's variables (the initial weights below).
+    model.check_optimizer(optimizer)?;
     let indices = loader.sampler.epoch_indices();
     let epoch = run::next_epoch();
     let perf = model.perf();

@@ -105,6 +105,19 @@ impl<M: ModuleT + Model> Model for ShardedModel<M> {
         self.model.module().perf()
     }
 
+    /// Refuses an optimizer that is not on this rank's shards, with FullyShard's
+    /// message; what the rank holds is recorded first, so that the checker sees what
+    /// the optimizer would have stepped on.
+    fn check_optimizer(&self, optimizer: &nn::Optimizer) -> Result<()> {
+        if let Err(e) = self.fsdp.check_optimizer(optimizer) {
+            if trace::enabled() {
+                trace::record(self.held(0, optimizer)?);
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
     /// Prints (after the first epoch) and records what this rank holds; when traced,
     /// gathers the whole model on rank 0 for the trace (every rank takes part).
     fn after_epoch(&self, epoch: usize, optimizer: &nn::Optimizer) -> Result<()> {

@@ -66,7 +66,8 @@
 //! After `fully_shard` the model's full parameters in the original VarStore hold no
 //! memory outside a block's forward and backward: save and load through
 //! [`FullyShard::full_state_dict`], and build the optimizer on
-//! [`FullyShard::shards`], never on the original VarStore. Buffers (BatchNorm's
+//! [`FullyShard::shards`], never on the original VarStore ([`FullyShard::check_optimizer`]
+//! refuses one that is not, before it steps). Buffers (BatchNorm's
 //! running statistics) are not sharded: each rank keeps its own, as FSDP2 does.
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void, CString};
@@ -294,6 +295,52 @@ impl FullyShard {
             )));
         }
         Ok(&self.shards)
+    }
+
+    /// Refuses an optimizer that does not step on exactly this rank's shards, before it
+    /// steps: one built on the model's VarStore would step the full parameters, which
+    /// FSDP frees outside each block's forward and backward (reading or writing them
+    /// there reads freed memory, a crash rather than an error), and would leave the
+    /// shards, which hold the model, untouched. PyTorch cannot make this mistake: after
+    /// `fully_shard` the module's parameters are the shards.
+    ///
+    /// The error names the fix: `nn::Sgd::default().build(fsdp.shards()?, lr)`.
+    pub fn check_optimizer(&self, optimizer: &tch::nn::Optimizer) -> Result<()> {
+        let stepped = optimizer.trainable_variables();
+        let registry = lock(&self.state);
+        let (mut fulls, mut shards) = (Vec::new(), Vec::new());
+        for unit in &registry.units {
+            for p in &lock(&unit.state).params {
+                fulls.push((p.name.clone(), p.full.shallow_clone()));
+                shards.push(p.shard.shallow_clone());
+            }
+        }
+        drop(registry);
+        // is_set_to: the same tensor (storage, offset, shape), even while its memory is freed.
+        let full: Vec<&str> = stepped
+            .iter()
+            .filter_map(|t| fulls.iter().find(|(_, f)| f.is_set_to(t)).map(|(name, _)| name.as_str()))
+            .collect();
+        if let Some(first) = full.first() {
+            return Err(DistError::invalid(format!(
+                "FSDP: the optimizer steps on {} of the model's full parameters (e.g. \"{first}\"), which FSDP frees outside each block's forward and backward: build it on this rank's shards, `nn::Sgd::default().build(fsdp.shards()?, lr)`, not on the model's VarStore",
+                full.len()
+            )));
+        }
+        let foreign = stepped.iter().filter(|t| !shards.iter().any(|s| s.is_set_to(t))).count();
+        if foreign > 0 {
+            return Err(DistError::invalid(format!(
+                "FSDP: the optimizer steps on {foreign} tensor(s) that are not this FullyShard's shards (another model's, or another FullyShard's): build it on this one's `fsdp.shards()?`"
+            )));
+        }
+        let missing = shards.iter().filter(|s| !stepped.iter().any(|t| t.is_set_to(s))).count();
+        if missing > 0 {
+            return Err(DistError::invalid(format!(
+                "FSDP: the optimizer steps on none of {missing} of this rank's {} shards: build it on `fsdp.shards()?` after the root is sharded (the root takes every parameter left)",
+                shards.len()
+            )));
+        }
+        Ok(())
     }
 
     /// The whole model on rank 0 for a checkpoint (FSDP2's full state dict with

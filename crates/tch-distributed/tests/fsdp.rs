@@ -472,6 +472,45 @@ fn the_gradient_divide_factor_divides_the_gradients() {
     }
 }
 
+/// An optimizer on anything but this rank's shards is refused before it steps: on the
+/// model's VarStore it would step the full parameters FSDP frees (a crash, SIGSEGV, in
+/// the lab's loop, which reads them), on another FullyShard's shards it would train
+/// another model.
+#[test]
+fn an_optimizer_not_on_the_shards_is_refused_before_it_steps() {
+    let group = Arc::new(single_rank_group(None));
+    let vs = nn::VarStore::new(Device::Cpu);
+    let fsdp = FullyShard::with_group(&vs, group.clone(), FsdpOptions::default()).unwrap();
+    let net = build(&vs, 0, &|block, name| Box::new(fsdp.fully_shard(block, name).unwrap()));
+    let _model = fsdp.fully_shard(net, "").unwrap();
+
+    let on_shards = sgd().build(fsdp.shards().unwrap(), 0.05).unwrap();
+    fsdp.check_optimizer(&on_shards).unwrap();
+
+    let on_the_model = sgd().build(&vs, 0.05).unwrap();
+    let e = fsdp.check_optimizer(&on_the_model).unwrap_err();
+    assert_eq!(e.kind(), dist::ErrorKind::InvalidArgument);
+    assert!(
+        e.message().contains("the optimizer steps on ")
+            && e.message().contains("of the model's full parameters"),
+        "{e}"
+    );
+    assert!(e.message().contains("nn::Sgd::default().build(fsdp.shards()?, lr)"), "names the fix: {e}");
+
+    let other_vs = nn::VarStore::new(Device::Cpu);
+    let other = FullyShard::with_group(&other_vs, group, FsdpOptions::default()).unwrap();
+    let other_net = build(&other_vs, 0, &|block, name| Box::new(other.fully_shard(block, name).unwrap()));
+    let _other_model = other.fully_shard(other_net, "").unwrap();
+    let on_other_shards = sgd().build(other.shards().unwrap(), 0.05).unwrap();
+    let e = fsdp.check_optimizer(&on_other_shards).unwrap_err();
+    assert!(e.message().contains("not this FullyShard's shards"), "{e}");
+
+    let empty = nn::VarStore::new(Device::Cpu);
+    let on_nothing = sgd().build(&empty, 0.05).unwrap();
+    let e = fsdp.check_optimizer(&on_nothing).unwrap_err();
+    assert!(e.message().contains("steps on none of"), "{e}");
+}
+
 /// What `fully_shard` cannot do is refused with what to do instead.
 #[test]
 fn fully_shard_refuses_what_it_cannot_shard() {
