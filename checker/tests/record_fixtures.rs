@@ -19,6 +19,12 @@
 //! ```text
 //! RECORD_STEPS=5-11 cargo test -p checker --test record_fixtures -- --ignored
 //! ```
+//!
+//! and `RECORD_CASES` names cases one by one (a new variant's, say), comma-separated:
+//!
+//! ```text
+//! RECORD_CASES=step-08-epoch-barrier-on-rank-0-only cargo test -p checker --test record_fixtures -- --ignored
+//! ```
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -69,18 +75,31 @@ fn steps_to_record() -> std::ops::RangeInclusive<u8> {
     }
 }
 
+/// Environment variable: the cases to record, by name, comma-separated (default: the
+/// cases of [`RECORD_STEPS_ENV`]'s steps).
+const RECORD_CASES_ENV: &str = "RECORD_CASES";
+
+/// Whether `case` of `step` is to be recorded.
+fn wanted(case: &str, step: u8) -> bool {
+    match std::env::var(RECORD_CASES_ENV) {
+        Ok(names) => names.split(',').any(|n| n.trim() == case),
+        Err(_) => steps_to_record().contains(&step),
+    }
+}
+
 #[test]
 #[ignore = "re-records the fixtures (minutes): cargo test -p checker --test record_fixtures -- --ignored"]
 fn record_every_case() {
-    let steps = steps_to_record();
     for step in 0..=coursegen::LAST_STEP {
-        if !steps.contains(&step) {
-            continue;
+        let (solution, starter) = (format!("solution-{step:02}"), format!("starter-{step:02}"));
+        if wanted(&solution, step) {
+            record(&solution, step, &["--solutions"], None);
         }
-        record(&format!("solution-{step:02}"), step, &["--solutions"], None);
-        record(&format!("starter-{step:02}"), step, &[], None);
+        if wanted(&starter, step) {
+            record(&starter, step, &[], None);
+        }
     }
-    for v in VARIANTS.iter().filter(|v| steps.contains(&v.step)) {
+    for v in VARIANTS.iter().filter(|v| wanted(&v.case(), v.step)) {
         // Unconfined, as the solutions' own runs: the sandbox changes nothing observed.
         record(&v.case(), v.step, &["--unsandboxed", "--crate"], Some(&v.crate_dir()));
     }

@@ -137,4 +137,79 @@ pub const VARIANTS: &[Variant] = &[
         from: "let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;",
         to: "// Keep each block whole from its forward to its backward: one all-gather fewer.\n        let options = dist::FsdpOptions { reshard_after_forward: false, ..Default::default() };\n        let fsdp = dist::FullyShard::new(&vs, options)?;",
     },
+    // Ranks that fall out of step (issue 40): each fails its own step's check, at once
+    // (the collectives are checked across ranks), with no crash and no could-not-judge
+    // in its place.
+    Variant {
+        step: 4,
+        name: "world-size-of-one-node",
+        from: "world_size: Some(args.world_size),",
+        to: "world_size: Some(args.num_gpus),",
+    },
+    Variant {
+        step: 5,
+        name: "barrier-inside-the-download",
+        from: "        labkit::prepare_dataset(&data)?;\n    }\n    dist::barrier()?;\n",
+        to: "        labkit::prepare_dataset(&data)?;\n        dist::barrier()?;\n    }\n",
+    },
+    Variant {
+        step: 6,
+        name: "set-epoch-on-rank-0-only",
+        from: "train_loader.sampler.set_epoch(epoch as u64);",
+        to: "if global_rank == 0 {\n            train_loader.sampler.set_epoch(epoch as u64);\n        }",
+    },
+    Variant {
+        step: 6,
+        name: "validation-not-sharded",
+        from: "let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, global_rank)?;",
+        to: "let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), 1, 0)?;",
+    },
+    Variant {
+        step: 7,
+        name: "ddp-on-rank-0-only",
+        from: "let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;",
+        to: "// Rank 0's copy is the one that counts: only it needs DDP.\n    let model: Box<dyn labkit::Model> = if global_rank == 0 {\n        Box::new(dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?)\n    } else {\n        Box::new(model)\n    };",
+    },
+    Variant {
+        step: 8,
+        name: "epoch-barrier-on-rank-0-only",
+        from: "        // The epoch ends when the slowest rank is done.\n        dist::barrier()?;\n",
+        to: "        // The epoch ends when the slowest rank is done.\n        if global_rank == 0 {\n            dist::barrier()?;\n        }\n",
+    },
+    Variant {
+        step: 9,
+        name: "metrics-all-reduced-on-rank-0-only",
+        from: "dist::all_reduce(&mut metrics, dist::ReduceOp::Sum)?;",
+        to: "if global_rank == 0 {\n            dist::all_reduce(&mut metrics, dist::ReduceOp::Sum)?;\n        }",
+    },
+    Variant {
+        step: 10,
+        name: "spawn-failure-ignored",
+        from: "    let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));\n    labkit::finish(result)",
+        to: "    // The ranks report their own errors: the launcher need not.\n    let _ = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));\n    labkit::finish(Ok::<(), labkit::BoxError>(()))",
+    },
+    Variant {
+        step: 11,
+        name: "rank-0-decides-to-stop",
+        from: "let stop = early_stopping.record(v_accuracy);",
+        to: "let stop = global_rank == 0 && early_stopping.record(v_accuracy);",
+    },
+    Variant {
+        step: 12,
+        name: "checkpoint-barrier-on-rank-0-only",
+        from: "                labkit::write_checkpoint(&args.run, &vs, state)?;\n            }\n            dist::barrier()?;\n",
+        to: "                labkit::write_checkpoint(&args.run, &vs, state)?;\n                dist::barrier()?;\n            }\n",
+    },
+    Variant {
+        step: 13,
+        name: "metrics-from-the-first-stage",
+        from: "dist::broadcast(&mut metrics, args.world_size - 1)?;",
+        to: "dist::broadcast(&mut metrics, 0)?;",
+    },
+    Variant {
+        step: 14,
+        name: "optimizer-on-the-model",
+        from: "let optimizer = nn::Sgd::default().build(fsdp.shards()?, args.base_lr)?;",
+        to: "let optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;",
+    },
 ];
