@@ -153,7 +153,10 @@ int tchd_register_grad_hook(void* tensor, tchd_grad_hook_fn callback, tchd_ctx_d
     TORCH_CHECK_VALUE(t.requires_grad(), "cannot hook the gradient of a tensor that does not require grad");
     t.register_hook([callback, owned](const at::Tensor&) {
       char* message = nullptr;
-      check_callback(callback(owned.get(), &message), message);
+      // Two statements: in one call the order of the arguments' evaluation is
+      // unspecified, and GCC read `message` (still null) before the callback set it.
+      int status = callback(owned.get(), &message);
+      check_callback(status, message);
     });
   });
 }

@@ -37,6 +37,14 @@ pub(crate) fn is_mismatch(message: &str) -> bool {
     message.contains("Detected mismatch between collectives")
 }
 
+/// What [`explain`] says: a message that has it was explained already (an FSDP hook's
+/// error, explained where its collective was issued, coming back through backward()).
+const EXPLAINED: &str = "the ranks' collectives do not match";
+
+pub(crate) fn is_explained(message: &str) -> bool {
+    message.contains(EXPLAINED)
+}
+
 /// `call` in words, with the program's line when known.
 fn described(call: &CollectiveCall) -> String {
     let site = call.site.map(|at| format!(" at {at}")).unwrap_or_default();
@@ -55,6 +63,9 @@ pub(crate) fn explain(e: DistError, what: &str, group: u64, rank: usize, world_s
 /// gradients on the default group where another rank issued something else.
 pub(crate) fn explain_backward(message: &str) -> DistError {
     let c10d = without_backtrace(message);
+    if is_explained(&c10d) {
+        return DistError::new(ErrorKind::Mismatch, c10d);
+    }
     let Ok(group) = crate::default_group() else {
         return DistError::new(ErrorKind::Mismatch, c10d);
     };
@@ -108,7 +119,7 @@ fn mismatch_error(where_: &str, said: &[String], c10d: &str) -> DistError {
     DistError::new(
         ErrorKind::Mismatch,
         format!(
-            "{where_}: the ranks' collectives do not match: {}. Every rank must issue the same collectives in the same order: is one inside `if rank == 0`, or did a rank leave a loop before the others?\n(c10d: {c10d})",
+            "{where_}: {EXPLAINED}: {}. Every rank must issue the same collectives in the same order: is one inside `if rank == 0`, or did a rank leave a loop before the others?\n(c10d: {c10d})",
             said.join("; ")
         ),
     )

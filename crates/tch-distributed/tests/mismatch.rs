@@ -25,6 +25,7 @@ fn rank_entry() {
         ("reduce_against_broadcast", reduce_against_broadcast),
         ("extra_reduce_then_ddp_step", extra_reduce_then_ddp_step),
         ("one_rank_leaves", one_rank_leaves),
+        ("extra_all_reduce_then_fsdp_step", extra_all_reduce_then_fsdp_step),
     ]);
 }
 
@@ -70,6 +71,35 @@ fn extra_reduce_then_ddp_step() {
         loss.f_backward().map_err(dist::DistError::from)?;
         opt.step();
         dist::barrier()
+    })();
+    report(result);
+}
+
+/// Rank 0 all-reduces something the others do not, then every rank trains an FSDP
+/// step: rank 0's all-reduce meets rank 1's all-gather of a block's parameters, which
+/// FSDP issues from its hooks; the error reaches backward() or forward, never a signal.
+fn extra_all_reduce_then_fsdp_step() {
+    init_env(TIMEOUT);
+    let result = (|| -> dist::Result<()> {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let fsdp = dist::FullyShard::new(&vs, dist::FsdpOptions::default())?;
+        let block = fsdp.fully_shard(nn::linear(vs.root() / "block", 8, 8, Default::default()), "block")?;
+        let model = fsdp.fully_shard(
+            nn::seq_t().add(block).add(nn::linear(vs.root() / "head", 8, 2, Default::default())),
+            "",
+        )?;
+        let mut opt = nn::Sgd::default().build(fsdp.shards()?, 0.1).map_err(dist::DistError::from)?;
+        fsdp.check_optimizer(&opt)?;
+        let xs = Tensor::ones([4, 8], (Kind::Float, Device::Cpu));
+        let loss = model.try_forward_t(&xs, true)?.sum(Kind::Float);
+        if test_rank() == 0 {
+            let mut t = Tensor::from(1.0f64);
+            dist::all_reduce(&mut t, dist::ReduceOp::Sum)?;
+        }
+        opt.zero_grad();
+        loss.f_backward().map_err(dist::DistError::from)?;
+        opt.step();
+        Ok(())
     })();
     report(result);
 }
@@ -150,6 +180,24 @@ fn an_extra_reduce_before_a_ddp_step_is_an_error_on_every_rank() {
             "{said}"
         );
         assert!(!said.contains("frame #"), "no C++ backtrace: {said}");
+    }
+}
+
+#[test]
+fn an_extra_all_reduce_before_an_fsdp_step_is_an_error_on_every_rank() {
+    let outcomes = run("extra_all_reduce_then_fsdp_step", &[]);
+    for o in &outcomes {
+        let said = outcome(o);
+        assert!(said.starts_with("kind=Mismatch "), "rank {} must fail with a mismatch: {said}", o.rank);
+        assert!(
+            said.contains(
+                "rank 0 called all_reduce(op=SUM) Double[1] at crates/tch-distributed/tests/mismatch.rs:"
+            ),
+            "rank {} must name rank 0's all_reduce and its line: {said}",
+            o.rank
+        );
+        // FSDP's all-gather before the block's backward, issued from its hook.
+        assert!(said.contains("rank 1 called all_gather_into_tensor("), "{said}");
     }
 }
 
