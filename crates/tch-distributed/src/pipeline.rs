@@ -99,9 +99,24 @@ impl PipelineStep {
 
 impl<M: ModuleT> Pipeline<M> {
     /// Stage `group.rank()` of `group.world_size()`, running `micro_batches` per step.
+    /// Every rank of the group calls it (it checks, with one all-gather, that every
+    /// stage splits its batches into the same number of micro-batches: otherwise they
+    /// would send and receive different numbers of messages and fall out of step).
     pub fn new(stage: M, group: Arc<ProcessGroup>, micro_batches: usize) -> Result<Self> {
         if micro_batches == 0 {
             return Err(DistError::invalid("a pipeline needs at least 1 micro-batch per step"));
+        }
+        if group.world_size() > 1 {
+            let mine = Tensor::from_slice(&[micro_batches as i64]);
+            let all: Vec<i64> = group.all_gather_to_vec(&mine)?.iter().map(|t| t.int64_value(&[0])).collect();
+            if all.iter().any(|&m| m != micro_batches as i64) {
+                let each: Vec<String> =
+                    all.iter().enumerate().map(|(r, m)| format!("stage {r}: {m}")).collect();
+                return Err(DistError::invalid(format!(
+                    "pipeline: the stages split each batch into different numbers of micro-batches ({}): every rank must pass the same micro_batches (--micro-batches), or their sends and receives do not pair up",
+                    each.join(", ")
+                )));
+            }
         }
         Ok(Pipeline { stage, group, micro_batches })
     }

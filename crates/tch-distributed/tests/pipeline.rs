@@ -20,7 +20,7 @@ const MICRO_BATCHES: usize = 4;
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    run_scenario(&[("gpipe", gpipe_scenario)]);
+    run_scenario(&[("gpipe", gpipe_scenario), ("micro_batches_differ", micro_batches_differ)]);
 }
 
 /// Layers `range` of the model (each linear + ReLU but the last), on `vs`.
@@ -126,6 +126,29 @@ fn gpipe_scenario() {
     }
     dist::barrier().unwrap();
     dist::destroy_process_group().unwrap();
+}
+
+/// Rank 1 splits its batches in 2, the others in 4: refused on every rank before any
+/// activation travels (their sends and receives would not pair up).
+fn micro_batches_differ() {
+    init_env(TIMEOUT);
+    let rank = dist::get_rank().unwrap();
+    let vs = nn::VarStore::new(Device::Cpu);
+    let micro_batches = if rank == 1 { 2 } else { 4 };
+    let e =
+        dist::Pipeline::new(layers(&vs, 0..1), dist::default_group().unwrap(), micro_batches).unwrap_err();
+    assert_eq!(e.kind(), dist::ErrorKind::InvalidArgument);
+    assert!(
+        e.message().contains("different numbers of micro-batches (stage 0: 4, stage 1: 2, stage 2: 4)"),
+        "{e}"
+    );
+    dist::destroy_process_group().unwrap();
+}
+
+#[test]
+fn stages_that_split_batches_differently_are_refused() {
+    let port = child_process::free_port().unwrap();
+    assert_all_ok(&run_ranks("micro_batches_differ", env_ranks(0..3, 3, port), &[], DEADLINE));
 }
 
 #[test]
