@@ -164,7 +164,7 @@ const LIBRARY_OPS: &[&str] = &[
 
 impl Call {
     /// Whether the program's own line issued it (not DDP, FSDP or the pipeline).
-    pub fn from_program(&self) -> bool {
+    pub fn by_program(&self) -> bool {
         self.site.is_some() || !LIBRARY_OPS.contains(&self.op.as_str())
     }
 
@@ -270,9 +270,33 @@ impl Divergence {
                 }
             }
         }
-        let ((group, seq), calls) = aligned.iter().find(|((group, _), calls)| {
+        let differing = aligned.iter().find(|((group, _), calls)| {
             calls.len() < members[group].len() || calls.iter().any(|c| c.signature() != calls[0].signature())
-        })?;
+        });
+        let (group, seq, by_rank): (u64, u64, BTreeMap<usize, Option<Call>>) = match differing {
+            Some(((group, seq), calls)) => {
+                let mut by_rank: BTreeMap<usize, Option<Call>> =
+                    members[group].iter().map(|&r| (r, None)).collect();
+                for call in calls {
+                    by_rank.insert(call.rank, Some(call.clone()));
+                }
+                (*group, *seq, by_rank)
+            }
+            // Every call the trace shows agrees, but a rank may have stopped while another
+            // went on into calls it does not show (DDP's all-reduces in backward): the
+            // ranks at the ends of their traces, at the default group's next number.
+            None => {
+                let next = aligned.keys().filter(|(g, _)| *g == 0).map(|(_, s)| s + 1).max().unwrap_or(0);
+                let ranks: Vec<usize> = match members.get(&0) {
+                    Some(ranks) => ranks.clone(),
+                    None => per_rank.keys().copied().collect(),
+                };
+                if ranks.len() < 2 {
+                    return None;
+                }
+                (0, next, ranks.into_iter().map(|r| (r, None)).collect())
+            }
+        };
         // Where a rank was: before its call there (the call's own record is where its
         // trace position is), or at the end of its trace.
         let place_of = |rank: usize, call: Option<&Call>| -> Place {
@@ -287,10 +311,6 @@ impl Divergence {
                 .unwrap_or(records.len());
             Place::after(records[..until].iter().map(|(_, r)| *r))
         };
-        let mut by_rank: BTreeMap<usize, Option<Call>> = members[group].iter().map(|&r| (r, None)).collect();
-        for call in calls {
-            by_rank.insert(call.rank, Some(call.clone()));
-        }
         let places: BTreeMap<usize, Place> =
             by_rank.iter().map(|(&rank, call)| (rank, place_of(rank, call.as_ref()))).collect();
         // The ranks that stopped issuing collectives ended their trace in a checkpoint's
@@ -303,14 +323,19 @@ impl Divergence {
         };
         let sides = sides(&by_rank, &places);
         let latest = places.values().max().copied().unwrap_or(Place::BeforeTraining);
-        let (culprit, owner) = match sides.iter().position(|s| s.call.is_none()) {
-            // Ranks that issued nothing more: they left the loop early when they had
-            // reported an epoch that another rank went on from; otherwise they died.
+        // The ranks that issued nothing more, the earliest first (sides are in rank order).
+        let silent = (0..sides.len()).filter(|&i| sides[i].call.is_none()).min_by_key(|&i| sides[i].place);
+        let (culprit, owner) = match silent {
+            // They left the loop early when they had reported an epoch that another
+            // rank went on from; otherwise they died.
             Some(silent) => {
                 let side = &sides[silent];
                 let left = matches!(side.place, Place::Epoch { phase: Phase::Reported, .. })
                     && side.place.epoch() < latest.epoch()
                     && !side.ranks.iter().any(|&r| died_in_checkpoint(r));
+                if differing.is_none() && !left {
+                    return None;
+                }
                 (silent, left.then_some((11, super::id::RANKS_STOP_TOGETHER)))
             }
             None => {
@@ -321,8 +346,8 @@ impl Divergence {
             }
         };
         let mut divergence = Divergence {
-            group: *group,
-            seq: *seq,
+            group,
+            seq,
             culprits: sides[culprit].ranks.clone(),
             calls: by_rank,
             places,
@@ -346,12 +371,17 @@ impl Divergence {
     pub fn finding_for(&self, check: &str, expected: impl Into<String>) -> Option<Finding> {
         (self.owner.map(|(_, id)| id) == Some(check)).then(|| Finding {
             evidence: Evidence::Broken,
-            observed: format!(
-                "the ranks' collectives part ways at call #{} of group {}: {}",
-                self.seq, self.group, self.sentence
-            ),
+            observed: format!("the ranks' collectives part ways{}: {}", self.at(), self.sentence),
             expected: expected.into(),
         })
+    }
+
+    /// " at call #9 of group 0", when a rank's call there is in the trace.
+    fn at(&self) -> String {
+        match self.calls.values().any(Option::is_some) {
+            true => format!(" at call #{} of group {}", self.seq, self.group),
+            false => String::new(),
+        }
     }
 
     /// "step 8's `throughput-reduced`", when a step owns it.
@@ -377,13 +407,14 @@ pub fn owned(obs: &Observation, run: Run, check: &str, expected: &str) -> Option
     divergence(obs, run)?.finding_for(check, expected)
 }
 
-/// The ranks grouped by what they did: the same call, or nothing; each side at its
-/// earliest rank's place.
+/// The ranks grouped by what they did: the same call, or nothing at the same place;
+/// each side at its earliest rank's place.
 fn sides(calls: &BTreeMap<usize, Option<Call>>, places: &BTreeMap<usize, Place>) -> Vec<Side> {
     let mut sides: Vec<Side> = Vec::new();
     for (&rank, call) in calls {
         let same = sides.iter_mut().find(|s| match (&s.call, call) {
-            (None, None) => true,
+            // Silent ranks apart when they stopped at other points.
+            (None, None) => s.place == places[&rank],
             (Some(a), Some(b)) => a.signature() == b.signature(),
             _ => false,
         });
@@ -413,7 +444,7 @@ fn mistaken_side(sides: &[Side]) -> usize {
         let (ca, cb) = (a.call.as_ref().unwrap(), b.call.as_ref().unwrap());
         a.place
             .cmp(&b.place)
-            .then(cb.from_program().cmp(&ca.from_program()))
+            .then(cb.by_program().cmp(&ca.by_program()))
             .then(a.ranks.len().cmp(&b.ranks.len()))
             .then(match (ca.line(), cb.line()) {
                 (Some((fa, la)), Some((fb, lb))) if fa == fb => la.cmp(&lb),
@@ -427,7 +458,7 @@ fn mistaken_side(sides: &[Side]) -> usize {
 /// The step and check a mistaken call belongs to, in the run it was found in.
 fn owner_of(call: &Call, place: Place, step: u8, run: Run) -> Option<(u8, &'static str)> {
     use super::id;
-    if !call.from_program() {
+    if !call.by_program() {
         return match call.op.as_str() {
             "broadcast_coalesced" | "verify_params_across_processes" => Some((7, id::WEIGHTS_SYNCHRONIZED)),
             "all_gather_into_tensor" | "reduce_scatter_tensor" => Some((14, id::FSDP_COLLECTIVES)),
@@ -485,6 +516,9 @@ fn sentence(sides: &[Side], culprit: usize, latest: Place, owned: bool) -> Strin
         .map(|(_, side)| {
             let who = ranks_words(&side.ranks);
             match &side.call {
+                None if side.place.epoch() > mistaken.place.epoch() => {
+                    format!("{who} had already begun epoch {}", side.place.epoch().unwrap_or_default())
+                }
                 None => format!("{who} had exited {}", side.place.words()),
                 Some(call) => match (side.place.epoch(), mistaken.place.epoch()) {
                     (Some(theirs), mine) if Some(theirs) > mine => {
@@ -505,7 +539,7 @@ fn sentence(sides: &[Side], culprit: usize, latest: Place, owned: bool) -> Strin
         Some(_) if same_op => {
             ": every rank must call it with the same arguments (the same root, operation and size)".into()
         }
-        Some(call) if call.from_program() => {
+        Some(call) if call.by_program() => {
             let condition = if mistaken.ranks == [0] { "`if global_rank == 0`" } else { "a condition on the rank" };
             format!(": a collective only {who} {reaches}; is it inside {condition}?")
         }
@@ -793,6 +827,29 @@ mod tests {
         );
         // Before step 11 no step owns it.
         assert_eq!(Divergence::find(&trace, 10, Run::Main).unwrap().owner, None);
+    }
+
+    #[test]
+    fn a_rank_that_stops_early_is_step_11s_when_the_others_next_calls_are_not_traced() {
+        // As recorded: rank 1's next call is the Reducer's all-reduce in backward, which
+        // the trace does not show; only its `train_indices` of epoch 1 does.
+        let mut ranks = vec![Lab::new(0), Lab::new(1), Lab::new(2)];
+        for lab in &mut ranks {
+            lab.before_training(true).epoch(0, &[]);
+        }
+        for lab in &mut ranks[1..] {
+            lab.push(TrainIndices { epoch: 1, indices: vec![0; 40] });
+        }
+        let d = Divergence::find(&trace_of(ranks), 11, Run::Main).unwrap();
+        assert_eq!((d.owner, d.culprits.clone()), (Some((11, id::RANKS_STOP_TOGETHER)), vec![0]));
+        assert!(
+            d.sentence.starts_with(
+                "rank 0 left the training loop after epoch 0 while ranks 1–2 had already begun epoch 1: rank 0 stopped alone"
+            ),
+            "{}",
+            d.sentence
+        );
+        assert!(!d.finding_for(id::RANKS_STOP_TOGETHER, "").unwrap().observed.contains("call #"));
     }
 
     #[test]

@@ -160,3 +160,67 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
     }
     Finding::shown(true, format!("every rank {}", grouped[0].1.words()), expected)
 }
+
+#[cfg(test)]
+mod tests {
+    use lab_trace::{Event, Trace};
+
+    use super::*;
+    use crate::checks::tests::nothing;
+    use crate::checks::Evidence;
+
+    fn at(rank: usize, event: impl Into<Event>) -> Record {
+        let mut record = Record::now(event);
+        record.rank = Some(rank);
+        record
+    }
+
+    fn epoch(rank: usize, epoch: usize, images: usize, finished: bool) -> Vec<Record> {
+        let mut out = vec![at(rank, TrainIndices { epoch, indices: vec![0; images] })];
+        if finished {
+            out.push(at(rank, Weights { epoch, digest: "d".into(), projection: [0.0; 8] }));
+        }
+        out
+    }
+
+    fn judged(records: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(11);
+        obs.variation.nodes = 1;
+        obs.variation.ranks_per_node = 2;
+        obs.variation.batch_size = 16;
+        obs.trace = Trace { records, malformed: vec![] };
+        let finding = ranks_stop_together(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    #[test]
+    fn ranks_that_stop_after_the_same_epoch_hold_and_one_that_stops_alone_breaks() {
+        let together: Vec<Record> =
+            (0..2).flat_map(|r| [epoch(r, 0, 40, true), epoch(r, 1, 40, true)]).flatten().collect();
+        assert_eq!(
+            judged(together),
+            (Evidence::Holds, "every rank left the training loop after epoch 1, 6 steps".into())
+        );
+        let mut apart: Vec<Record> = (0..2).flat_map(|r| epoch(r, 0, 40, true)).collect();
+        apart.extend(epoch(1, 1, 40, false));
+        assert_eq!(
+            judged(apart),
+            (
+                Evidence::Broken,
+                "rank 0 left the training loop after epoch 0, 3 steps; rank 1 began epoch 1 after 3 steps and did not finish it"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn ranks_with_other_step_counts_break_and_a_rank_that_died_training_is_no_evidence() {
+        let steps: Vec<Record> = epoch(0, 0, 40, true).into_iter().chain(epoch(1, 0, 20, true)).collect();
+        let (evidence, observed) = judged(steps);
+        assert_eq!(evidence, Evidence::Broken);
+        assert_eq!(observed, "rank 0 left the training loop after epoch 0, 3 steps; rank 1 left the training loop after epoch 0, 2 steps");
+        // Both ranks stuck in epoch 0 (one died, the other waits for it): nothing decided.
+        let died: Vec<Record> = (0..2).flat_map(|r| epoch(r, 0, 40, r == 0)).collect();
+        assert_eq!(judged(died).0, Evidence::Missing);
+    }
+}

@@ -341,3 +341,47 @@ fn metrics_from_last_stage(obs: &Observation) -> Option<Finding> {
         expected,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::Evidence;
+
+    fn solution_13() -> Observation {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/observations/solution-13/observation.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// A program that reports figures no stage measured: rank 0 holds the zeros its
+    /// own `test_pipeline` left it (no broadcast from the last stage).
+    #[test]
+    fn metrics_no_stage_measured_break_it() {
+        let mut obs = solution_13();
+        let holds = metrics_from_last_stage(&obs).unwrap();
+        assert_eq!(holds.evidence, Evidence::Holds, "{}", holds.observed);
+        let runs = obs.pipeline.as_mut().unwrap();
+        for record in runs.pipelined_trace.records.iter_mut().filter(|r| r.rank == Some(0)) {
+            if let lab_trace::Event::EpochReport(report) = &mut record.event {
+                (report.validation_accuracy, report.validation_loss) = (0.0, 0.0);
+            }
+        }
+        let broken = metrics_from_last_stage(&obs).unwrap();
+        assert_eq!(broken.evidence, Evidence::Broken);
+        assert!(
+            broken.observed.starts_with("pipelined run, rank 0 epoch 0: holds accuracy 0.0000, loss 0.0000; the last stage (rank 2) measured 0.0962, 2.3361"),
+            "{}",
+            broken.observed
+        );
+        // What rank 0 printed is read too.
+        let mut obs = solution_13();
+        let rank0 = &mut obs.pipeline.as_mut().unwrap().pipelined[0].ended;
+        rank0.stdout = rank0.stdout.replace("Validation Accuracy = 0.096", "Validation Accuracy = 0.000");
+        let broken = metrics_from_last_stage(&obs).unwrap();
+        assert_eq!(broken.evidence, Evidence::Broken);
+        assert!(
+            broken.observed.contains("pipelined run, epoch 0: printed accuracy 0.000, loss 2.336"),
+            "{}",
+            broken.observed
+        );
+    }
+}
