@@ -245,7 +245,7 @@ pub struct Divergence {
 struct Side {
     ranks: Vec<usize>,
     call: Option<Call>,
-    /// Where its first rank was (the ranks of a side may differ; the earliest counts).
+    /// Where its ranks were: the earliest of their places.
     place: Place,
 }
 
@@ -253,10 +253,10 @@ impl Divergence {
     /// The first point where the ranks' collectives of `trace` part ways, for a
     /// verification of step `step`; `None` when they never do.
     pub fn find(trace: &[Record], step: u8, run: Run) -> Option<Divergence> {
-        let mut per_rank: BTreeMap<usize, Vec<(usize, &Record)>> = BTreeMap::new();
-        for (i, record) in trace.iter().enumerate() {
+        let mut per_rank: BTreeMap<usize, Vec<&Record>> = BTreeMap::new();
+        for record in trace {
             if let Some(rank) = record.rank {
-                per_rank.entry(rank).or_default().push((i, record));
+                per_rank.entry(rank).or_default().push(record);
             }
         }
         let aligned = aligned(trace);
@@ -303,20 +303,20 @@ impl Divergence {
             let records = per_rank.get(&rank).map(Vec::as_slice).unwrap_or_default();
             let until = call
                 .and_then(|c| {
-                    records.iter().position(|(_, r)| {
+                    records.iter().position(|r| {
                         r.get::<Collective>()
                             .is_some_and(|x| x.group == c.group && x.seq == c.seq && x.op == c.op)
                     })
                 })
                 .unwrap_or(records.len());
-            Place::after(records[..until].iter().map(|(_, r)| *r))
+            Place::after(records[..until].iter().copied())
         };
         let places: BTreeMap<usize, Place> =
             by_rank.iter().map(|(&rank, call)| (rank, place_of(rank, call.as_ref()))).collect();
         // The ranks that stopped issuing collectives ended their trace in a checkpoint's
         // write or read that never finished: they died there.
         let died_in_checkpoint = |rank: usize| {
-            per_rank.get(&rank).and_then(|r| r.last()).is_some_and(|(_, r)| {
+            per_rank.get(&rank).and_then(|r| r.last()).is_some_and(|r| {
                 r.get::<lab_trace::event::SaveCheckpoint>().is_some()
                     || r.get::<lab_trace::event::LoadCheckpoint>().is_some()
             })
