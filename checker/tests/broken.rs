@@ -5,7 +5,8 @@
 //! Every variant's recorded observation is also a fixture the judges are unit-tested
 //! on (checker/fixtures/observations, judged in checks::fixtures in well under a
 //! second). The few kept here, one per way the checker observes (the ranks' traced
-//! collectives and the report built on them, the N-rank against 1-rank comparison,
+//! collectives and the report built on them, where they part ways, a rank that stops
+//! alone, the N-rank against 1-rank comparison,
 //! the local mirror's download counts, the times in the trace, step 14's runs with
 //! `--fsdp` and with DDP, which come after step 13's pipeline runs), are the proof that
 //! live runs still show what the fixtures recorded. (Step 13's `whole-model-beside-stage`
@@ -90,6 +91,42 @@ fn reducing_to_rank_1_fails_throughput_reduced_and_blames_step_8() {
         v.stdout.lines().find(|l| l.contains(" matches-single-rank: ")).unwrap_or_default().to_string();
     assert!(step7.starts_with("???? step  7 matches-single-rank: could not judge: "), "{}", v.output());
     assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
+}
+
+/// A reduce that rank 0 alone reaches: the ranks' collectives part ways at once (the
+/// library's check across ranks), and the report blames step 8, naming what each rank
+/// did and the line, with step 0's `trains` pointing there.
+#[test]
+fn a_reduce_on_rank_0_alone_fails_throughput_reduced_and_names_each_ranks_call() {
+    let v = verify(named("reduce-on-rank-0-only"));
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert_eq!(v.failed(), ["throughput-reduced"], "{}", v.output());
+    assert!(
+        v.stdout.contains("in epoch 0 rank 0 called reduce (1 value) at src/main.rs:"),
+        "the report names the call and its line:\n{}",
+        v.output()
+    );
+    assert!(
+        v.stdout.contains("???? step  0 trains: could not judge: the ranks' collectives part ways (step 8's `throughput-reduced`)"),
+        "{}",
+        v.output()
+    );
+    assert!(v.stdout.contains("1 of step 8's own failed (throughput-reduced)"), "{}", v.output());
+}
+
+/// Rank 0 deciding alone to stop: in the main run, asked to stop after its last epoch,
+/// rank 0 leaves the loop and the other ranks begin one more epoch without it.
+#[test]
+fn a_rank_that_stops_alone_fails_ranks_stop_together() {
+    let v = verify(named("rank-0-stops-alone"));
+    assert_eq!(v.code, Some(1), "{}", v.output());
+    assert_eq!(v.failed(), ["ranks-stop-together"], "{}", v.output());
+    assert!(
+        v.stdout.contains("rank 0 left the training loop after epoch 1"),
+        "the report says where each rank left:\n{}",
+        v.output()
+    );
+    assert!(v.stdout.contains("1 of step 11's own failed (ranks-stop-together)"), "{}", v.output());
 }
 
 /// FSDP whose reduce-scatter is not divided by the world size: each step is N times

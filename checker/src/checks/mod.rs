@@ -70,12 +70,14 @@ pub mod id {
     pub const FAILING_RANK_ENDS_RUN: &str = "failing-rank-ends-run";
     pub const SUMMARY: &str = "summary";
     pub const TARGET_REACHED: &str = "target-reached";
+    pub const RANKS_STOP_TOGETHER: &str = "ranks-stop-together";
     pub const ONE_WRITER: &str = "one-writer";
     pub const READ_AFTER_WHOLE: &str = "read-after-whole";
     pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
     pub const OWN_STAGE: &str = "own-stage";
     pub const EQUALS_UNCUT: &str = "equals-uncut";
     pub const BUBBLE_REPORTED: &str = "bubble-reported";
+    pub const METRICS_FROM_LAST_STAGE: &str = "metrics-from-last-stage";
     pub const SHARDED_MEMORY: &str = "sharded-memory";
     pub const EQUALS_DDP: &str = "equals-ddp";
     pub const FSDP_COLLECTIVES: &str = "fsdp-collectives";
@@ -303,8 +305,17 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
         why.push_str(&format!(": {line}"));
     }
     if needs == Needs::Main {
-        if let Some(desync) = collectives::desync(&obs.trace.records) {
-            why.push_str(&format!("\n{desync}"));
+        // The step that owns the mistake, when one does; else the two calls as logged.
+        let divergence = collectives::divergence(obs, collectives::Run::Main);
+        match divergence.as_ref().and_then(|d| Some((d.owner_words()?, &d.sentence))) {
+            Some((owner, sentence)) => {
+                why.push_str(&format!("\nthe ranks' collectives part ways ({owner}): {sentence}"))
+            }
+            None => {
+                if let Some(desync) = collectives::desync(&obs.trace.records) {
+                    why.push_str(&format!("\n{desync}"));
+                }
+            }
         }
     }
     Some(why)

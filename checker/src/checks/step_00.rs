@@ -91,5 +91,20 @@ fn trains(obs: &Observation) -> Option<Finding> {
             expected: expected.into(),
         });
     }
+    // Ranks whose collectives part ways fail (a mismatch, a dead peer): the report
+    // blames the step that owns the diverging call, which names the mistake.
+    let divergence = super::collectives::divergence(obs, super::collectives::Run::Main);
+    if let (false, Some(divergence)) = (failures.is_empty(), divergence) {
+        if let Some(owner) = divergence.owner_words() {
+            return Some(Finding {
+                evidence: Evidence::Consequence,
+                observed: format!(
+                    "the ranks' collectives part ways ({owner}): {}\n{observed}",
+                    divergence.sentence
+                ),
+                expected: expected.into(),
+            });
+        }
+    }
     Finding::shown(failures.is_empty() && !lines.is_empty() && malformed.is_none(), observed, expected)
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use lab_trace::event::{DatasetReady, LoadDataset, PrepareDataset};
 use lab_trace::Record;
 
+use super::collectives::{self, Run};
 use super::{events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
@@ -72,6 +73,9 @@ const DATA_BARRIER_EXPECTED: &str =
 /// `prepare-once-per-node`'s business; here any finished preparation of the directory
 /// will do, so a program where every rank prepares is not blamed twice.
 fn data_barrier(obs: &Observation) -> Option<Finding> {
+    if let Some(mine) = collectives::owned(obs, Run::Main, id::DATA_BARRIER, DATA_BARRIER_EXPECTED) {
+        return Some(mine);
+    }
     let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
     let reads = events::<LoadDataset>(trace);
     if reads.is_empty() {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use lab_trace::event::{InitialWeights, Weights};
 use lab_trace::{EventKind, Record};
 
+use super::collectives::{self, Run};
 use super::{events, id, malformed, Check, Finding, Needs};
 use crate::observe::{Equivalence, Observation};
 
@@ -42,6 +43,9 @@ fn weights_synchronized(obs: &Observation) -> Option<Finding> {
     }
     let expected =
         "identical weights on every rank after every epoch (ranks started from different random weights)";
+    if let Some(mine) = collectives::owned(obs, Run::Main, id::WEIGHTS_SYNCHRONIZED, expected) {
+        return Some(mine);
+    }
     let differing: Vec<usize> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
     if differing.is_empty() && (per_epoch.is_empty() || weights.len() != ws * per_epoch.len()) {
         return Finding::missing(

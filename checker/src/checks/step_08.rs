@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 
 use lab_trace::event::{EpochReport, ImagesPerSec, Printed};
 
-use super::collectives::{self, Call};
+use super::collectives::{self, Call, Run};
 use super::{by_rank, events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
@@ -44,6 +44,9 @@ fn wrong_throughput_call(call: &Call) -> Option<String> {
 
 fn throughput_reduced(obs: &Observation) -> Option<Finding> {
     let expected = "rank 0's images/sec == the sum of every rank's, reduced to rank 0 with SUM (right on NCCL as on Gloo)";
+    if let Some(mine) = collectives::owned(obs, Run::Main, id::THROUGHPUT_REDUCED, expected) {
+        return Some(mine);
+    }
     let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
     let printed = events::<Printed>(trace);
     if printed.is_empty() {
@@ -102,6 +105,9 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
         "with one rank {delay:.1} s late, every rank's epoch time within {:.2} s of the late rank's",
         delay / 2.0
     );
+    if let Some(mine) = collectives::owned(obs, Run::Main, id::EPOCH_BARRIER, &expected) {
+        return Some(mine);
+    }
     let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
     let mut per_epoch: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
     for (r, evs) in by_rank::<EpochReport>(trace) {

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 
 use lab_trace::event::{EpochReport, Validation};
 
-use super::collectives::{self, Call};
+use super::collectives::{self, Call, Run};
 use super::{by_rank, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
@@ -33,6 +33,9 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
     let expected = "every rank's validation accuracy and loss == the mean over ranks, all-reduced (right on NCCL as on Gloo)";
+    if let Some(mine) = collectives::owned(obs, Run::Main, id::METRICS_AVERAGED, expected) {
+        return Some(mine);
+    }
     let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
     let raw = by_rank::<Validation>(trace);
     let reports = by_rank::<EpochReport>(trace);

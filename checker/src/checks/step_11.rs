@@ -1,5 +1,12 @@
-//! Step 11: the quick evaluation's summary, and the target reached.
-use super::{all_stdout, id, Check, Finding, Needs};
+//! Step 11: the quick evaluation's summary, the target reached, and every rank leaving
+//! the training loop together.
+use std::collections::BTreeMap;
+
+use lab_trace::event::{TrainIndices, Weights};
+use lab_trace::Record;
+
+use super::collectives::{self, ranks_words, Run};
+use super::{all_stdout, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -18,6 +25,14 @@ pub const CHECKS: &[Check] = &[
         needs: Needs::QuickRun,
         hint: "check the learning rate and batch size against the lab's defaults (guide: step 11)",
         judge: target_reached,
+    },
+    Check {
+        id: id::RANKS_STOP_TOGETHER,
+        step: 11,
+        observes: "the epochs and steps each rank trained before it left the loop, in a run asked to stop early (--target-accuracy 0, --patience as many epochs as it should train, one epoch more allowed)",
+        needs: Needs::Main,
+        hint: "every rank records the same all-reduced accuracy in its own EarlyStopping and breaks out of the loop on it; no rank decides alone (no `global_rank == 0 &&` in the stop) (guide: step 11)",
+        judge: ranks_stop_together,
     },
 ];
 
@@ -44,4 +59,168 @@ fn target_reached(obs: &Observation) -> Option<Finding> {
         return Finding::missing(observed, expected);
     }
     Finding::shown(line.contains("reached at epoch"), observed, expected)
+}
+
+/// How one rank's training loop ended, from its trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct End {
+    /// The last epoch it began (its `train_indices`).
+    epoch: usize,
+    /// Whether it finished that epoch's training (its `weights`).
+    finished: bool,
+    /// The training steps of the epochs it finished.
+    steps: usize,
+}
+
+impl End {
+    fn words(&self) -> String {
+        if self.finished {
+            format!("left the training loop after epoch {}, {} steps", self.epoch, self.steps)
+        } else {
+            format!("began epoch {} after {} steps and did not finish it", self.epoch, self.steps)
+        }
+    }
+}
+
+/// Each rank's end: the epochs it began and finished, the steps of those it finished
+/// (a batch is a step, the last one partial, as labkit's loader gives them).
+fn ends(trace: &[Record], batch_size: usize) -> BTreeMap<usize, End> {
+    let mut out: BTreeMap<usize, End> = BTreeMap::new();
+    let mut begun: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    for record in trace {
+        let Some(rank) = record.rank else { continue };
+        if let Some(t) = record.get::<TrainIndices>() {
+            let steps = out.get(&rank).map_or(0, |e| e.steps);
+            begun.insert((rank, t.epoch), t.indices.len().div_ceil(batch_size.max(1)));
+            out.insert(rank, End { epoch: t.epoch, finished: false, steps });
+        } else if let Some(w) = record.get::<Weights>() {
+            if let Some(end) = out.get_mut(&rank).filter(|e| e.epoch == w.epoch && !e.finished) {
+                end.finished = true;
+                end.steps += begun.get(&(rank, w.epoch)).copied().unwrap_or(0);
+            }
+        }
+    }
+    out
+}
+
+/// Ranks that stop apart: one rank decides alone to stop (its own accuracy, or
+/// `global_rank == 0 && ...`), and the others begin an epoch without it, waiting at
+/// their first collective for a rank that has gone.
+///
+/// The evidence is the main run's trace, which from step 11 on is asked to stop early
+/// on every rank: `--target-accuracy 0 --patience E --epochs E+1` for the variation's
+/// E epochs (every accuracy reaches 0, so a right program stops after its E-th epoch,
+/// as the other checks expect, and never begins the one more allowed). The main run was
+/// chosen over the quick evaluation (which stops early at the first epoch reaching
+/// 0.85) because it stops early whatever the accuracy, costs no extra run, and has a
+/// trace (`train_indices` per epoch for the epochs and steps begun, `weights` for those
+/// finished); the quick evaluation's stop depends on how the model learns.
+fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
+    let v = &obs.variation;
+    let ws = v.world_size();
+    let expected = format!(
+        "every rank leaves the training loop after the same epoch, having run the same number of steps (asked to stop early: after epoch {})",
+        v.epochs.saturating_sub(1)
+    );
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let ends = ends(trace, v.batch_size);
+    if ends.is_empty() {
+        return Finding::missing("no rank began an epoch of training", expected);
+    }
+    // Ranks with the same end, in words: "rank 0 left ...; ranks 1–2 began ...".
+    let mut grouped: Vec<(Vec<usize>, &End)> = Vec::new();
+    for (&rank, end) in &ends {
+        match grouped.iter_mut().find(|(_, e)| *e == end) {
+            Some((ranks, _)) => ranks.push(rank),
+            None => grouped.push((vec![rank], end)),
+        }
+    }
+    let described: Vec<String> =
+        grouped.iter().map(|(ranks, end)| format!("{} {}", ranks_words(ranks), end.words())).collect();
+    let latest = ends.values().map(|e| e.epoch).max().unwrap_or(0);
+    // A rank that finished its last epoch and went no further while another went on
+    // left the loop early; ranks that left after one epoch with other step counts ran
+    // other batches.
+    let left_early = ends.values().any(|e| e.finished && e.epoch < latest);
+    let left: Vec<&End> = ends.values().filter(|e| e.finished).collect();
+    let steps_apart = left.windows(2).any(|w| w[0].epoch == w[1].epoch && w[0].steps != w[1].steps);
+    if left_early || steps_apart {
+        let mut observed = described.join("; ");
+        let divergence = collectives::divergence(obs, Run::Main);
+        if let Some(d) = divergence.filter(|d| d.owner.is_some_and(|(_, c)| c == id::RANKS_STOP_TOGETHER)) {
+            observed.push_str(&format!("\nthe ranks' collectives part ways: {}", d.sentence));
+        }
+        return Finding::shown(false, observed, expected);
+    }
+    let together = ends.len() == ws && grouped.len() == 1 && grouped[0].1.finished;
+    let succeeded = obs.processes.iter().all(|p| p.ended.success());
+    if !(together && succeeded) {
+        // A rank that crashed (its peers then killed or stuck) is no decision to stop.
+        return Finding::missing(format!("{} (of {ws} ranks)", described.join("; ")), expected);
+    }
+    Finding::shown(true, format!("every rank {}", grouped[0].1.words()), expected)
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_trace::{Event, Trace};
+
+    use super::*;
+    use crate::checks::tests::nothing;
+    use crate::checks::Evidence;
+
+    fn at(rank: usize, event: impl Into<Event>) -> Record {
+        let mut record = Record::now(event);
+        record.rank = Some(rank);
+        record
+    }
+
+    fn epoch(rank: usize, epoch: usize, images: usize, finished: bool) -> Vec<Record> {
+        let mut out = vec![at(rank, TrainIndices { epoch, indices: vec![0; images] })];
+        if finished {
+            out.push(at(rank, Weights { epoch, digest: "d".into(), projection: [0.0; 8] }));
+        }
+        out
+    }
+
+    fn judged(records: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(11);
+        obs.variation.nodes = 1;
+        obs.variation.ranks_per_node = 2;
+        obs.variation.batch_size = 16;
+        obs.trace = Trace { records, malformed: vec![] };
+        let finding = ranks_stop_together(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    #[test]
+    fn ranks_that_stop_after_the_same_epoch_hold_and_one_that_stops_alone_breaks() {
+        let together: Vec<Record> =
+            (0..2).flat_map(|r| [epoch(r, 0, 40, true), epoch(r, 1, 40, true)]).flatten().collect();
+        assert_eq!(
+            judged(together),
+            (Evidence::Holds, "every rank left the training loop after epoch 1, 6 steps".into())
+        );
+        let mut apart: Vec<Record> = (0..2).flat_map(|r| epoch(r, 0, 40, true)).collect();
+        apart.extend(epoch(1, 1, 40, false));
+        assert_eq!(
+            judged(apart),
+            (
+                Evidence::Broken,
+                "rank 0 left the training loop after epoch 0, 3 steps; rank 1 began epoch 1 after 3 steps and did not finish it"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn ranks_with_other_step_counts_break_and_a_rank_that_died_training_is_no_evidence() {
+        let steps: Vec<Record> = epoch(0, 0, 40, true).into_iter().chain(epoch(1, 0, 20, true)).collect();
+        let (evidence, observed) = judged(steps);
+        assert_eq!(evidence, Evidence::Broken);
+        assert_eq!(observed, "rank 0 left the training loop after epoch 0, 3 steps; rank 1 left the training loop after epoch 0, 2 steps");
+        // Both ranks stuck in epoch 0 (one died, the other waits for it): nothing decided.
+        let died: Vec<Record> = (0..2).flat_map(|r| epoch(r, 0, 40, r == 0)).collect();
+        assert_eq!(judged(died).0, Evidence::Missing);
+    }
 }

@@ -13,6 +13,7 @@ use lab_trace::event::{
 };
 use lab_trace::Record;
 
+use super::collectives::{self, Run};
 use super::{events, id, malformed, set, Check, Finding, Needs};
 use crate::observe::Observation;
 
@@ -87,6 +88,9 @@ const READ_AFTER_WHOLE_EXPECTED: &str =
 /// Every read against the writes begun before it: each must have finished (its
 /// `checkpoint_saved`) before the read began, and at least one must have.
 fn read_after_whole(obs: &Observation) -> Option<Finding> {
+    if let Some(mine) = collectives::owned(obs, Run::Main, id::READ_AFTER_WHOLE, READ_AFTER_WHOLE_EXPECTED) {
+        return Some(mine);
+    }
     let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
     let reads = events::<LoadCheckpoint>(trace);
     if reads.is_empty() {

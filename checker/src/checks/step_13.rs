@@ -9,9 +9,10 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use lab_trace::event::{FirstStep, PipelineEpoch, PipelineStage};
+use lab_trace::event::{EpochReport, FirstStep, PipelineEpoch, PipelineStage, Validation};
 use lab_trace::{Record, Trace};
 
+use super::collectives::{self, Run};
 use super::{by_rank, id, malformed, Check, Finding, Needs};
 use crate::observe::{Observation, PipelineRuns, RankProcess};
 
@@ -39,6 +40,14 @@ pub const CHECKS: &[Check] = &[
         needs: Needs::Pipeline,
         hint: "train with labkit::train_pipeline (it measures the bubble) and print the Bubble it returns on rank 0 after the epoch line (guide: step 13)",
         judge: bubble_reported,
+    },
+    Check {
+        id: id::METRICS_FROM_LAST_STAGE,
+        step: 13,
+        observes: "every rank's validation accuracy and loss (held, and printed by rank 0) in the pipeline's runs, against what the last stage measured",
+        needs: Needs::Pipeline,
+        hint: "only the last stage gets figures from labkit::test_pipeline: dist::broadcast them from rank world_size - 1 to every rank before the epoch report (guide: step 13)",
+        judge: metrics_from_last_stage,
     },
 ];
 
@@ -243,4 +252,136 @@ fn bubble_reported(obs: &Observation) -> Option<Finding> {
         if wrong.is_empty() { String::new() } else { format!("; inconsistent: {}", wrong.join("; ")) }
     );
     Finding::shown(ranks_measured && wrong.is_empty() && printed == trained_epochs, observed, BUBBLE_EXPECTED)
+}
+
+const METRICS_FROM_LAST_STAGE_EXPECTED: &str = "in every epoch every rank holds, and rank 0 prints, the validation accuracy and loss the last stage measured (labkit::test_pipeline's, broadcast from it)";
+
+/// What one pipeline run's ranks held and printed against what its last stage
+/// measured: the differences, and the epochs compared; `None` when the last stage
+/// measured nothing or not every rank reported.
+fn metrics_against_last_stage(
+    name: &str,
+    trace: &[Record],
+    processes: &[RankProcess],
+    world: usize,
+) -> Option<(Vec<String>, usize)> {
+    let last = world.checked_sub(1)?;
+    // labkit::test_pipeline records the last stage's measurement, one per epoch.
+    let measured: Vec<&Validation> = by_rank::<Validation>(trace).remove(&last)?;
+    let reports: BTreeMap<usize, Vec<&EpochReport>> = by_rank(trace);
+    if measured.is_empty() || reports.len() != world {
+        return None;
+    }
+    let mut off = Vec::new();
+    for (rank, held) in &reports {
+        for report in held {
+            let Some(m) = measured.get(report.epoch) else { continue };
+            let (a, l) = (report.validation_accuracy, report.validation_loss);
+            // A NaN on either side is a difference too.
+            if !((a - m.accuracy).abs() <= 1e-9 && (l - m.loss).abs() <= 1e-9) {
+                off.push(format!(
+                    "{name} run, rank {rank} epoch {}: holds accuracy {a:.4}, loss {l:.4}; the last stage (rank {last}) measured {:.4}, {:.4}",
+                    report.epoch, m.accuracy, m.loss
+                ));
+            }
+        }
+    }
+    // What a student reads: the epoch lines, to the digits they print.
+    let printed = stdout_lines(processes).into_iter().filter_map(labkit::EpochReport::parse);
+    for line in printed {
+        let Some(m) = measured.get(line.epoch) else { continue };
+        let shown = |x: f64| format!("{x:5.3}");
+        if shown(line.validation_accuracy) != shown(m.accuracy)
+            || shown(line.validation_loss) != shown(m.loss)
+        {
+            off.push(format!(
+                "{name} run, epoch {}: printed accuracy {:.3}, loss {:.3}; the last stage (rank {last}) measured {:.3}, {:.3}",
+                line.epoch, line.validation_accuracy, line.validation_loss, m.accuracy, m.loss
+            ));
+        }
+    }
+    Some((off, measured.len()))
+}
+
+fn metrics_from_last_stage(obs: &Observation) -> Option<Finding> {
+    let expected = METRICS_FROM_LAST_STAGE_EXPECTED;
+    if let Some(mine) = collectives::owned(obs, Run::Pipeline, id::METRICS_FROM_LAST_STAGE, expected) {
+        return Some(mine);
+    }
+    let runs = match runs_or(obs, expected) {
+        Ok(runs) => runs,
+        Err(finding) => return finding,
+    };
+    let world = runs.settings.world_size();
+    let mut off = Vec::new();
+    let mut epochs = 0;
+    for (name, trace, processes) in
+        [("pipelined", &runs.pipelined_trace, &runs.pipelined), ("one-step", &runs.cut_trace, &runs.cut)]
+    {
+        let trace = match records(trace) {
+            Ok(trace) => trace,
+            Err(finding) => return finding,
+        };
+        let Some((differences, compared)) = metrics_against_last_stage(name, trace, processes, world) else {
+            return Finding::missing(
+                format!("the {name} run: no validation measured by the last stage (labkit::test_pipeline records it), or epoch reports from fewer than {world} ranks"),
+                expected,
+            );
+        };
+        off.extend(differences);
+        epochs += compared;
+    }
+    Finding::shown(
+        off.is_empty(),
+        if off.is_empty() {
+            format!("every rank held, and rank 0 printed, the last stage's measurement ({epochs} epoch(s) over both runs)")
+        } else {
+            off.join("; ")
+        },
+        expected,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::Evidence;
+
+    fn solution_13() -> Observation {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/observations/solution-13/observation.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// A program that reports figures no stage measured: rank 0 holds the zeros its
+    /// own `test_pipeline` left it (no broadcast from the last stage).
+    #[test]
+    fn metrics_no_stage_measured_break_it() {
+        let mut obs = solution_13();
+        let holds = metrics_from_last_stage(&obs).unwrap();
+        assert_eq!(holds.evidence, Evidence::Holds, "{}", holds.observed);
+        let runs = obs.pipeline.as_mut().unwrap();
+        for record in runs.pipelined_trace.records.iter_mut().filter(|r| r.rank == Some(0)) {
+            if let lab_trace::Event::EpochReport(report) = &mut record.event {
+                (report.validation_accuracy, report.validation_loss) = (0.0, 0.0);
+            }
+        }
+        let broken = metrics_from_last_stage(&obs).unwrap();
+        assert_eq!(broken.evidence, Evidence::Broken);
+        assert!(
+            broken.observed.starts_with("pipelined run, rank 0 epoch 0: holds accuracy 0.0000, loss 0.0000; the last stage (rank 2) measured 0.0962, 2.3361"),
+            "{}",
+            broken.observed
+        );
+        // What rank 0 printed is read too.
+        let mut obs = solution_13();
+        let rank0 = &mut obs.pipeline.as_mut().unwrap().pipelined[0].ended;
+        rank0.stdout = rank0.stdout.replace("Validation Accuracy = 0.096", "Validation Accuracy = 0.000");
+        let broken = metrics_from_last_stage(&obs).unwrap();
+        assert_eq!(broken.evidence, Evidence::Broken);
+        assert!(
+            broken.observed.contains("pipelined run, epoch 0: printed accuracy 0.000, loss 2.336"),
+            "{}",
+            broken.observed
+        );
+    }
 }

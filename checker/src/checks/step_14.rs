@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use lab_trace::event::{Collective, ParameterSummary, ParameterValues, ShardsHeld, TrainIndices, Weights};
 use lab_trace::Record;
 
+use super::collectives::{self, Run};
 use super::{by_rank, events, id, malformed, Check, Finding, Needs};
 use labkit::report::grouped;
 
@@ -228,6 +229,9 @@ fn pattern(per_step: &str, steps: usize) -> String {
 }
 
 fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
+    if let Some(mine) = collectives::owned(obs, Run::Fsdp, id::FSDP_COLLECTIVES, FSDP_COLLECTIVES_EXPECTED) {
+        return Some(mine);
+    }
     let runs = match fsdp_runs(obs, FSDP_COLLECTIVES_EXPECTED) {
         Ok(runs) => runs,
         Err(finding) => return finding,

@@ -8,16 +8,32 @@ pub(super) fn rendezvous_port() -> u16 {
     child_process::free_port().unwrap_or(29_500)
 }
 
-pub(super) fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
+/// How a run's training loop ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// After the variation's epochs, no early stop (`--patience 0`).
+    AtTheLastEpoch,
+    /// By the early stop, after the variation's epochs, on every rank: the target is 0
+    /// (every epoch reaches it) and the patience is the variation's epochs, with one
+    /// epoch more allowed. A rank that decides to stop alone leaves the others to begin
+    /// that epoch without it: step 11's `ranks-stop-together` sees it in the trace.
+    Early,
+}
+
+pub(super) fn common_args(step: u8, v: &Variation, node: usize, stop: Stop) -> Vec<String> {
+    let (epochs, patience) = match stop {
+        Stop::AtTheLastEpoch => (v.epochs, 0),
+        Stop::Early => (v.epochs + 1, v.epochs),
+    };
     let mut args: Vec<String> = vec![
         "--width".into(),
         "narrow".into(),
         "--batch-size".into(),
         v.batch_size.to_string(),
         "--epochs".into(),
-        v.epochs.to_string(),
+        epochs.to_string(),
         "--patience".into(),
-        "0".into(),
+        patience.to_string(),
         "--train-subset".into(),
         v.train_subset.to_string(),
         "--test-subset".into(),
@@ -28,6 +44,9 @@ pub(super) fn common_args(step: u8, v: &Variation, node: usize) -> Vec<String> {
         // Generous: on a loaded 2-core machine a rank can start seconds after another.
         "60".into(),
     ];
+    if stop == Stop::Early {
+        args.extend(["--target-accuracy".into(), "0".into()]);
+    }
     args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
     if step >= 1 {
         args.extend([

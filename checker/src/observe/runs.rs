@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lab_trace::Trace;
 
-use super::command_line::{common_args, rendezvous_env, rendezvous_port};
+use super::command_line::{common_args, rendezvous_env, rendezvous_port, Stop};
 use super::placement::{gpus, node_gpus, placement, visible_devices};
 use super::{RankProcess, Setup, Variation};
 use crate::confined::{self, Confinement};
@@ -39,7 +39,7 @@ pub(super) fn help_and_bad_value(
 
 /// The program run with rank 1 made to fail (step 10 on).
 pub(super) fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: Duration) -> Ended {
-    let mut args = common_args(step, v, 0);
+    let mut args = common_args(step, v, 0, Stop::AtTheLastEpoch);
     args.extend(["--dataset".into(), "generated".into()]);
     args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
     let mut env = vec![(labkit::FAIL_RANK_ENV.into(), "1".into())];
@@ -77,7 +77,7 @@ pub(super) fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> En
 #[derive(Clone, Copy)]
 pub(super) enum Job {
     /// The run most checks judge: hidden variations, a late rank from step 8,
-    /// downloads from the mirror from step 5.
+    /// downloads from the mirror from step 5, the early stop from step 11.
     Main,
     /// The N-ranks-equal-1-rank comparison ("many" or "one").
     Equivalence(&'static str),
@@ -143,8 +143,11 @@ pub(super) fn run_job_carrying(
     let port = (step >= 4).then(rendezvous_port);
     let mut launches = Vec::new();
     let mut placement = Vec::new();
+    // From step 11 (the finished lab, its early stop) the main run stops early, on
+    // every rank alike when the program is right.
+    let stop = if matches!(job, Job::Main) && step >= 11 { Stop::Early } else { Stop::AtTheLastEpoch };
     for node in 0..v.nodes {
-        let mut args = common_args(step, v, node);
+        let mut args = common_args(step, v, node, stop);
         args.extend(["--seed".into(), v.program_seed.to_string()]);
         args.extend(extra.iter().cloned());
         let mut env: Vec<(String, String)> =

@@ -108,6 +108,12 @@ pub const VARIANTS: &[Variant] = &[
         to: "let result = worker(0, args);",
     },
     Variant {
+        step: 11,
+        name: "rank-0-stops-alone",
+        from: "let stop = early_stopping.record(v_accuracy);",
+        to: "let stop = global_rank == 0 && early_stopping.record(v_accuracy);",
+    },
+    Variant {
         step: 12,
         name: "every-rank-saves",
         from: "            if global_rank == 0 {\n                let state = labkit::TrainingState {",
