@@ -29,6 +29,11 @@ struct Expected {
     /// A check's id and words its report (observed value) must contain.
     #[serde(default)]
     says: BTreeMap<String, String>,
+    /// The step the report sends the student to first (its first failing step): for a
+    /// mistake that makes the ranks fall out of step, the step whose code it is, never
+    /// step 0's `trains` in its place.
+    #[serde(default)]
+    blames: Option<u8>,
 }
 
 struct Case {
@@ -80,6 +85,17 @@ fn differences(case: &Case, results: &[CheckResult]) -> Vec<String> {
     if unjudged != expected.could_not_judge {
         out.push(format!("could not judge {unjudged:?}, expected {:?}", expected.could_not_judge));
     }
+    if let Some(step) = expected.blames {
+        let first = super::first_failing_step(results);
+        if first != Some(step) {
+            out.push(format!("the report starts at step {first:?}, expected step {step}"));
+        }
+        // Its own step fails a check, and none of that step's checks is left unjudged.
+        let own: Vec<&CheckResult> = results.iter().filter(|r| r.step == step).collect();
+        if own.iter().any(|r| !r.passed() && !r.failed()) {
+            out.push(format!("a check of step {step} could not be judged"));
+        }
+    }
     for (id, words) in &expected.says {
         match results.iter().find(|r| r.id == id) {
             Some(r) if r.observed.contains(words.as_str()) => {}
@@ -107,6 +123,64 @@ fn every_recorded_case_is_judged_as_expected() {
         "judged unlike checker/fixtures/observations/*/expected.json:\n{}",
         wrong.join("\n")
     );
+}
+
+/// How the processes of a recorded observation ended by a crash: a signal (SIGSEGV,
+/// SIGABRT, ...) or, for ranks `dist::spawn` started, their launcher's or libtorch's
+/// words for one. The fail run's rank is killed on purpose and is left out.
+fn crashes(obs: &Observation) -> Vec<String> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut ended: Vec<&crate::job::Ended> = obs.processes.iter().map(|p| &p.ended).collect();
+    ended.extend(obs.quick_run.iter());
+    if let Some(eq) = &obs.equivalence {
+        ended.extend(eq.many.iter().chain(&eq.one).map(|p| &p.ended));
+    }
+    if let Some(runs) = &obs.resume {
+        ended.extend(runs.processes().map(|p| &p.ended));
+    }
+    if let Some(runs) = &obs.pipeline {
+        ended.extend(runs.processes().map(|p| &p.ended));
+    }
+    if let Some(runs) = &obs.fsdp {
+        ended.extend(runs.processes().map(|p| &p.ended));
+    }
+    let said = ["killed by signal", "terminate called", "Segmentation fault", "core dumped"];
+    ended
+        .into_iter()
+        .filter(|e| !e.timed_out)
+        .filter(|e| e.status.and_then(|s| s.signal()).is_some() || said.iter().any(|w| e.stderr.contains(w)))
+        .map(|e| format!("{}: {}", e.name, e.describe()))
+        .collect()
+}
+
+/// No recorded run of a mistake crashed: a student's mistake is an error with a message,
+/// never a signal (issue 40: Gloo's abort on mismatched collectives, FSDP's SIGSEGV on an
+/// optimizer over the full parameters).
+#[test]
+fn no_recorded_process_crashed() {
+    let crashed: Vec<String> = cases()
+        .iter()
+        .flat_map(|c| crashes(&c.observation).into_iter().map(move |why| format!("{}: {why}", c.name)))
+        .collect();
+    assert!(
+        crashed.is_empty(),
+        "processes that crashed instead of failing with an error:\n{}",
+        crashed.join("\n")
+    );
+}
+
+/// The mistakes of ranks falling out of step are blamed on their own step, at least one
+/// for each of steps 4 to 14 (issue 40's suite).
+#[test]
+fn every_step_from_4_has_an_out_of_step_mistake_blamed_on_it() {
+    let blamed: BTreeSet<u8> = cases().iter().filter_map(|c| c.expected.blames).collect();
+    for step in 4..=coursegen::LAST_STEP {
+        assert!(
+            blamed.contains(&step),
+            "no recorded mistake blamed on step {step} (expected.json's `blames`)"
+        );
+    }
+    assert!(cases().iter().filter(|c| c.expected.blames.is_some()).count() >= 12);
 }
 
 /// Every check is seen holding and seen broken (not merely unjudged) in some case.

@@ -91,6 +91,23 @@ fn trains(obs: &Observation) -> Option<Finding> {
             expected: expected.into(),
         });
     }
+    // From step 4 on, ranks that did not all join one group of the world size (a world
+    // size or rank computed wrongly, refused by init_process_group) fail for it: the
+    // report blames step 4's ranks, which names the mistake.
+    if obs.step >= 4 && !failures.is_empty() {
+        let ranks = super::step_04::global_rank(obs).filter(|f| f.evidence == Evidence::Broken);
+        if let Some(ranks) = ranks {
+            return Some(Finding {
+                evidence: Evidence::Consequence,
+                observed: format!(
+                    "the ranks did not all join one group of the world size (step 4's `{}`): {}\n{observed}",
+                    id::GLOBAL_RANK,
+                    ranks.observed
+                ),
+                expected: expected.into(),
+            });
+        }
+    }
     // Ranks whose collectives part ways fail (a mismatch, a dead peer): the report
     // blames the step that owns the diverging call, which names the mistake.
     let divergence = super::collectives::divergence(obs, super::collectives::Run::Main);

@@ -27,7 +27,7 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
-fn global_rank(obs: &Observation) -> Option<Finding> {
+pub(super) fn global_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
     let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
@@ -36,13 +36,25 @@ fn global_rank(obs: &Observation) -> Option<Finding> {
         let Some(local) = p.local_rank else { continue };
         let expect = p.node * v.ranks_per_node + local;
         let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
-        if got != Some(expect) {
-            wrong.push(format!("node {} local rank {local}: rank {got:?}, expected {expect}", p.node));
+        match got {
+            Some(rank) if rank == expect => {}
+            Some(rank) => {
+                wrong.push(format!("node {} local rank {local}: rank {rank}, expected {expect}", p.node))
+            }
+            // It never joined: its own error says why (init_process_group refused it).
+            None => wrong.push(format!(
+                "node {} local rank {local} joined no group (expected global rank {expect}){}",
+                p.node,
+                super::last_error_line(&p.ended.stderr).map(|l| format!(": {l}")).unwrap_or_default()
+            )),
         }
     }
     let sizes: BTreeSet<usize> = trace.iter().filter_map(|r| r.world_size).collect();
+    if sizes != BTreeSet::from([ws]) {
+        wrong.push(format!("group sizes {sizes:?}, expected {ws}"));
+    }
     Finding::shown(
-        wrong.is_empty() && sizes == BTreeSet::from([ws]),
+        wrong.is_empty(),
         if wrong.is_empty() { format!("group sizes {sizes:?}") } else { wrong.join("; ") },
         format!("global rank = node id x ranks per node + local rank; group size {ws}"),
     )

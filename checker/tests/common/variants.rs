@@ -195,12 +195,6 @@ pub const VARIANTS: &[Variant] = &[
         to: "    // The ranks report their own errors: the launcher need not.\n    let _ = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));\n    labkit::finish(Ok::<(), labkit::BoxError>(()))",
     },
     Variant {
-        step: 11,
-        name: "rank-0-decides-to-stop",
-        from: "let stop = early_stopping.record(v_accuracy);",
-        to: "let stop = global_rank == 0 && early_stopping.record(v_accuracy);",
-    },
-    Variant {
         step: 12,
         name: "checkpoint-barrier-on-rank-0-only",
         from: "                labkit::write_checkpoint(&args.run, &vs, state)?;\n            }\n            dist::barrier()?;\n",

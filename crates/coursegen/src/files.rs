@@ -29,7 +29,7 @@ pub fn crate_files(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, S
     ])
 }
 
-/// Every file of all 24 crates, rendered before anything is written so that an error
+/// Every file of all the step and solution crates, rendered before anything is written so that an error
 /// in one version leaves the tree untouched.
 fn all_files(repo_root: &Path) -> Result<Vec<(PathBuf, String)>, CourseError> {
     let mut files = Vec::new();

@@ -1,11 +1,11 @@
-//! Renders the lab's 24 crates from one annotated master program.
+//! Renders the lab's step and solution crates (two per step) from one annotated master program.
 //!
 //! `course/lab/main.rs` holds the finished lab, a program that compiles, with every
 //! step's change wrapped in `//@ step N` blocks and the code it replaces commented out
 //! (see [`markers`] for the language). From it come, for each step N,
 //! `steps/step_NN` (the student's starter: steps before N done, step N marked `TODO`)
 //! and `solutions/step_NN` (steps up to N done). Keeping one master means a fix lands
-//! in all 24 crates at once, and `check_all` catches crates edited by hand.
+//! in all the step and solution crates at once, and `check_all` catches crates edited by hand.
 pub mod files;
 mod format;
 pub mod markers;
@@ -65,7 +65,7 @@ pub enum Version {
 }
 
 impl Version {
-    /// All 24 versions: the starters, then the solutions, each in step order.
+    /// Every version: the starters, then the solutions, each in step order.
     pub fn all() -> impl Iterator<Item = Version> {
         let steps = 0..STEPS.len() as u8;
         steps.clone().map(Version::Starter).chain(steps.map(Version::Solution))
@@ -85,7 +85,7 @@ impl Version {
         }
     }
 
-    /// `step_07` or `solution_07`: distinct, since all 24 crates share one workspace.
+    /// `step_07` or `solution_07`: distinct, since all the step and solution crates share one workspace.
     pub fn package_name(self) -> String {
         match self {
             Version::Starter(n) => format!("step_{n:02}"),

@@ -10,8 +10,8 @@ const FIX: &str = "run `cargo run -p coursegen -- write`";
 #[derive(Parser)]
 #[command(
     name = "coursegen",
-    about = "Renders the lab's 24 crates (steps/step_NN, solutions/step_NN) from course/lab/main.rs",
-    long_about = "Renders the lab's 24 crates from one annotated master program.\n\n\
+    about = "Renders the lab's step and solution crates (two per step) (steps/step_NN, solutions/step_NN) from course/lab/main.rs",
+    long_about = "Renders the lab's step and solution crates (two per step) from one annotated master program.\n\n\
         course/lab/main.rs is the finished lab, a program that compiles; `//@ step N` ... `//@ end` \
         blocks mark each step's change (optional `//@ todo` and `//@ old` sections, commented out \
         with `//|`, give the starter's TODO and the code before the step). course/lab/Cargo.toml.in and course/lab/build.rs complete each \
@@ -27,7 +27,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Render all 24 crates and write the files whose content changed
+    /// Render all the step and solution crates and write the files whose content changed
     Write,
     /// Exit 1 if a generated file is missing or differs, or a generated crate holds other files
     Check,
