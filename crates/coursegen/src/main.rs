@@ -10,7 +10,7 @@ const FIX: &str = "run `cargo run -p coursegen -- write`";
 #[derive(Parser)]
 #[command(
     name = "coursegen",
-    about = "Renders the lab's step and solution crates (two per step) (steps/step_NN, solutions/step_NN) from course/lab/main.rs",
+    about = "Renders the lab's step and solution crates (steps/step_NN and solutions/step_NN, two per step) from course/lab/main.rs",
     long_about = "Renders the lab's step and solution crates (two per step) from one annotated master program.\n\n\
         course/lab/main.rs is the finished lab, a program that compiles; `//@ step N` ... `//@ end` \
         blocks mark each step's change (optional `//@ todo` and `//@ old` sections, commented out \
