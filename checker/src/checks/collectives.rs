@@ -325,10 +325,24 @@ impl Divergence {
         let latest = places.values().max().copied().unwrap_or(Place::BeforeTraining);
         // The ranks that issued nothing more, the earliest first (sides are in rank order).
         let silent = (0..sides.len()).filter(|&i| sides[i].call.is_none()).min_by_key(|&i| sides[i].place);
-        let (culprit, owner) = match silent {
+        // Ranks that called something where the silent ones had already gone further
+        // in the loop (finished, or begun a later epoch): the silent ranks skipped that
+        // call, which is the mistake (DDP made on rank 0 alone, a collective inside
+        // `if global_rank == 0` met by the others' calls the trace does not show).
+        let behind = silent.and_then(|silent| {
+            (0..sides.len())
+                .filter(|&i| sides[i].call.is_some() && sides[i].place < sides[silent].place)
+                .min_by_key(|&i| sides[i].place)
+        });
+        let (culprit, owner) = match (silent, behind) {
+            (_, Some(behind)) => {
+                let side = &sides[behind];
+                let call = side.call.as_ref().expect("a side with a call");
+                (behind, owner_of(call, side.place, step, run))
+            }
             // They left the loop early when they had reported an epoch that another
             // rank went on from; otherwise they died.
-            Some(silent) => {
+            (Some(silent), None) => {
                 let side = &sides[silent];
                 let left = matches!(side.place, Place::Epoch { phase: Phase::Reported, .. })
                     && side.place.epoch() < latest.epoch()
@@ -338,7 +352,7 @@ impl Divergence {
                 }
                 (silent, left.then_some((11, super::id::RANKS_STOP_TOGETHER)))
             }
-            None => {
+            (None, None) => {
                 let culprit = mistaken_side(&sides);
                 let side = &sides[culprit];
                 let call = side.call.as_ref().expect("a side with a call");

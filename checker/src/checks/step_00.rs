@@ -94,7 +94,7 @@ fn trains(obs: &Observation) -> Option<Finding> {
     // From step 4 on, ranks that did not all join one group of the world size (a world
     // size or rank computed wrongly, refused by init_process_group) fail for it: the
     // report blames step 4's ranks, which names the mistake.
-    if obs.step >= 4 && !failures.is_empty() {
+    if obs.step >= 4 && !failures.is_empty() && super::step_04::group_formed_wrongly(obs) {
         let ranks = super::step_04::global_rank(obs).filter(|f| f.evidence == Evidence::Broken);
         if let Some(ranks) = ranks {
             return Some(Finding {

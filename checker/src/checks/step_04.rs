@@ -27,6 +27,21 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
+/// Whether the ranks that joined a group joined the wrong one: a group of another size
+/// than the world's, or a rank number other than node id x ranks per node + local rank.
+/// (A rank that crashed before joining any group says nothing of step 4.)
+pub(super) fn group_formed_wrongly(obs: &Observation) -> bool {
+    let v = &obs.variation;
+    let Ok(trace) = obs.trace.checked() else { return false };
+    let sizes: BTreeSet<usize> = trace.iter().filter_map(|r| r.world_size).collect();
+    let wrong_rank = obs.processes.iter().any(|p| {
+        let Some(local) = p.local_rank else { return false };
+        let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
+        got.is_some_and(|rank| rank != p.node * v.ranks_per_node + local)
+    });
+    wrong_rank || sizes.iter().any(|&size| size != v.world_size())
+}
+
 pub(super) fn global_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();

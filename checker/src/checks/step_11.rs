@@ -146,9 +146,24 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
     let steps_apart = left.windows(2).any(|w| w[0].epoch == w[1].epoch && w[0].steps != w[1].steps);
     if left_early || steps_apart {
         let mut observed = described.join("; ");
-        let divergence = collectives::divergence(obs, Run::Main);
-        if let Some(d) = divergence.filter(|d| d.owner.is_some_and(|(_, c)| c == id::RANKS_STOP_TOGETHER)) {
-            observed.push_str(&format!("\nthe ranks' collectives part ways: {}", d.sentence));
+        match collectives::divergence(obs, Run::Main) {
+            // Another step's mistake made the ranks part ways (and so stop apart): that
+            // step's check fails for it, not this one.
+            Some(d) if d.owner.is_some_and(|(_, c)| c != id::RANKS_STOP_TOGETHER) => {
+                return Some(Finding {
+                    evidence: super::Evidence::Consequence,
+                    observed: format!(
+                        "the ranks stopped apart because their collectives part ways ({}): {}\n{observed}",
+                        d.owner_words().unwrap_or_default(),
+                        d.sentence
+                    ),
+                    expected,
+                });
+            }
+            Some(d) if d.owner.is_some() => {
+                observed.push_str(&format!("\nthe ranks' collectives part ways: {}", d.sentence));
+            }
+            _ => {}
         }
         return Finding::shown(false, observed, expected);
     }

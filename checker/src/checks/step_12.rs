@@ -79,6 +79,11 @@ fn one_writer(obs: &Observation) -> Option<Finding> {
             .join(", ")
     );
     let every_epoch = epochs.len() == obs.variation.epochs;
+    if writers == BTreeSet::from([Some(0)]) && !every_epoch {
+        // Rank 0 alone wrote, but not after every epoch: the run ended early (when it
+        // failed, for another reason: "could not judge").
+        return Finding::missing(observed, ONE_WRITER_EXPECTED);
+    }
     Finding::shown(writers == BTreeSet::from([Some(0)]) && every_epoch, observed, ONE_WRITER_EXPECTED)
 }
 
