@@ -433,6 +433,9 @@ fn verify_same_model(group: &ProcessGroup, params: &[(String, Tensor)]) -> Resul
     let mut err = ptr::null_mut();
     let status = unsafe { ffi::tchd_verify_params(group.raw(), ptrs.as_ptr(), ptrs.len(), &mut err) };
     check(status, err).map_err(|e| {
+        if e.kind() == ErrorKind::Mismatch {
+            return group.explain(e, "DDP's check that every rank holds the same model");
+        }
         if e.kind() == ErrorKind::InvalidArgument {
             DistError::new(
                 ErrorKind::InvalidArgument,
