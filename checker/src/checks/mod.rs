@@ -74,6 +74,7 @@ pub mod id {
     pub const ONE_WRITER: &str = "one-writer";
     pub const READ_AFTER_WHOLE: &str = "read-after-whole";
     pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
+    pub const DEVICE_MAPPING: &str = "device-mapping";
     pub const OWN_STAGE: &str = "own-stage";
     pub const EQUALS_UNCUT: &str = "equals-uncut";
     pub const BUBBLE_REPORTED: &str = "bubble-reported";
@@ -418,7 +419,9 @@ mod tests {
             let results = judge(&nothing(step));
             for s in 0..=step {
                 let reported: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();
-                assert_eq!(reported, ids(s), "checks of step {s} in a step {step} run");
+                // device-mapping applies only where ranks compute on GPUs (checks/step_12.rs).
+                let expected: Vec<&str> = ids(s).into_iter().filter(|id| *id != id::DEVICE_MAPPING).collect();
+                assert_eq!(reported, expected, "checks of step {s} in a step {step} run");
             }
         }
         for (step, checks) in REGISTRY.iter().enumerate() {

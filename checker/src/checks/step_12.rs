@@ -2,10 +2,12 @@
 //! reads before the checkpoint is whole, and a run stopped after an epoch and resumed
 //! ends with the weights of a run never stopped.
 //!
-//! Where each rank loads the checkpoint to (PyTorch's `map_location`) is recorded in
-//! the trace (`load_checkpoint`'s `device` beside the model's), but it is not a check:
-//! on CPU every rank's device is the CPU, so a missing mapping cannot show there, and a
-//! check that passes on CPU machines and fails on GPU ones would grade the machine.
+//! Where each rank loads the checkpoint to (PyTorch's `map_location`) is judged where
+//! it can show, on ranks that compute on GPUs (`device-mapping`). On CPU every rank's
+//! device is the CPU, so a missing mapping cannot show there: the check does not apply
+//! and is left out of the report rather than passed (a pass would claim what was not
+//! seen) or left "could not judge" (which grades as a failure: every student of a class
+//! graded on CPUs would lose it).
 use std::collections::BTreeSet;
 
 use lab_trace::event::{
@@ -41,6 +43,14 @@ pub const CHECKS: &[Check] = &[
         needs: Needs::Resume,
         hint: "with --resume, every rank loads the checkpoint (labkit::load_checkpoint) and the loop starts at labkit::resume_after's epoch (guide: step 12)",
         judge: resume_equals_uninterrupted,
+    },
+    Check {
+        id: id::DEVICE_MAPPING,
+        step: 12,
+        observes: "the device each rank loads the checkpoint onto (map_location) against its model's, where the ranks compute on GPUs (left out on CPU, where every device is the CPU)",
+        needs: Needs::Main,
+        hint: "load onto this rank's own device: labkit::load_checkpoint(&args.run, &vs, device), as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} (guide: step 12)",
+        judge: device_mapping,
     },
 ];
 
@@ -197,4 +207,76 @@ fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
         set(&trained)
     );
     Finding::shown(continued && loaded > 0 && digest == expected_digest, observed, RESUME_EXPECTED)
+}
+
+const DEVICE_MAPPING_EXPECTED: &str =
+    "every rank loads the checkpoint onto its own device, the one its model is on (PyTorch's map_location)";
+
+/// `None` (does not apply) when no rank loaded onto a GPU model: on the CPU a mapping
+/// cannot show, and a run without loads is `read-after-whole`'s to report.
+fn device_mapping(obs: &Observation) -> Option<Finding> {
+    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let loads = events::<LoadCheckpoint>(trace);
+    if loads.iter().all(|(_, load)| load.model_device == "cpu") {
+        return None;
+    }
+    let wrong: Vec<String> = loads
+        .iter()
+        .filter(|(_, load)| load.device != load.model_device)
+        .map(|(record, load)| {
+            format!("{} loaded onto {} while its model is on {}", who(record), load.device, load.model_device)
+        })
+        .collect();
+    let observed = if wrong.is_empty() {
+        let devices: BTreeSet<&str> = loads.iter().map(|(_, load)| load.device.as_str()).collect();
+        format!(
+            "all {} load(s) onto the rank's own device ({})",
+            loads.len(),
+            devices.into_iter().collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        wrong.join("; ")
+    };
+    Finding::shown(wrong.is_empty(), observed, DEVICE_MAPPING_EXPECTED)
+}
+
+#[cfg(test)]
+mod device_mapping_tests {
+    use lab_trace::{Event, Trace};
+
+    use super::*;
+    use crate::checks::tests::nothing;
+    use crate::checks::Evidence;
+
+    fn load(rank: usize, device: &str, model_device: &str) -> Record {
+        let mut record = Record::now(Event::from(LoadCheckpoint {
+            dir: "ck".into(),
+            device: device.into(),
+            model_device: model_device.into(),
+        }));
+        record.rank = Some(rank);
+        record
+    }
+
+    fn judged(records: Vec<Record>) -> Option<Finding> {
+        let mut obs = nothing(12);
+        obs.trace = Trace { records, malformed: Vec::new() };
+        device_mapping(&obs)
+    }
+
+    #[test]
+    fn on_cpu_the_mapping_cannot_show_and_the_check_does_not_apply() {
+        assert!(judged(vec![load(0, "cpu", "cpu"), load(1, "cpu", "cpu")]).is_none());
+        assert!(judged(Vec::new()).is_none(), "no load: read-after-whole says so");
+    }
+
+    #[test]
+    fn on_gpus_each_rank_must_load_onto_its_own_device() {
+        let mapped = judged(vec![load(0, "cuda:0", "cuda:0"), load(1, "cuda:1", "cuda:1")]).unwrap();
+        assert_eq!(mapped.evidence, Evidence::Holds, "{}", mapped.observed);
+        // Without the mapping every rank loads onto the device it was saved from.
+        let unmapped = judged(vec![load(0, "cuda:0", "cuda:0"), load(1, "cuda:0", "cuda:1")]).unwrap();
+        assert_eq!(unmapped.evidence, Evidence::Broken);
+        assert_eq!(unmapped.observed, "rank 1 loaded onto cuda:0 while its model is on cuda:1");
+    }
 }
