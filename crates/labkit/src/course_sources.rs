@@ -1,5 +1,5 @@
-//! Which sources make a lab program, and their hash: the course revision that
-//! [`crate::revision`] embeds in every program. Also compiled into labkit's build
+//! Which sources make a lab program, and their hash: the course revision that the
+//! `revision` module embeds in every program. Also compiled into labkit's build
 //! script (`#[path]`), which computes the revision at build time; std only.
 use std::path::Path;
 
