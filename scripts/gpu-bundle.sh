@@ -132,7 +132,6 @@ mv "$out/lab-guide-src.tmp" "$out/lab-guide/src"
 cp -r bench/python "$out/bench/python"
 find "$out/bench/python" -name '__pycache__' -prune -exec rm -rf {} +
 cp scripts/gpu-check.sh "$out/gpu-check.sh"
-cp scripts/quick-evaluation.args "$out/quick-evaluation.args"
 
 # The manifest: where it came from, and every file.
 commit="$(git rev-parse HEAD 2>/dev/null || echo none)"

@@ -96,6 +96,15 @@ fn the_gpu_check_runs_every_part_on_cpu_from_a_bundle() {
     let bad_device =
         script("gpu-check.sh", &["--device", "tpu", bundle_s, report_s], Duration::from_secs(60));
     assert_eq!(bad_device.status.code(), Some(2), "{}", bad_device.stderr);
+    let other = scratch.path().join("other");
+    let bad_step =
+        script("gpu-bundle.sh", &["--solutions", "15", other.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(bad_step.status.code(), Some(2), "{}", bad_step.stderr);
+    assert!(
+        bad_step.stderr.contains("'15' is not a step from 0 to 14") && !other.exists(),
+        "{}",
+        bad_step.stderr
+    );
 
     let python = python.to_str().unwrap();
     let args = ["--device", "cpu", "--verify-step", "2", "--python", python, bundle_s, report_s];
