@@ -31,6 +31,9 @@ binaries link; LD_LIBRARY_PATH is pointed at it. The parts, in order:
 
 Each part has its own time limit and runs even when an earlier one failed; all of them
 together stay within --budget (a part that no longer fits is skipped, and says so).
+BUNDLE must be writable: the data set and checkpoints go to BUNDLE/.gpu-check-work and
+the checker's runs to BUNDLE/.checker, so that REPORT_DIR stays small (logs, charts,
+JSON) to bring back.
 
 Options:
   --device cuda|cpu  cuda (default): the GPU check, lab width. cpu: the same parts with
@@ -100,7 +103,9 @@ command -v "$python" >/dev/null || die_usage "no Python '$python' here: pass --p
 bundle="$(cd "$bundle" && pwd)"
 mkdir -p "$report"
 report="$(cd "$report" && pwd)"
-work="$report/work"
+# Data and checkpoints beside the bundle (the checker keeps its own in BUNDLE/.checker):
+# the report folder holds only what is worth bringing back.
+work="$bundle/.gpu-check-work"
 mkdir -p "$work"
 bin="$bundle/bin"
 
