@@ -23,7 +23,7 @@ pub struct PythonEnv {
 /// Gloo and that `bench/python/<script>` exists; the message says what to do if not.
 pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, String> {
     let python = python.map(Path::to_path_buf).unwrap_or_else(|| workspace_root().join(".venv/bin/python"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python").join(script);
+    let script = python_dir().join(script);
     if !script.is_file() {
         return Err(format!("the PyTorch rank script {} is missing", script.display()));
     }
@@ -62,6 +62,12 @@ pub fn probe_python(python: Option<&Path>, script: &str) -> Result<PythonEnv, St
         python_libtorch: canonical(python_lib),
         gpu_name,
     })
+}
+
+/// `bench/python/`, the PyTorch side's scripts: in the workspace, or under the folder
+/// `DDP_LAB_ROOT` names (a GPU bundle carries them there).
+pub fn python_dir() -> PathBuf {
+    workspace_root().join("bench").join("python")
 }
 
 /// The 1-minute load average (Linux), to tell a busy machine from a slow benchmark.

@@ -13,9 +13,15 @@ use crate::{sandbox, Failure};
 /// ranks (Gloo) with hidden variations (world size, data sizes, seeds), and verifies
 /// what the ranks really did: their shares of the data, their weights after every
 /// epoch, the reduced throughput, the averaged metrics.
+/// `--version`: the checker's, and the course revision of the programs it judges
+/// (`--prebuilt` takes only binaries of that revision).
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("{} (course revision {})", env!("CARGO_PKG_VERSION"), labkit::revision::COURSE_REVISION)
+});
+
 #[derive(Parser, Debug)]
 // `cargo checker` is how students run it (the workspace alias): usage lines say so.
-#[command(version, about, long_about = None, bin_name = "cargo checker")]
+#[command(version = VERSION.as_str(), about, long_about = None, bin_name = "cargo checker")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -107,6 +113,12 @@ pub enum Command {
         /// merges the tasks' reports (scripts/slurm/submit.sh does both).
         #[arg(long, value_name = "I/N", requires = "crates")]
         shard: Option<Shard>,
+        /// Judge the binaries in DIR (DIR/step_NN, or DIR/solution_NN with --solutions)
+        /// instead of building: programs built on another machine, e.g. a GPU node without
+        /// Rust (scripts/gpu-bundle.sh). Each must be of this checker's course revision
+        /// (`checker --version` shows it); one of another is refused (exit 2).
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["krate", "crates"])]
+        prebuilt: Option<PathBuf>,
     },
     /// The gradebook (CSV, a row per submission) of the reports in a --json-dir:
     /// `cargo checker gradebook results --crates handed-in`, after graded shards.
@@ -145,6 +157,12 @@ pub enum Command {
         /// testcase per check), for a CI.
         #[arg(long, value_name = "PATH")]
         junit: Option<PathBuf>,
+        /// Judge the binaries in DIR (DIR/step_NN, or DIR/solution_NN with --solutions)
+        /// instead of building: programs built on another machine, e.g. a GPU node without
+        /// Rust (scripts/gpu-bundle.sh). Each must be of this checker's course revision
+        /// (`checker --version` shows it); one of another is refused (exit 2).
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["krate"])]
+        prebuilt: Option<PathBuf>,
     },
     /// Verify a step, then again each time you save a file of its src/: `cargo checker watch step 7`.
     ///

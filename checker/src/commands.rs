@@ -16,28 +16,38 @@ use crate::pipeline::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
 use crate::{autograder, classroom, grade, gradebook, sandbox, watch, Failure};
 
+/// What `checker verify` was asked.
+pub struct Verify<'a> {
+    pub steps: Vec<u8>,
+    pub subject: Subject<'a>,
+    pub seed: u64,
+    pub limit: Duration,
+    /// `--keep`.
+    pub keep: bool,
+    /// `--junit PATH`.
+    pub junit: Option<PathBuf>,
+    /// `--prebuilt DIR`: the binaries to judge, not built here.
+    pub prebuilt: Option<&'a Path>,
+}
+
 /// `checker verify`: each step's report in turn, and with `--junit` its verdicts as
 /// JUnit XML; fails when a check of any failed.
 pub fn verify(
-    steps: Vec<u8>,
-    subject: Subject,
-    seed: u64,
-    limit: Duration,
-    keep: bool,
+    asked: Verify,
     (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
-    junit: Option<PathBuf>,
 ) -> Result<(), Failure> {
+    let Verify { steps, subject, seed, limit, keep, junit, prebuilt } = asked;
     let root = repo_root();
     let mut all_passed = true;
     let submission = steps.first().and_then(|&step| found_in(subject, step));
-    let built = build_all(&root, &steps, subject, sandbox);
+    let built = prebuilt.is_none() && build_all(&root, &steps, subject, sandbox);
     let mut graded = Vec::new();
     for step in steps {
         let (run, grade) = timed_run(
             &root,
             step,
             subject,
-            StepRunOptions { seed, limit, keep, built, sandbox, quiet: false },
+            StepRunOptions { seed, limit, keep, built, sandbox, quiet: false, prebuilt },
         )?;
         all_passed &= print_run(&root, step, seed, &run);
         graded.push(grade);
@@ -110,7 +120,8 @@ pub fn watch_step(
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
     loop {
-        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox, quiet: false };
+        let options =
+            StepRunOptions { seed, limit, keep: false, built: false, sandbox, quiet: false, prebuilt: None };
         let verified = run_step(&root, step, subject, options).map(|run| print_run(&root, step, seed, &run));
         done += 1;
         if max_runs.is_some_and(|n| done >= n) {
@@ -157,7 +168,7 @@ fn grade_program(
 /// grades the handed-in program as the finished lab, on every check of every step.
 pub fn grade(
     target: &[String],
-    subject: Subject,
+    (subject, prebuilt): (Subject, Option<&Path>),
     seed: u64,
     limit: Duration,
     reports: &Reports,
@@ -187,11 +198,11 @@ pub fn grade(
         }
     }
     let root = repo_root();
-    let options = |built| StepRunOptions { seed, limit, keep: false, built, sandbox, quiet: false };
+    let options = |built| StepRunOptions { seed, limit, keep: false, built, sandbox, quiet: false, prebuilt };
     let graded_steps = if handed_in {
         grade_program(&root, graded, subject, options(false))?
     } else {
-        let built = build_all(&root, &steps, subject, sandbox);
+        let built = prebuilt.is_none() && build_all(&root, &steps, subject, sandbox);
         let mut graded = Vec::new();
         for step in steps {
             graded.push(timed_run(&root, step, subject, options(built))?.1);
@@ -279,7 +290,15 @@ pub fn grade_batch(
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failure: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let grade_one = |name: &str, path: &Path| -> Result<(), String> {
-        let options = StepRunOptions { seed, limit, keep: false, built: false, sandbox, quiet: jobs > 1 };
+        let options = StepRunOptions {
+            seed,
+            limit,
+            keep: false,
+            built: false,
+            sandbox,
+            quiet: jobs > 1,
+            prebuilt: None,
+        };
         let submission = handed_in::find(path, graded.run_as()).ok().map(|h| h.found);
         let steps = match grade_program(&root, graded, Subject::Elsewhere(path), options) {
             Ok(steps) => steps,

@@ -78,12 +78,39 @@ impl Confinement {
         if let Ok(torch) = root.join(".libtorch").canonicalize() {
             read_only.push(torch.parent().map(Path::to_path_buf).unwrap_or(torch));
         }
+        // Binaries built elsewhere (`--prebuilt`, on a node without the build's
+        // `.libtorch`) find libtorch through LD_LIBRARY_PATH, which the jobs see.
+        let ld_path = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+        for dir in library_dirs(&ld_path) {
+            if !read_only.contains(&dir) {
+                read_only.push(dir);
+            }
+        }
         let devices = gpu_devices();
         if !devices.is_empty() {
             read_only.push("/sys".into());
         }
         Confinement { sandbox, read_only, mirror_port: None, devices }
     }
+}
+
+/// The folders of an `LD_LIBRARY_PATH` that exist, each as its real path; for a torch's
+/// `lib` folder, the `site-packages` above it, whose `nvidia/` holds the CUDA libraries
+/// libtorch loads through its run path.
+fn library_dirs(ld_library_path: &str) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for dir in ld_library_path.split(':').filter(|d| !d.is_empty()) {
+        let Ok(real) = Path::new(dir).canonicalize() else { continue };
+        let torch_lib = real.ends_with("torch/lib");
+        let dir = match real.parent().and_then(Path::parent) {
+            Some(site_packages) if torch_lib => site_packages.to_path_buf(),
+            _ => real,
+        };
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
 }
 
 /// The NVIDIA device files of this machine (none without a GPU).
@@ -660,6 +687,24 @@ fn relay_inside(port: u16, socket: PathBuf) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandboxed_job_reads_the_libraries_ld_library_path_names() {
+        let venv = tempfile::tempdir().unwrap();
+        let site = venv.path().join("lib/python3.11/site-packages");
+        std::fs::create_dir_all(site.join("torch/lib")).unwrap();
+        let other = venv.path().join("other");
+        std::fs::create_dir_all(&other).unwrap();
+        let path = format!(
+            "{}::{}:/nonexistent/lib:{}",
+            site.join("torch/lib").display(),
+            other.display(),
+            other.display()
+        );
+        let real = |p: &Path| p.canonicalize().unwrap();
+        assert_eq!(library_dirs(&path), [real(&site), real(&other)]);
+        assert!(library_dirs("").is_empty());
+    }
 
     /// Bytes that are not text: every byte value, a NUL first.
     fn binary(len: usize) -> Vec<u8> {

@@ -19,6 +19,7 @@ mod handed_in;
 mod job;
 mod observe;
 mod pipeline;
+mod prebuilt;
 mod progress;
 mod report;
 mod sandbox;
@@ -137,7 +138,18 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             commands::grade_batch(&batch, (sandbox.as_ref(), why_none))
         }
         Command::Gradebook { results, crates } => commands::gradebook(&results, crates.as_deref()),
-        Command::Grade { target, solutions, runs, json, junit, gradescope, krate, crates: None, .. } => {
+        Command::Grade {
+            target,
+            solutions,
+            runs,
+            json,
+            junit,
+            gradescope,
+            krate,
+            crates: None,
+            prebuilt,
+            ..
+        } => {
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
                 (None, true) => Subject::Solution,
@@ -154,7 +166,8 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             let (sandbox, why_none) = runs.sandbox_or_why(true)?;
             let reports = formats::Reports { json, junit, gradescope };
             let confinement = (sandbox.as_ref(), why_none);
-            commands::grade(&target, subject, runs.seed(), runs.limit(), &reports, confinement)
+            let program = (subject, prebuilt.as_deref());
+            commands::grade(&target, program, runs.seed(), runs.limit(), &reports, confinement)
         }
         Command::Autograder { platform: Platform::Gradescope { step, out } } => {
             commands::autograder_gradescope(step, &out)
@@ -178,7 +191,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 sandbox.as_ref(),
             )
         }
-        Command::Verify { target, solutions, runs, keep, krate, junit } => {
+        Command::Verify { target, solutions, runs, keep, krate, junit, prebuilt } => {
             let steps = parse_target(&target)?;
             if krate.is_some() && steps.len() > 1 {
                 return Err(Failure::CannotRun(
@@ -193,7 +206,16 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             // A handed-in crate is sandboxed; your own steps only with --sandbox.
             let (sandbox, why_none) = runs.sandbox_or_why(krate.is_some())?;
             let confinement = (sandbox.as_ref(), why_none);
-            commands::verify(steps, subject, runs.seed(), runs.limit(), keep, confinement, junit)
+            let asked = commands::Verify {
+                steps,
+                subject,
+                seed: runs.seed(),
+                limit: runs.limit(),
+                keep,
+                junit,
+                prebuilt: prebuilt.as_deref(),
+            };
+            commands::verify(asked, confinement)
         }
     }
 }

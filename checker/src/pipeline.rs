@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::checks::{self, CheckResult};
 use crate::observe::{self, Setup, Variation};
-use crate::{cargo_build, confined, progress, sandbox, spinner, standalone};
+use crate::{cargo_build, confined, prebuilt, progress, sandbox, spinner, standalone};
 
 /// Whose program a verification checks.
 #[derive(Clone, Copy)]
@@ -28,6 +28,8 @@ pub struct StepRun {
     pub output: String,
     /// Where the run's files were kept (`--keep`).
     pub kept: Option<PathBuf>,
+    /// The binary judged, when it was not built here (`--prebuilt`).
+    pub prebuilt: Option<PathBuf>,
 }
 
 /// Several steps: their crates built in one cargo run first. True when that built
@@ -65,11 +67,14 @@ pub struct StepRunOptions<'a> {
     pub sandbox: Option<&'a sandbox::Sandbox>,
     /// No spinner: several steps are run side by side (`grade --crates --jobs`).
     pub quiet: bool,
+    /// `--prebuilt DIR`: run DIR's binary of the step's package instead of building it,
+    /// if it is of this course revision ([`prebuilt::binary`]).
+    pub prebuilt: Option<&'a Path>,
 }
 
 /// Builds and runs one step and judges it; prints nothing but progress.
 pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions) -> Result<StepRun, String> {
-    let StepRunOptions { seed, limit, keep, built, sandbox, quiet } = options;
+    let StepRunOptions { seed, limit, keep, built, sandbox, quiet, prebuilt } = options;
     let read = |dir: PathBuf| -> Result<String, String> {
         let main_rs = dir.join("src/main.rs");
         std::fs::read_to_string(&main_rs).map_err(|e| {
@@ -90,11 +95,22 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
         }
     };
     let variation = Variation::for_step(step, seed);
+    // A binary of another revision is not judged at all: the command cannot run (exit 2).
+    let prebuilt = match prebuilt {
+        Some(dir) if manifest_dir.is_none() => Some(prebuilt::binary(dir, &package)?),
+        Some(_) => return Err("--prebuilt runs the steps' or the solutions' binaries, not --crate's".into()),
+        None => None,
+    };
     let spinner = spinner::Spinner::new(quiet);
     spinner.step(step);
-    spinner.phase(&format!("building {package}"));
+    match &prebuilt {
+        Some(bin) => spinner.phase(&format!("taking {}", bin.display())),
+        None => spinner.phase(&format!("building {package}")),
+    }
 
-    let binary = if built {
+    let binary = if let Some(bin) = &prebuilt {
+        Ok(bin.clone())
+    } else if built {
         Ok(cargo_build::binary_path(root, &package))
     } else {
         observe::build(root, &package, manifest_dir.as_deref(), sandbox)
@@ -151,7 +167,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
             eprintln!("warning: the verdict is not recorded for `checker list`: {e}");
         }
     }
-    Ok(StepRun { package, variation, results, output, kept })
+    Ok(StepRun { package, variation, results, output, kept, prebuilt })
 }
 
 fn work_dir(root: &Path, package: &str) -> Result<PathBuf, String> {

@@ -11,6 +11,13 @@ use crate::pipeline::StepRun;
 pub fn print_run(root: &Path, step: u8, seed: u64, run: &StepRun) -> bool {
     println!("== step {step} ({}): {}", run.package, run.variation.describe());
     println!("   (repeat exactly with --seed {seed})");
+    if let Some(bin) = &run.prebuilt {
+        println!(
+            "   judging {}, built elsewhere from this course revision ({})",
+            bin.display(),
+            labkit::revision::COURSE_REVISION
+        );
+    }
     if let Some(dir) = &run.kept {
         println!("   run files kept in {}", dir.display());
     }

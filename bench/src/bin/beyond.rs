@@ -17,7 +17,7 @@
 //! figure is the median over repeats. Nothing here asserts on timings.
 use std::error::Error;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -490,7 +490,7 @@ fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) ->
             .env("OMP_NUM_THREADS", args.threads.to_string())
             // The same Gloo device on both sides: loopback.
             .env("GLOO_SOCKET_IFNAME", "lo")
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("python"))
+            .current_dir(ddp_bench::common::python_dir())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         children.push(child_process::spawn(cmd)?);

@@ -10,8 +10,17 @@ use std::time::Duration;
 pub use atomic_file::{write_atomically, write_through_temp};
 pub use labkit::EpochReport;
 
-/// The workspace this was built in (the benchmarks' Python scripts, the data folder).
+/// Names the course's folder for binaries run away from the checkout they were built
+/// in (a GPU bundle, `scripts/gpu-bundle.sh`): the benchmarks' Python scripts and the
+/// default data folder are found under it. The checker reads the same variable.
+pub const ROOT_ENV: &str = "DDP_LAB_ROOT";
+
+/// The workspace this was built in (the benchmarks' Python scripts, the data folder),
+/// or the folder [`ROOT_ENV`] names.
 pub fn workspace_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os(ROOT_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest.ancestors().nth(2).unwrap_or(manifest).to_path_buf()
 }

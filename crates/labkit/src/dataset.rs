@@ -26,6 +26,7 @@ use crate::{probes, trace};
 /// # Ok::<(), labkit::BoxError>(())
 /// ```
 pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
+    crate::revision::keep();
     trace::record(event::PrepareDataset { dir: path_text(&options.dir), kind: options.kind.to_string() });
     probes::before_preparing_data();
     let ready = ensure_dataset(options)?;

@@ -14,6 +14,7 @@ use crate::perfetto;
 /// Ends `main`: prints the error, if any, and turns it into the exit code: 2 for bad
 /// input (options, data files, arguments the process group refused), 1 otherwise.
 pub fn finish<E: Into<BoxError>>(result: std::result::Result<(), E>) -> ExitCode {
+    crate::revision::keep();
     // DDP_LAB_TIMELINE: this rank's timeline is complete (a spawned rank closes it
     // on its way out of `spawn` instead).
     perfetto::finish();

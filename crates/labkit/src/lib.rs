@@ -3,7 +3,8 @@
 //! lines, the trace the checker reads, and a timeline of a run for Perfetto.
 //!
 //! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
-//! the bottom: `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
+//! the bottom: `course_sources` and `revision` (the course revision every program
+//! carries), `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
 //! each rank of a node gets), `trace`, `perfetto`; `data`, `perf`, `probes`,
 //! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
 //! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about
@@ -13,6 +14,7 @@
 #![warn(missing_docs)]
 pub mod checkpoint;
 mod console;
+pub mod course_sources;
 pub mod data;
 mod dataset;
 pub mod dropout;
@@ -29,6 +31,7 @@ mod pipeline;
 mod placement;
 pub mod probes;
 pub mod report;
+pub mod revision;
 mod rng;
 mod run;
 mod sharded;

@@ -356,6 +356,7 @@ impl WideResNet {
         keep: std::ops::Range<usize>,
         wrap: &mut dyn FnMut(Block, &str) -> Box<dyn ModuleT>,
     ) -> WideResNet {
+        crate::revision::keep();
         let ModelSettings { seed, perf } = settings;
         probes::seed_before_model(seed);
         let equivalence = probes::equivalence_run();

@@ -203,6 +203,7 @@ impl RunOptions {
     /// take them from), to the placement (`args.run.backend(args.num_gpus)`,
     /// `args.run.device_for(local_rank, args.num_gpus)`) and to `print_summary(&args.run, …)`.
     pub fn apply(&self) {
+        crate::revision::keep();
         Self::exit_with_2_on_bad_input();
         // DDP_LAB_TIMELINE: on before the program makes its process group and DDP model.
         crate::perfetto::start_if_asked();
