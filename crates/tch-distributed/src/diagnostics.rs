@@ -30,6 +30,11 @@ pub(crate) fn with_default_store<T>(f: impl FnOnce(&Store) -> T) -> Option<T> {
     DEFAULT_STORE.read().unwrap_or_else(|p| p.into_inner()).as_ref().map(|call| f(&call.store))
 }
 
+/// This process's rank and the world size of the default group, while it exists.
+pub(crate) fn default_rank_and_size() -> Option<(usize, usize)> {
+    DEFAULT_STORE.read().unwrap_or_else(|p| p.into_inner()).as_ref().map(|call| (call.rank, call.world_size))
+}
+
 /// `destroy_process_group` forgets it.
 pub(crate) fn forget_roll_call() {
     DEFAULT_STORE.write().unwrap_or_else(|p| p.into_inner()).take();

@@ -107,16 +107,10 @@ impl fmt::Display for DistError {
 
 impl std::error::Error for DistError {}
 
-/// libtorch's own exceptions from a distributed context (DDP's Reducer failing inside
-/// `backward()` when a peer is gone), classified as the shim's are.
-impl From<tch::TchError> for DistError {
-    fn from(e: tch::TchError) -> Self {
-        let message = e.to_string();
-        if crate::mismatch::is_mismatch(&message) {
-            return crate::mismatch::explain_backward(&message);
-        }
-        DistError::new(classify(ffi::TCHD_ERR_OTHER, &message), message)
-    }
+/// Whether c10d's message is its ProcessGroupWrapper's report of mismatched
+/// collectives (see [`crate::GroupOptions::check_collectives`]).
+pub(crate) fn is_mismatch(message: &str) -> bool {
+    message.contains("Detected mismatch between collectives")
 }
 
 /// Turns a shim status + message into a `Result`, classifying c10d's message.
@@ -135,9 +129,9 @@ pub(crate) fn check(status: c_int, err: *mut c_char) -> Result<()> {
     Err(DistError::new(classify(status, &message), message))
 }
 
-fn classify(status: c_int, message: &str) -> ErrorKind {
+pub(crate) fn classify(status: c_int, message: &str) -> ErrorKind {
     let lower = message.to_ascii_lowercase();
-    if crate::mismatch::is_mismatch(message) {
+    if is_mismatch(message) {
         ErrorKind::Mismatch
     } else if lower.contains("eaddrinuse") || lower.contains("address already in use") {
         ErrorKind::AddressInUse

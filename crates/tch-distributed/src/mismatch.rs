@@ -12,7 +12,8 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use crate::debug::CollectiveCall;
-use crate::error::{DistError, ErrorKind};
+use crate::error::{classify, is_mismatch, DistError, ErrorKind};
+use crate::ffi;
 use crate::launch_env::restart_attempt;
 
 /// How long a rank waits for the others' calls after a mismatch. The ranks of a
@@ -30,11 +31,6 @@ thread_local! {
 /// Called for every collective this crate issues, before it starts.
 pub(crate) fn remember(call: &CollectiveCall) {
     LAST_CALL.with(|last| *last.borrow_mut() = Some(call.clone()));
-}
-
-/// Whether c10d's message is the wrapper's report of mismatched collectives.
-pub(crate) fn is_mismatch(message: &str) -> bool {
-    message.contains("Detected mismatch between collectives")
 }
 
 /// What [`explain`] says: a message that has it was explained already (an FSDP hook's
@@ -61,18 +57,30 @@ pub(crate) fn explain(e: DistError, what: &str, group: u64, rank: usize, world_s
 
 /// The wrapper's error as it reaches `backward()`: DDP's Reducer all-reduced a bucket of
 /// gradients on the default group where another rank issued something else.
-pub(crate) fn explain_backward(message: &str) -> DistError {
+fn explain_backward(message: &str) -> DistError {
     let c10d = without_backtrace(message);
     if is_explained(&c10d) {
         return DistError::new(ErrorKind::Mismatch, c10d);
     }
-    let Ok(group) = crate::default_group() else {
+    let Some((rank, world_size)) = crate::diagnostics::default_rank_and_size() else {
         return DistError::new(ErrorKind::Mismatch, c10d);
     };
-    let (rank, world_size) = (group.rank(), group.world_size());
     let mine = "DDP's all-reduce of a bucket of gradients inside backward()".to_string();
     let said = exchange(0, rank, world_size, Some(mine));
     mismatch_error(&format!("backward() on rank {rank} of {world_size}"), &said, &c10d)
+}
+
+/// libtorch's own exceptions from a distributed context (DDP's Reducer failing inside
+/// `backward()` when a peer is gone, or meeting another rank's different collective),
+/// classified as the shim's are.
+impl From<tch::TchError> for DistError {
+    fn from(e: tch::TchError) -> Self {
+        let message = e.to_string();
+        if is_mismatch(&message) {
+            return explain_backward(&message);
+        }
+        DistError::new(classify(ffi::TCHD_ERR_OTHER, &message), message)
+    }
 }
 
 /// Leaves this rank's call in the store and reads the others' (waiting at most
@@ -143,6 +151,10 @@ mod tests {
     fn only_the_wrappers_report_is_a_mismatch() {
         assert!(is_mismatch("Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=3, OpType=REDUCE"));
         assert!(!is_mismatch("[gloo/transport/tcp/pair.cc:538] Read error: Connection reset by peer"));
+        let e = DistError::from(tch::TchError::Torch(
+            "Detected mismatch between collectives on ranks. Rank 1 is running collective".into(),
+        ));
+        assert_eq!(e.kind(), ErrorKind::Mismatch);
     }
 
     #[test]
