@@ -106,8 +106,18 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     // step 11 every step but the last, of which it earns the one check its loop
     // already passes (ranks-stop-together; it has no quick evaluation yet).
     let out = task("0");
-    assert!(out.contains("alice  120/120  pass"), "{out}");
-    assert!(out.contains("carol  113.3/120  fail"), "{out}");
+    // On a failure, each submission's whole report (its JSON), not only the gradebook:
+    // the temporary directory is gone once the test ends.
+    let reports = || {
+        ["alice", "carol"]
+            .map(|name| {
+                let file = results.join(format!("{name}.json"));
+                format!("--- {}\n{}", file.display(), std::fs::read_to_string(&file).unwrap_or_default())
+            })
+            .join("\n")
+    };
+    assert!(out.contains("alice  120/120  pass"), "{out}\n{}", reports());
+    assert!(out.contains("carol  113.3/120  fail"), "{out}\n{}", reports());
     let rows = gradebook();
     let header: Vec<&str> = rows[0].iter().map(String::as_str).collect();
     let steps: Vec<String> = (0..=coursegen::LAB_LAST_STEP).map(|s| format!("step {s}")).collect();
