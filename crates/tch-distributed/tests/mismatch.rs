@@ -126,7 +126,11 @@ fn outcome(o: &RankOutcome) -> &str {
 
 fn run(scenario: &str, env: &[(&str, &str)]) -> Vec<RankOutcome> {
     let port = child_process::free_port().unwrap();
-    let outcomes = run_ranks(scenario, env_ranks(0..2, 2, port), env, DEADLINE);
+    // Said outright: `the_check_follows_the_backend_and_the_environment` sets and unsets
+    // the variable in this process while other tests start ranks, which inherit it.
+    let mut env = env.to_vec();
+    env.push((dist::CHECK_COLLECTIVES_ENV, "1"));
+    let outcomes = run_ranks(scenario, env_ranks(0..2, 2, port), &env, DEADLINE);
     // Every rank returned from its scenario: no signal, no hang.
     assert_all_ok(&outcomes);
     for o in &outcomes {
