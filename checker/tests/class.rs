@@ -31,6 +31,24 @@ fn zipped_crate(path: &Path, name: &str, source: &str) {
     zip.finish().unwrap();
 }
 
+/// The tests of an exercism v3 report that did not pass, each with its message.
+fn not_passed(report: &str) -> String {
+    let Ok(report) = serde_json::from_str::<serde_json::Value>(report) else {
+        return format!("not a JSON report: {report:?}");
+    };
+    let tests = report["tests"].as_array().cloned().unwrap_or_default();
+    let lines: Vec<String> = tests
+        .iter()
+        .filter(|t| t["status"] != "pass")
+        .map(|t| format!("{} [{}]: {}", t["name"], t["status"], t["message"].as_str().unwrap_or("")))
+        .collect();
+    if lines.is_empty() {
+        "all passed".into()
+    } else {
+        lines.join("\n")
+    }
+}
+
 struct Ran {
     code: Option<i32>,
     output: String,
@@ -108,13 +126,14 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     let out = task("0");
     // On a failure, each submission's whole report (its JSON), not only the gradebook:
     // the temporary directory is gone once the test ends.
+    // The checks that did not pass come last, where a truncated log keeps them.
     let reports = || {
-        ["alice", "carol"]
-            .map(|name| {
-                let file = results.join(format!("{name}.json"));
-                format!("--- {}\n{}", file.display(), std::fs::read_to_string(&file).unwrap_or_default())
-            })
-            .join("\n")
+        let names = ["alice", "carol"];
+        let text =
+            |name: &str| std::fs::read_to_string(results.join(format!("{name}.json"))).unwrap_or_default();
+        let whole = names.map(|name| format!("--- {name}.json\n{}", text(name))).join("\n");
+        let not_passed = names.map(|name| format!("--- {name}: {}", not_passed(&text(name)))).join("\n");
+        format!("{whole}\n=== checks not passed\n{not_passed}")
     };
     assert!(out.contains("alice  120/120  pass"), "{out}\n{}", reports());
     assert!(out.contains("carol  113.3/120  fail"), "{out}\n{}", reports());

@@ -1,7 +1,8 @@
 //! Step 8: the throughput reduced to rank 0, and the epoch's end at a barrier.
 use std::collections::BTreeMap;
 
-use lab_trace::event::{EpochReport, ImagesPerSec, Printed};
+use lab_trace::event::{EpochReport, ImagesPerSec, Printed, Weights};
+use lab_trace::Record;
 
 use super::collectives::{self, Call, Run};
 use super::{by_rank, events, id, malformed, Check, Finding, Needs};
@@ -98,6 +99,13 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
 /// With the barrier every rank's clock stops when the late rank arrives, so an
 /// epoch's times agree across ranks; without it the others stop about the delay
 /// earlier. Comparing ranks (not a fixed time) holds however slow the machine is.
+///
+/// A time alone can also be short because its rank started the epoch late (a rank the
+/// machine starved before its clock started waits less for the others), so a rank
+/// counts as early only when, besides, it was done with the epoch before the late rank
+/// had finished training: its images/sec (taken right after its clock stopped) is
+/// recorded before the late rank's weights of that epoch (recorded as it leaves
+/// `train`, before it reaches the barrier). Behind a barrier that cannot happen.
 fn epoch_barrier(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
     let delay = labkit::SLOW_RANK_DELAY.as_secs_f64();
@@ -115,13 +123,14 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
             per_epoch.entry(e.epoch).or_default().push((r, e.epoch_time));
         }
     }
+    let done_before_the_late_rank = done_before_the_late_rank(trace, ws - 1, delay / 4.0);
     let early: Vec<String> = per_epoch
         .iter()
         .filter_map(|(epoch, times)| {
             let latest = times.iter().map(|t| t.1).fold(0.0, f64::max);
             let before: Vec<String> = times
                 .iter()
-                .filter(|(_, t)| *t < latest - delay / 2.0)
+                .filter(|(r, t)| *t < latest - delay / 2.0 && done_before_the_late_rank(*r, *epoch))
                 .map(|(r, t)| format!("rank {r} {t:.2} s"))
                 .collect();
             (!before.is_empty()).then(|| {
@@ -144,4 +153,33 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
         );
     }
     Finding::shown(true, "every rank's epoch ends with the late rank", expected)
+}
+
+/// Whether `rank` stopped its clock of `epoch` at least `margin` seconds before the
+/// `late` rank left `train` ([`epoch_barrier`]); `true` where the trace lacks either
+/// time (then the epoch times alone judge).
+fn done_before_the_late_rank(trace: &[Record], late: usize, margin: f64) -> impl Fn(usize, usize) -> bool {
+    // A rank's n-th images/sec belongs to its n-th epoch report (the figure has no epoch).
+    let mut times: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for (record, _) in events::<ImagesPerSec>(trace) {
+        if let Some(r) = record.rank {
+            times.entry(r).or_default().push(record.time);
+        }
+    }
+    let mut stopped: BTreeMap<(usize, usize), f64> = BTreeMap::new();
+    for (r, reports) in by_rank::<EpochReport>(trace) {
+        for (report, time) in reports.iter().zip(times.get(&r).into_iter().flatten()) {
+            stopped.insert((r, report.epoch), *time);
+        }
+    }
+    let mut late_done: BTreeMap<usize, f64> = BTreeMap::new();
+    for (record, weights) in events::<Weights>(trace) {
+        if record.rank == Some(late) {
+            late_done.entry(weights.epoch).or_insert(record.time);
+        }
+    }
+    move |rank, epoch| match (stopped.get(&(rank, epoch)), late_done.get(&epoch)) {
+        (Some(stopped), Some(late_done)) => *stopped < late_done - margin,
+        _ => true,
+    }
 }
