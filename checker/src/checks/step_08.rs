@@ -20,7 +20,7 @@ pub const CHECKS: &[Check] = &[
     Check {
         id: id::EPOCH_BARRIER,
         step: 8,
-        observes: "each rank's epoch time, with one rank made late",
+        observes: "each rank's epoch time and when it stopped its clock, with one rank made late",
         needs: Needs::Main,
         hint: "dist::barrier() after training, before stopping the clock (guide: step 8)",
         judge: epoch_barrier,
