@@ -5,7 +5,7 @@
 //! ends. The checker runs a job here itself, or its supervisor does inside a sandbox
 //! ([`crate::confined`]); which one, `run_all` chooses (in [`crate::observe`]).
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -108,7 +108,8 @@ fn run_processes(
     oom_first: bool,
 ) -> Vec<Ended> {
     let start = Instant::now();
-    let mut running: Vec<(usize, child_process::Child, PathBuf, PathBuf)> = Vec::new();
+    // The launches that started: their index, process and output files.
+    let (mut started, mut children) = (Vec::new(), Vec::new());
     let mut ended: Vec<Option<Ended>> = launches.iter().map(|_| None).collect();
     for (i, launch) in launches.iter().enumerate() {
         let out_path = dir.join(format!("{}.stdout", launch.name));
@@ -127,40 +128,38 @@ fn run_processes(
             child_process::spawn(cmd)
         });
         match spawned {
-            Ok(child) => running.push((i, child, out_path, err_path)),
+            Ok(child) => {
+                started.push((i, out_path, err_path));
+                children.push(child);
+            }
             Err(e) => {
                 ended[i] =
                     Some(Ended::not_started(&launch.name, format!("could not start {}: {e}", bin.display())))
             }
         }
     }
-    let mut first_failure: Option<Instant> = None;
-    while !running.is_empty() {
-        let mut still = Vec::new();
-        for (i, mut child, out, err) in running {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    if !status.success() && first_failure.is_none() {
-                        first_failure = Some(Instant::now());
-                    }
-                    let mut e =
-                        finished(&launches[i].name, child.id(), Some(status), false, &out, &err, start);
-                    e.left_behind = child.left_behind();
-                    ended[i] = Some(e);
-                }
-                _ => still.push((i, child, out, err)),
+    // A failed rank gives its peers `grace` to notice and say so before they are killed.
+    let spawning = start.elapsed();
+    let how = child_process::Watch {
+        limit: Some(limit.saturating_sub(spawning)),
+        after_failure: Some(grace),
+        ..Default::default()
+    };
+    let watched = child_process::watch(&mut children, &how);
+    for (k, (child, (i, out, err))) in children.iter_mut().zip(&started).enumerate() {
+        let name = &launches[*i].name;
+        ended[*i] = Some(match (watched.statuses[k], watched.ended_after[k]) {
+            (Some(status), Some(after)) => {
+                let mut e = finished(name, child.id(), Some(status), false, out, err, spawning + after);
+                e.left_behind = child.left_behind();
+                e
             }
-        }
-        running = still;
-        let over_limit = start.elapsed() > limit;
-        let over_grace = first_failure.is_some_and(|t| t.elapsed() > grace);
-        if over_limit || over_grace {
-            for (i, mut child, out, err) in running.drain(..) {
+            // Past the limit or the grace after a failure (or not waitable): killed.
+            _ => {
                 let status = child.kill().ok();
-                ended[i] = Some(finished(&launches[i].name, child.id(), status, true, &out, &err, start));
+                finished(name, child.id(), status, true, out, err, start.elapsed())
             }
-        }
-        std::thread::sleep(Duration::from_millis(25));
+        });
     }
     ended.into_iter().map(|e| e.expect("every launch ended")).collect()
 }
@@ -189,7 +188,7 @@ fn finished(
     timed_out: bool,
     out: &Path,
     err: &Path,
-    start: Instant,
+    elapsed: Duration,
 ) -> Ended {
     Ended {
         name: name.to_string(),
@@ -198,7 +197,7 @@ fn finished(
         timed_out,
         stdout: std::fs::read_to_string(out).unwrap_or_default(),
         stderr: std::fs::read_to_string(err).unwrap_or_default(),
-        elapsed: start.elapsed(),
+        elapsed,
         left_behind: false,
         limits: vec![],
     }

@@ -240,6 +240,13 @@ struct Rank {
     reaped: bool,
 }
 
+impl child_process::Poll for Rank {
+    fn poll(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        // A reaped child keeps its status.
+        self.child.try_wait()
+    }
+}
+
 impl Rank {
     fn label(&self) -> String {
         format!("{} rank {}", self.side.name(), self.rank)
@@ -368,28 +375,21 @@ impl Ranks {
                 let _ = writeln!(stdin, "quit");
             } // dropping stdin closes it: a rank that missed "quit" sees end of input
         }
-        let deadline = Instant::now() + within;
+        // Every rank may take until the deadline: one that fails does not stop the others'
+        // shutdown.
+        let how = child_process::Watch { limit: Some(within), after_failure: None, ..Default::default() };
+        let watched = child_process::watch(&mut self.ranks, &how);
         let mut failures = Vec::new();
-        for r in &mut self.ranks {
-            if r.reaped {
-                continue;
-            }
-            loop {
-                match r.child.try_wait() {
-                    Ok(Some(status)) => {
-                        r.reaped = true;
-                        if !status.success() {
-                            failures.push(format!("{} exited with {status}", r.label()));
-                        }
-                        break;
-                    }
-                    Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                    Ok(None) | Err(_) => {
-                        let _ = r.child.kill();
-                        r.reaped = true;
-                        failures.push(format!("{} did not exit within {within:?}; killed", r.label()));
-                        break;
-                    }
+        for (r, status) in self.ranks.iter_mut().zip(watched.statuses) {
+            r.reaped = true;
+            match status {
+                Some(status) if !status.success() => {
+                    failures.push(format!("{} exited with {status}", r.label()))
+                }
+                Some(_) => {}
+                None => {
+                    let _ = r.child.kill();
+                    failures.push(format!("{} did not exit within {within:?}; killed", r.label()));
                 }
             }
         }

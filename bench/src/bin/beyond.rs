@@ -510,27 +510,20 @@ fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) ->
             (read_all(Box::new(out)), read_all(Box::new(err)))
         })
         .collect();
-    let mut statuses = vec![None; WORLD_SIZE];
-    while statuses.iter().any(Option::is_none) {
-        for (rank, child) in children.iter_mut().enumerate() {
-            if statuses[rank].is_none() {
-                statuses[rank] = child.try_wait()?;
-            }
-        }
-        if statuses.iter().flatten().any(|s| !s.success()) {
-            for (rank, child) in children.iter_mut().enumerate() {
-                if statuses[rank].is_none() {
-                    statuses[rank] = Some(child.kill()?);
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let watched = child_process::watch(&mut children, &child_process::Watch::default());
+    if let child_process::WatchEnd::CannotWait { error, .. } = watched.end {
+        return Err(error.into());
     }
+    // One rank failed: the others would only wait for it until the timeout.
+    let statuses = children
+        .iter_mut()
+        .zip(watched.statuses)
+        .map(|(child, status)| status.map_or_else(|| child.kill(), Ok))
+        .collect::<std::io::Result<Vec<_>>>()?;
     let mut ranks = Vec::new();
     let mut worst: f64 = 0.0;
     for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {
         let (out, err) = (reader.0.join().unwrap_or_default(), reader.1.join().unwrap_or_default());
-        let status = status.expect("every rank was waited for");
         let result = out
             .lines()
             .find_map(|l| l.strip_prefix("result "))

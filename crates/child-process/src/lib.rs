@@ -17,6 +17,7 @@
 //! 128 + the signal (130 for Ctrl-C).
 //!
 //! One job per module: `spawn` starts children, `child` waits for and kills them,
+//! `ranks` waits for a job's processes together (fail fast, a limit, an interruption),
 //! `groups` keeps the live process groups and the watchdog that kills them if this
 //! process dies, `signals` stops them on Ctrl-C and friends (the one place stop
 //! signals are handled: [`StopSignals`] records them for a supervisor instead),
@@ -29,6 +30,7 @@ mod describe;
 mod groups;
 mod ports;
 mod procs;
+mod ranks;
 mod signals;
 mod spawn;
 
@@ -38,5 +40,6 @@ pub use describe::{describe, signal_name};
 pub use groups::{group_alive, kill_group};
 pub use ports::{free_port, free_ports};
 pub use procs::{processes_with_env, wait_until_no_process_with_env};
+pub use ranks::{watch, Poll, Watch, WatchEnd, Watched};
 pub use signals::{stop_children_on_signals, StopSignals, STOP_SIGNALS};
 pub use spawn::{die_with_parent, output, spawn, status};

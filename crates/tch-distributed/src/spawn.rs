@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use child_process::{signal_name, StopSignals};
+use child_process::{signal_name, StopSignals, Watch, WatchEnd};
 
 use crate::error::{DistError, ErrorKind, Result};
 use crate::launch_env::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
@@ -304,13 +304,19 @@ struct Rank {
     status: Option<ExitStatus>,
 }
 
+impl child_process::Poll for Rank {
+    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.reap()
+    }
+}
+
 impl Rank {
     fn running(&self) -> bool {
         self.status.is_none()
     }
 
     /// Reaps the child if it has ended.
-    fn poll(&mut self) -> std::io::Result<Option<ExitStatus>> {
+    fn reap(&mut self) -> std::io::Result<Option<ExitStatus>> {
         if self.status.is_none() {
             self.status = self.child.try_wait()?;
         }
@@ -344,36 +350,28 @@ fn run_parent(opts: &SpawnOptions) -> Result<()> {
         }
     }
     // Supervise: the first rank that fails ends the run, as does a stop signal.
-    while problem.is_none() && signals.caught().is_none() {
-        let mut all_done = true;
-        for rank in ranks.iter_mut() {
-            match rank.poll() {
-                Ok(Some(status)) if !status.success() => {
-                    // 2 is how a rank says "bad input" (see set_worker_exit_code).
-                    let kind = if status.code() == Some(2) {
-                        ErrorKind::InvalidArgument
-                    } else {
-                        ErrorKind::RankFailed
-                    };
-                    problem = Some((kind, rank.describe(status)));
-                    break;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => all_done = false,
-                Err(e) => {
+    if problem.is_none() {
+        let interrupted = || signals.caught().is_some();
+        let how = Watch { limit: None, after_failure: Some(Duration::ZERO), interrupted: &interrupted };
+        let watched = child_process::watch(&mut ranks, &how);
+        if let Some(first) = watched.first_failure {
+            let status = ranks[first].status.expect("a failed rank has its status");
+            // 2 is how a rank says "bad input" (see set_worker_exit_code).
+            let kind =
+                if status.code() == Some(2) { ErrorKind::InvalidArgument } else { ErrorKind::RankFailed };
+            problem = Some((kind, ranks[first].describe(status)));
+        } else {
+            match watched.end {
+                WatchEnd::AllEnded => return Ok(()),
+                WatchEnd::CannotWait { index, error } => {
+                    let local_rank = ranks[index].local_rank;
                     problem =
-                        Some((ErrorKind::Other, format!("waiting for local rank {}: {e}", rank.local_rank)));
-                    break;
+                        Some((ErrorKind::Other, format!("waiting for local rank {local_rank}: {error}")));
                 }
+                // A signal: said below.
+                WatchEnd::Interrupted | WatchEnd::TimedOut | WatchEnd::Failed { .. } => {}
             }
         }
-        if problem.is_some() {
-            break;
-        }
-        if all_done {
-            return Ok(());
-        }
-        std::thread::sleep(POLL);
     }
     let still_running = ranks.iter().filter(|r| r.running()).count();
     stop_all(&mut ranks, opts.grace_period, &signals);
@@ -429,7 +427,7 @@ fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> 
 /// once on a further signal to the parent), and reaps them all.
 fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &StopSignals) {
     for rank in ranks.iter_mut() {
-        if rank.poll().ok().flatten().is_none() {
+        if rank.reap().ok().flatten().is_none() {
             // SAFETY: kill(2) on our own unreaped child: the pid cannot have been reused.
             unsafe { libc::kill(rank.child.id() as libc::pid_t, libc::SIGTERM) };
         }
@@ -437,7 +435,7 @@ fn stop_all(ranks: &mut [Rank], grace: Duration, signals: &StopSignals) {
     let deadline = Instant::now() + grace;
     let signals_seen = signals.count();
     loop {
-        let running = ranks.iter_mut().filter_map(|r| r.poll().ok()).filter(Option::is_none).count();
+        let running = ranks.iter_mut().filter_map(|r| r.reap().ok()).filter(Option::is_none).count();
         if running == 0 {
             return;
         }
