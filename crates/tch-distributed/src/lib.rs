@@ -1,6 +1,8 @@
 // The crate's documentation is its README, so that every example in it is compiled
 // (and the runnable ones run) by `cargo test --doc`.
 #![doc = include_str!("../README.md")]
+// The README shows whole files (a dependent's build.rs), `fn main` included.
+#![allow(clippy::needless_doctest_main)]
 #![warn(missing_docs)]
 mod amp;
 mod c_args;
