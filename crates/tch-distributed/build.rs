@@ -18,6 +18,7 @@ mod locate;
 
 fn main() {
     println!("cargo:rerun-if-changed=build/locate.rs");
+    println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
     if std::env::var_os("CARGO_FEATURE_DOC_ONLY").is_some() {
         // tch's doc-only feature skips torch-sys's libtorch lookup the same way.
         return;
@@ -34,7 +35,6 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed=shim/{f}");
     }
-    println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
 
     let reported = locate::libtorch_lib(std::env::var_os("DEP_TCH_LIBTORCH_LIB").as_deref())
         .unwrap_or_else(|message| stop(&message));

@@ -1,7 +1,7 @@
 //! Every example of this crate, run as a user runs it: its own binary, which starts its
 //! own CPU ranks, with small sizes. Each must succeed and print what it promises; the
 //! numbers it prints are checked here too, not only by the example itself.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;
 use std::time::Duration;
@@ -63,6 +63,43 @@ fn ddp_train_lowers_the_loss_and_keeps_the_replicas_identical() {
     let second = number_after(&out, "epoch 1:", "mean loss");
     assert!(second < first, "the loss rose from {first} to {second}:\n{out}");
     assert!(out.contains("2 replicas identical after 2 epochs"), "{out}");
+}
+
+/// The same small training run as [`ddp_train_lowers_the_loss_and_keeps_the_replicas_identical`].
+const DDP_SMALL: [&str; 6] = ["--epochs", "2", "--samples", "512", "--batch-size", "32"];
+
+/// The ranks started by torchrun (as the README shows) train exactly as the ranks the
+/// example spawns itself: same seeds, same shards, so the same losses to the digit.
+#[test]
+fn ddp_train_under_torchrun_trains_as_under_spawn() {
+    let torchrun = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/torchrun");
+    if !torchrun.exists() {
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_TORCH").is_none(),
+            "{} is missing although DDP_LAB_REQUIRE_TORCH is set: run scripts/setup.sh",
+            torchrun.display()
+        );
+        eprintln!("skipped: {} is missing (scripts/setup.sh installs it)", torchrun.display());
+        return;
+    }
+    let port = child_process::free_port().unwrap().to_string();
+    let mut cmd = Command::new(&torchrun);
+    cmd.args(["--no-python", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", &port]);
+    cmd.arg(example("ddp_train")).args(DDP_SMALL);
+    let out = child_process::output(cmd, Some(LIMIT)).expect("torchrun starts");
+    assert!(out.success(), "torchrun: {}\nstdout:\n{}\nstderr:\n{}", out.describe(), out.stdout, out.stderr);
+    let spawned = run_ok("ddp_train", &[["--world-size", "2"].as_slice(), &DDP_SMALL].concat());
+    let losses = |out: &str| -> Vec<String> {
+        out.lines().filter(|l| l.starts_with("epoch ")).map(str::to_string).collect()
+    };
+    assert_eq!(losses(&out.stdout).len(), 2, "{}", out.stdout);
+    assert_eq!(losses(&out.stdout), losses(&spawned), "torchrun:\n{}\nspawn:\n{spawned}", out.stdout);
+    assert!(out.stdout.contains("2 replicas identical after 2 epochs"), "{}", out.stdout);
+    assert!(
+        !out.stdout.contains("starting 2 ranks"),
+        "under torchrun the example starts no ranks itself:\n{}",
+        out.stdout
+    );
 }
 
 #[test]

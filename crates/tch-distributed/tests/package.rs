@@ -146,3 +146,32 @@ fn the_packaged_crate_builds_outside_the_workspace_and_all_reduces() {
     assert!(out.contains("backend gloo, world size 1, all_reduce: [1.5, -2.0]"), "{out}");
     let _ = std::fs::remove_dir_all(&scratch);
 }
+
+/// docs.rs builds with `doc-only` and neither libtorch nor the gloo headers: the build
+/// script must then compile and link nothing, and the docs must still build, without
+/// a warning (a broken link included). Its own target directory: doc-only changes
+/// tch's features, and the workspace's builds must not be disturbed.
+#[test]
+fn the_docs_build_without_libtorch_or_gloo() {
+    let (root, target) = workspace();
+    let doc_target = target.join("doc-only");
+    let mut doc = child_process::cargo();
+    doc.current_dir(&root).args([
+        "doc",
+        "-q",
+        "--offline",
+        "-p",
+        "tch-distributed",
+        "--no-deps",
+        "--features",
+        "doc-only",
+    ]);
+    doc.env("CARGO_TARGET_DIR", &doc_target).env("RUSTDOCFLAGS", "-D warnings");
+    // Nowhere: a build that looked for either would fail.
+    doc.env("LIBTORCH", "/nonexistent/libtorch").env("DDP_LAB_GLOO_INCLUDE", "/nonexistent/gloo");
+    run(doc, "cargo doc --features doc-only");
+    let index = doc_target.join("doc/tch_distributed/index.html");
+    let html = std::fs::read_to_string(&index).unwrap_or_else(|e| panic!("{}: {e}", index.display()));
+    // The README is the crate's front page.
+    assert!(html.contains("A DDP training program"), "{}", index.display());
+}
