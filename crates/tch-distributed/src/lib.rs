@@ -24,6 +24,7 @@ mod pipeline;
 mod reduce_op;
 mod rendezvous;
 mod sampler;
+mod signals;
 pub mod spans;
 mod spawn;
 mod store;

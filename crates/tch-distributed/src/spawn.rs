@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use child_process::{signal_name, StopSignals};
-
 use crate::error::{DistError, ErrorKind, Result};
 use crate::launch_env::{spawned_rank, SPAWN_LOCAL_RANK_VAR, SPAWN_NPROCS_VAR, SPAWN_PARENT_PID_VAR};
+use crate::signals::{die_with_parent, signal_name, StopSignals};
 
 /// How long stopped ranks get between SIGTERM and SIGKILL by default.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(5);
@@ -281,7 +280,7 @@ fn exit_now(code: i32) -> ! {
 /// One spawn at a time per process: its signal handling (`StopSignals`) is process-wide.
 static PARENT_ACTIVE: AtomicBool = AtomicBool::new(false);
 
-struct ActiveGuard;
+pub(crate) struct ActiveGuard;
 
 impl ActiveGuard {
     fn acquire() -> Result<ActiveGuard> {
@@ -289,6 +288,18 @@ impl ActiveGuard {
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .map(|_| ActiveGuard)
             .map_err(|_| DistError::invalid("spawn is already running in this process (on another thread)"))
+    }
+}
+
+/// Spawn's one-at-a-time guard, for a test that changes the stop signals' dispositions
+/// itself: no spawn catches them meanwhile.
+#[cfg(test)]
+pub(crate) fn hold_signals_for_test() -> ActiveGuard {
+    loop {
+        if let Ok(guard) = ActiveGuard::acquire() {
+            return guard;
+        }
+        std::thread::sleep(POLL);
     }
 }
 
@@ -421,7 +432,7 @@ fn start_rank(local_rank: usize, opts: &SpawnOptions) -> std::io::Result<Child> 
     // The kernel SIGKILLs this child when the thread that forks it ends, which also
     // covers a parent killed by SIGKILL. That thread is the one blocked in spawn, so it
     // lives as long as the run. The ranks stay in the parent's process group (see spawn).
-    child_process::die_with_parent(&mut cmd);
+    die_with_parent(&mut cmd);
     cmd.spawn()
 }
 
