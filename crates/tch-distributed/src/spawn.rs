@@ -280,7 +280,7 @@ fn exit_now(code: i32) -> ! {
 /// One spawn at a time per process: its signal handling (`StopSignals`) is process-wide.
 static PARENT_ACTIVE: AtomicBool = AtomicBool::new(false);
 
-pub(crate) struct ActiveGuard;
+struct ActiveGuard;
 
 impl ActiveGuard {
     fn acquire() -> Result<ActiveGuard> {
@@ -288,18 +288,6 @@ impl ActiveGuard {
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .map(|_| ActiveGuard)
             .map_err(|_| DistError::invalid("spawn is already running in this process (on another thread)"))
-    }
-}
-
-/// Spawn's one-at-a-time guard, for a test that changes the stop signals' dispositions
-/// itself: no spawn catches them meanwhile.
-#[cfg(test)]
-pub(crate) fn hold_signals_for_test() -> ActiveGuard {
-    loop {
-        if let Ok(guard) = ActiveGuard::acquire() {
-            return guard;
-        }
-        std::thread::sleep(POLL);
     }
 }
 
