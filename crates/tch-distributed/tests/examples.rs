@@ -3,7 +3,7 @@
 //! numbers it prints are checked here too, not only by the example itself.
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 use std::time::Duration;
 
 /// Kills an example that hangs (a rank waiting forever), so the test fails instead.
@@ -55,18 +55,35 @@ fn number_after(output: &str, prefix: &str, key: &str) -> f64 {
 
 #[test]
 fn ddp_train_lowers_the_loss_and_keeps_the_replicas_identical() {
-    let out = run_ok(
-        "ddp_train",
-        &["--world-size", "2", "--epochs", "2", "--samples", "512", "--batch-size", "32"],
-    );
-    let first = number_after(&out, "epoch 0:", "mean loss");
-    let second = number_after(&out, "epoch 1:", "mean loss");
+    let out = ddp_train_spawned();
+    let first = number_after(out, "epoch 0:", "mean loss");
+    let second = number_after(out, "epoch 1:", "mean loss");
     assert!(second < first, "the loss rose from {first} to {second}:\n{out}");
     assert!(out.contains("2 replicas identical after 2 epochs"), "{out}");
 }
 
 /// The same small training run as [`ddp_train_lowers_the_loss_and_keeps_the_replicas_identical`].
 const DDP_SMALL: [&str; 6] = ["--epochs", "2", "--samples", "512", "--batch-size", "32"];
+
+/// The output of one small `ddp_train` run on 2 spawned ranks, shared by the tests that
+/// read it. With OMP_NUM_THREADS=1, as torchrun sets it for its ranks: libtorch then
+/// sums in the same order under both launchers and prints the same digits.
+fn ddp_train_spawned() -> &'static str {
+    static OUTPUT: OnceLock<String> = OnceLock::new();
+    OUTPUT.get_or_init(|| {
+        let mut cmd = Command::new(example("ddp_train"));
+        cmd.args(["--world-size", "2"]).args(DDP_SMALL).env("OMP_NUM_THREADS", "1");
+        let out = child_process::output(cmd, Some(LIMIT)).expect("the example starts");
+        assert!(
+            out.success(),
+            "ddp_train: {}\nstdout:\n{}\nstderr:\n{}",
+            out.describe(),
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+    })
+}
 
 /// The ranks started by torchrun (as the README shows) train exactly as the ranks the
 /// example spawns itself: same seeds, same shards, so the same losses to the digit.
@@ -85,15 +102,15 @@ fn ddp_train_under_torchrun_trains_as_under_spawn() {
     let port = child_process::free_port().unwrap().to_string();
     let mut cmd = Command::new(&torchrun);
     cmd.args(["--no-python", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", &port]);
-    cmd.arg(example("ddp_train")).args(DDP_SMALL);
+    cmd.arg(example("ddp_train")).args(DDP_SMALL).env("OMP_NUM_THREADS", "1");
     let out = child_process::output(cmd, Some(LIMIT)).expect("torchrun starts");
     assert!(out.success(), "torchrun: {}\nstdout:\n{}\nstderr:\n{}", out.describe(), out.stdout, out.stderr);
-    let spawned = run_ok("ddp_train", &[["--world-size", "2"].as_slice(), &DDP_SMALL].concat());
+    let spawned = ddp_train_spawned();
     let losses = |out: &str| -> Vec<String> {
         out.lines().filter(|l| l.starts_with("epoch ")).map(str::to_string).collect()
     };
     assert_eq!(losses(&out.stdout).len(), 2, "{}", out.stdout);
-    assert_eq!(losses(&out.stdout), losses(&spawned), "torchrun:\n{}\nspawn:\n{spawned}", out.stdout);
+    assert_eq!(losses(&out.stdout), losses(spawned), "torchrun:\n{}\nspawn:\n{spawned}", out.stdout);
     assert!(out.stdout.contains("2 replicas identical after 2 epochs"), "{}", out.stdout);
     assert!(
         !out.stdout.contains("starting 2 ranks"),
