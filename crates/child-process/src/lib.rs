@@ -18,8 +18,8 @@
 //!
 //! One job per module: `spawn` starts children, `child` waits for and kills them,
 //! `groups` keeps the live process groups and the watchdog that kills them if this
-//! process dies, `signals` stops them on Ctrl-C and friends (the one place stop
-//! signals are handled: [`StopSignals`] records them for a supervisor instead),
+//! process dies, `signals` stops them on Ctrl-C and friends (the launchers' one place
+//! for stop signals: [`StopSignals`] records them for a supervisor instead),
 //! `describe` words an exit status, `ports` picks free ports, `procs` finds processes
 //! by their environment, `cargo` starts cargo from a program cargo runs (a test) as a
 //! plain `cargo build` would run.

@@ -1,10 +1,11 @@
-//! Stop signals (SIGINT, SIGTERM, SIGHUP): the one place the workspace handles them,
-//! over nix's typed `sigaction`. Two ways to catch them:
+//! Stop signals (SIGINT, SIGTERM, SIGHUP) for the workspace's launchers, over nix's
+//! typed `sigaction` (tch-distributed's `spawn`, published on its own, records them with
+//! its own copy of [`StopSignals`] over libc). Two ways to catch them:
 //!
 //! * [`stop_children_on_signals`], for launcher binaries: a stop signal kills every
 //!   process group this process started, then ends it with 128 + the signal;
-//! * [`StopSignals`], for a supervisor that must stop its children itself and report
-//!   (`tch_distributed::spawn`): while it lives a stop signal is only recorded.
+//! * [`StopSignals`], for a supervisor that must stop its children itself and report:
+//!   while it lives a stop signal is only recorded.
 //!
 //! Either way a signal that was ignored stays ignored: under `nohup`, or in a
 //! background job, the user asked for exactly that.
