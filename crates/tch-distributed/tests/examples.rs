@@ -167,3 +167,25 @@ fn collective_tour_refuses_a_single_rank() {
     assert_eq!(out.status.code(), Some(2), "{}\n{}", out.stdout, out.stderr);
     assert!(out.stderr.contains("--world-size must be at least 2"), "{}", out.stderr);
 }
+
+#[test]
+fn hello_ranks_agree_on_every_collective() {
+    let out = run_ok("hello_ranks", &["--world-size", "2"]);
+    for rank in 0..2 {
+        let line = format!("rank {rank}/2: all_reduce(sum of rank+1) = 3 (expect 3), max rank = 1, broadcast from 0 = 42, all_gather(rank*10) = [0, 10]");
+        assert!(out.contains(&line), "{out}");
+    }
+    assert!(out.contains("all 2 ranks agree"), "{out}");
+}
+
+#[test]
+fn spawn_ranks_all_reduce_and_a_failing_rank_fails_the_run() {
+    let out = run_ok("spawn_ranks", &["--nprocs", "2"]);
+    for rank in 0..2 {
+        assert!(out.contains(&format!("rank {rank}/2 (local rank {rank}, pid ")), "{out}");
+    }
+    assert_eq!(out.matches("sum of rank+1 = 3 (expect 3)").count(), 2, "{out}");
+    let failed = run("spawn_ranks", &["--nprocs", "2", "--fail-rank", "1"]);
+    assert!(!failed.status.success(), "{}\n{}", failed.stdout, failed.stderr);
+    assert!(failed.stderr.contains("rank 1: failing on purpose"), "{}", failed.stderr);
+}
