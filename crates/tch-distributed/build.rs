@@ -2,15 +2,27 @@
 //! (shim/sync_batch_norm.cpp), bf16 autocast (shim/amp.cpp) and FSDP's autograd and
 //! storage pieces (shim/fsdp.cpp).
 //!
-//! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`);
-//! the gloo headers, which libtorch's ProcessGroupGloo.hpp includes, as `gloo_include`
-//! says.
+//! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`),
+//! so by its rules: `LIBTORCH`, or `LIBTORCH_USE_PYTORCH=1` for python's torch; the gloo
+//! headers, which libtorch's ProcessGroupGloo.hpp includes, as `gloo_search` says. The
+//! lookups themselves live in build/locate.rs, which tests/build_locate.rs tests.
+//! With the `doc-only` feature (docs.rs) nothing is compiled or linked: the docs need
+//! neither libtorch nor gloo.
 //! ProcessGroupNCCL is compiled in whenever libtorch ships its CUDA libraries and the
 //! CUDA/NCCL headers of the pip wheels are beside it, so machines without a GPU still
 //! compile (and so check) the NCCL path.
 use std::path::{Path, PathBuf};
 
+#[path = "build/locate.rs"]
+mod locate;
+
 fn main() {
+    println!("cargo:rerun-if-changed=build/locate.rs");
+    println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
+    if std::env::var_os("CARGO_FEATURE_DOC_ONLY").is_some() {
+        // tch's doc-only feature skips torch-sys's libtorch lookup the same way.
+        return;
+    }
     for f in [
         "tchd.cpp",
         "ddp.cpp",
@@ -23,11 +35,9 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed=shim/{f}");
     }
-    println!("cargo:rustc-check-cfg=cfg(tchd_nccl)");
 
-    let reported = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect(
-        "torch-sys did not report libtorch's lib directory (DEP_TCH_LIBTORCH_LIB); run scripts/setup.sh",
-    ));
+    let reported = locate::libtorch_lib(std::env::var_os("DEP_TCH_LIBTORCH_LIB").as_deref())
+        .unwrap_or_else(|message| stop(&message));
     // Resolve the `.libtorch` link: the CUDA headers sit beside the real torch directory.
     let lib = std::fs::canonicalize(&reported).unwrap_or(reported);
     let root = lib.parent().expect("libtorch lib dir has a parent").to_path_buf();
@@ -50,7 +60,7 @@ fn main() {
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .define("USE_C10D_GLOO", None)
         .define("GLOG_USE_GLOG_EXPORT", None);
-    let gloo = gloo_include();
+    let gloo = locate::gloo_include(&gloo_search()).unwrap_or_else(|message| stop(&message));
     if let Some(dir) = &gloo {
         build.include(dir);
     }
@@ -163,52 +173,25 @@ fn compile_once(build: &mut cc::Build, name: &str, gloo_dir: &Path) {
     println!("cargo:rustc-link-lib=stdc++");
 }
 
-/// The directory that holds the gloo headers (`gloo/algorithm.h`), or None for the
-/// system's, which the compiler finds on its own. In this order: `DDP_LAB_GLOO_INCLUDE`
-/// (refused when it holds none), the link `.gloo-include` in the workspace root that
-/// scripts/setup.sh makes, then /usr/include and /usr/local/include. Anything else
-/// stops the build with the ways to get them.
+/// Where this build looks for the gloo headers (`gloo/algorithm.h`), in this order:
+/// `DDP_LAB_GLOO_INCLUDE` (refused when it holds none), the link `.gloo-include` in the
+/// ddp-lab workspace root that scripts/setup.sh makes, /usr/include and
+/// /usr/local/include, then the cache that scripts/setup.sh unpacks them into without
+/// root (found also by a build outside the workspace, e.g. of the published crate).
+/// Anything else stops the build with the ways to get them.
 ///
 /// Deliberately no `rerun-if-env-changed`: where the headers are does not change what
 /// is built, and the checker's build sandbox sees neither the variable nor the
 /// link's target, so it must reuse this build instead of running the script again.
-fn gloo_include() -> Option<PathBuf> {
-    const HEADER: &str = "gloo/algorithm.h";
-    let holds = |dir: &Path| dir.join(HEADER).is_file();
-    if let Some(dir) = std::env::var_os("DDP_LAB_GLOO_INCLUDE").filter(|d| !d.is_empty()) {
-        let dir = PathBuf::from(dir);
-        if holds(&dir) {
-            return Some(dir);
-        }
-        stop(&format!(
-            "DDP_LAB_GLOO_INCLUDE={} holds no {HEADER}: name the directory that holds the gloo/ folder of headers \
-             (for Debian's libgloo-dev, /usr/include), or unset it",
-            dir.display()
-        ));
-    }
+fn gloo_search() -> locate::GlooSearch {
     let manifest =
         PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let link = manifest.join("../../.gloo-include");
-    if link.symlink_metadata().is_ok() {
-        if holds(&link) {
-            return Some(link);
-        }
-        stop(&format!(
-            "the link {} (made by scripts/setup.sh) leads to no {HEADER}: run `bash scripts/setup.sh` again",
-            link.display()
-        ));
+    locate::GlooSearch {
+        explicit: std::env::var_os("DDP_LAB_GLOO_INCLUDE"),
+        workspace_link: Some(manifest.join("../../.gloo-include")),
+        system: vec!["/usr/include".into(), "/usr/local/include".into()],
+        setup_cache: locate::setup_cache(|name| std::env::var_os(name)),
     }
-    if ["/usr/include", "/usr/local/include"].iter().any(|dir| holds(Path::new(dir))) {
-        return None;
-    }
-    stop(&format!(
-        "the gloo headers are missing ({HEADER}; libtorch's ProcessGroupGloo.hpp includes them and the torch \
-         wheel does not ship them). Any one of these gives them:\n  \
-         1. `bash scripts/setup.sh`, no root needed: on Debian/Ubuntu it downloads libgloo-dev into its cache \
-         and links .gloo-include;\n  \
-         2. as root, `apt-get install libgloo-dev` (into /usr/include/gloo);\n  \
-         3. `DDP_LAB_GLOO_INCLUDE=DIR`, a directory that holds {HEADER}."
-    ))
 }
 
 /// Ends the build script with `message`, which cargo shows under the failed build.

@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             // them: only the parent's choice counts, handed over in the environment.
             let mut options = dist::SpawnOptions::new(args.nprocs);
             if dist::spawned_rank().is_none() {
-                let port = child_process::free_port().expect("a free port");
+                let port = free_port();
                 println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.nprocs);
                 options = options
                     .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
@@ -80,4 +80,10 @@ fn worker(local_rank: usize, rank: usize, world_size: usize, args: &Args) -> dis
     );
     std::thread::sleep(Duration::from_secs(args.hold_secs));
     dist::destroy_process_group()
+}
+
+/// A port nobody listens on now, for rank 0's store (the OS picks it).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("a bound address").port()
 }
