@@ -1,0 +1,166 @@
+//! `--prairielearn`: the results.json a PrairieLearn external grader leaves in
+//! /grade/results, as "External Grading" documents it (docs.prairielearn.com/
+//! externalGrading, section "Grading results", read 2026-11-28):
+//!
+//! - `score`: from 0 to 1, required when the submission is gradable;
+//! - `gradable`: false marks the submission "invalid, not gradable": no points are
+//!   awarded or lost and the student keeps the attempt; `format_errors` (a string or a
+//!   list of strings) then says why. Here: nothing could be run (the program does not
+//!   compile, or nothing holding one was handed in);
+//! - `message`, `output`: shown above the tests;
+//! - `tests`: each with `name`, `description`, `points`, `max_points`, `message`,
+//!   `output`;
+//! - the file should stay under 1 MB.
+//!
+//! The step's figures are not added as `images`: grading runs on CPU ranks with small
+//! hidden variations, whose curves say nothing a student can act on.
+use serde::Serialize;
+
+use super::{keep_end, summary};
+use crate::grade::{CheckGrade, Grade, StepGrade};
+
+// The limits below count characters; JSON may spend up to 6 bytes on one (a control
+// character as \u001b), so the texts together stay under 160 Ki characters.
+/// What the texts of all the tests may use together.
+const TESTS_BUDGET: usize = 128 * 1024;
+/// At most this much of one test's message, and of the program's output under it.
+const TEST_TEXT_LIMIT: usize = 4000;
+/// At most this much of the summary, and of the compiler's errors (they can be long).
+const SUMMARY_LIMIT: usize = 16 * 1024;
+
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub gradable: bool,
+    /// Points earned over points possible; absent when not gradable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Why the submission could not be graded; only when not gradable.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format_errors: Option<Vec<String>>,
+    pub message: String,
+    pub output: String,
+    pub tests: Vec<Test>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Test {
+    pub name: String,
+    /// What the check looks at, from the registry.
+    pub description: String,
+    pub points: f64,
+    pub max_points: f64,
+    pub message: String,
+    pub output: String,
+}
+
+pub fn render(grade: &Grade) -> Results {
+    let error = grade.error();
+    let count = grade.steps.iter().map(|s| s.graded().count()).sum::<usize>().max(1);
+    // Each test's message and output share what is left of the budget.
+    let limit = TEST_TEXT_LIMIT.min(TESTS_BUDGET / (2 * count));
+    let tests = grade.steps.iter().flat_map(|s| s.graded().map(move |c| test(s, c, limit))).collect();
+    let max = grade.max_points();
+    Results {
+        gradable: error.is_none(),
+        score: error.is_none().then(|| if max > 0.0 { grade.points() / max } else { 0.0 }),
+        format_errors: error.map(|e| vec![keep_end(&e, SUMMARY_LIMIT)]),
+        message: format!(
+            "{} of {} points.",
+            crate::grade::fmt_points(grade.points()),
+            crate::grade::fmt_points(max)
+        ),
+        output: keep_end(&summary(grade, false), SUMMARY_LIMIT),
+        tests,
+    }
+}
+
+fn test(step: &StepGrade, check: &CheckGrade, limit: usize) -> Test {
+    let passed = check.passed();
+    let message = if passed { "passed".to_string() } else { check.message.clone().unwrap_or_default() };
+    // The evidence for a pass; the program's output for a failure in a run that ran.
+    let output = if passed {
+        check.observed.clone()
+    } else if step.not_run.is_none() {
+        step.output.clone()
+    } else {
+        String::new()
+    };
+    Test {
+        name: step.test_name(check),
+        description: check.observes.to_string(),
+        points: check.points,
+        max_points: check.max_points,
+        message: keep_end(&message, limit),
+        output: keep_end(&output, limit),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::id;
+    use crate::grade::tests::{check, grade_of, step_run};
+
+    // Against https://docs.prairielearn.com/externalGrading/#grading-results: score in
+    // [0, 1]; gradable; tests with name, description, points, max_points, message, output.
+    #[test]
+    fn a_graded_run_has_a_fractional_score_and_a_test_per_check() {
+        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let r = render(&grade_of(vec![s]));
+        assert!(r.gradable);
+        assert_eq!(r.score, Some(0.5));
+        assert_eq!(r.format_errors, None);
+        assert_eq!(r.message, "5 of 10 points.");
+        assert!(r.output.starts_with("Step 8 ("), "{}", r.output);
+        assert!(r.output.contains("cargo checker verify step 8 --seed 7"), "{}", r.output);
+        let t: Vec<(&str, f64, f64)> =
+            r.tests.iter().map(|t| (t.name.as_str(), t.points, t.max_points)).collect();
+        assert_eq!(t, [("step 8: throughput-reduced", 5.0, 5.0), ("step 8: epoch-barrier", 0.0, 5.0)]);
+        assert_eq!(r.tests[0].message, "passed");
+        assert_eq!(r.tests[0].output, "saw throughput-reduced");
+        assert!(r.tests[1].message.starts_with("observed: saw epoch-barrier\nexpected: want\nhint: do it"));
+        assert_eq!(r.tests[1].output, "Epoch = 0 ...");
+        assert!(!r.tests[1].description.is_empty());
+        let json = serde_json::to_value(&r).unwrap();
+        let mut keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["gradable", "message", "output", "score", "tests"]);
+        let mut test_keys: Vec<&String> = json["tests"][0].as_object().unwrap().keys().collect();
+        test_keys.sort();
+        assert_eq!(test_keys, ["description", "max_points", "message", "name", "output", "points"]);
+    }
+
+    // "gradable: false ... no points will be awarded or lost, and the student will not
+    // be penalized an attempt"; format_errors a string or a list of strings.
+    #[test]
+    fn a_program_that_does_not_compile_is_not_gradable() {
+        let mut build = check(id::BUILDS, 0, false);
+        build.observed = "cargo build failed:\nerror[E0425]: cannot find value `y` in this scope".into();
+        let r = render(&grade_of(vec![step_run(1, vec![build])]));
+        assert!(!r.gradable);
+        assert_eq!(r.score, None);
+        let errors = r.format_errors.as_deref().unwrap();
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].contains("error[E0425]: cannot find value `y`"), "{errors:?}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["gradable"], false);
+        assert!(json.get("score").is_none());
+        assert!(json["format_errors"][0].is_string());
+    }
+
+    /// PrairieLearn's limit on results.json.
+    const SIZE_LIMIT: usize = 1 << 20;
+
+    // "this file should be limited to 1 MB".
+    #[test]
+    fn a_huge_output_keeps_the_file_under_one_megabyte() {
+        let mut s =
+            step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, false), check(id::EPOCH_BARRIER, 8, false)]);
+        s.output = "\u{1b}".repeat(2 << 20);
+        for c in &mut s.checks {
+            c.message = Some("\u{1b}".repeat(2 << 20));
+        }
+        let text = serde_json::to_string(&render(&grade_of(vec![s]))).unwrap();
+        assert!(text.len() < SIZE_LIMIT, "{} bytes", text.len());
+    }
+}
