@@ -394,6 +394,16 @@ pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> 
     Ok(())
 }
 
+/// `checker autograder prairielearn|autolab|coderunner|codegrade`: what the platform needs.
+pub fn autograder_platform(
+    platform: autograder::Platform,
+    args: &crate::cli::PlatformArgs,
+) -> Result<(), Failure> {
+    let written = autograder::platform(&repo_root(), args.step, platform, args.image.as_deref(), &args.out)?;
+    println!("{written}");
+    Ok(())
+}
+
 /// `checker autograder github-classroom`: the workflow file of the students' repositories.
 pub fn autograder_github_classroom(
     repository: &str,
