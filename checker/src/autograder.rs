@@ -23,12 +23,23 @@ pub const COURSE_DIR: &str = "ddp-lab";
 
 /// Writes `out/autograder.zip`, with `setup.sh` and `run_autograder` beside it (to read);
 /// returns what to tell the instructor.
-pub fn gradescope(root: &Path, graded: Graded, out: &Path) -> Result<String, String> {
+/// `hidden_until_due`: checks whose tests students see after the due date.
+pub fn gradescope(
+    root: &Path,
+    graded: Graded,
+    hidden_until_due: &[String],
+    out: &Path,
+) -> Result<String, String> {
     let commit = course_commit(root)?;
     let course = git(root, &["archive", "--format=zip", &format!("--prefix={COURSE_DIR}/"), "HEAD"])
         .map_err(|e| format!("git archive HEAD failed in {}: {e}", root.display()))?;
     let setup = fill(SETUP, graded, &commit);
-    let run = fill(RUN_AUTOGRADER, graded, &commit);
+    let hidden = if hidden_until_due.is_empty() {
+        String::new()
+    } else {
+        format!(" \\\n    --hidden-until-due {}", hidden_until_due.join(","))
+    };
+    let run = fill(RUN_AUTOGRADER, graded, &commit).replace("@HIDDEN@", &hidden);
     std::fs::create_dir_all(out)
         .map_err(|e| format!("--out {}: {e}; name a folder you can write", out.display()))?;
     let zip_path = out.join("autograder.zip");
@@ -359,7 +370,7 @@ mod tests {
 
     #[test]
     fn the_scripts_name_the_step_and_what_a_trial_run_sets() {
-        let run = fill(RUN_AUTOGRADER, Graded::Step(7), "abc123");
+        let run = fill(RUN_AUTOGRADER, Graded::Step(7), "abc123").replace("@HIDDEN@", "");
         assert!(run.contains("grade step 7 --crate \"$AUTOGRADER_ROOT/submission\""), "{run}");
         assert!(run.contains("course commit abc123"), "{run}");
         assert!(!run.contains('@'), "a placeholder left: {run}");
@@ -376,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_finished_program_is_graded_on_every_step_and_setup_checks_the_last_solution() {
-        let run = fill(RUN_AUTOGRADER, Graded::Final, "abc123");
+        let run = fill(RUN_AUTOGRADER, Graded::Final, "abc123").replace("@HIDDEN@", "");
         assert!(run.contains("grade all --crate \"$AUTOGRADER_ROOT/submission\""), "{run}");
         assert!(!run.contains("grade step"), "{run}");
         let setup = fill(SETUP, Graded::Final, "abc123");

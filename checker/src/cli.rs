@@ -245,6 +245,10 @@ pub enum Platform {
         /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Checks whose tests students see only after the due date: their ids,
+        /// e.g. `--hidden-until-due epoch-barrier,trains`.
+        #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = check_id)]
+        hidden_until_due: Vec<String>,
     },
     /// PrairieLearn's external grader: DIR/Dockerfile (the grading image: the course
     /// built in /opt/ddp-lab), DIR/entrypoint (grades /grade/student into

@@ -388,8 +388,8 @@ fn available_memory() -> Option<u64> {
 }
 
 /// `checker autograder gradescope --step N --out DIR`.
-pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> {
-    let written = autograder::gradescope(&repo_root(), graded, out)?;
+pub fn autograder_gradescope(graded: Graded, hidden_until_due: &[String], out: &Path) -> Result<(), Failure> {
+    let written = autograder::gradescope(&repo_root(), graded, hidden_until_due, out)?;
     println!("{written}");
     Ok(())
 }

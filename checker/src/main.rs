@@ -185,8 +185,8 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             let program = (subject, prebuilt.as_deref());
             commands::grade(&target, program, runs.seed(), runs.limit(), &reports, confinement)
         }
-        Command::Autograder { platform: Platform::Gradescope { step, out } } => {
-            commands::autograder_gradescope(step, &out)
+        Command::Autograder { platform: Platform::Gradescope { step, out, hidden_until_due } } => {
+            commands::autograder_gradescope(step, &hidden_until_due, &out)
         }
         Command::Autograder { platform: Platform::Prairielearn(args) } => {
             commands::autograder_platform(autograder::Platform::Prairielearn, &args)

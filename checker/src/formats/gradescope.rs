@@ -8,6 +8,9 @@
 //! - per test: `score`, `max_score`, `status` (`passed` or `failed`), `name`, `number`,
 //!   `output`, `tags`, `visibility`.
 //!
+//! A `leaderboard` (a list of `name`, `value` and `order`, "asc" or "desc") holds the
+//! finished lab's images/sec when the finished program was graded (`grade all`).
+//!
 //! The summary above the tests is Markdown (`output_format`: "md", compiler errors in
 //! code blocks); a test's output stays text (`test_output_format`), since it is the
 //! program's own. A check named by `--hidden-until-due` is a test with visibility
@@ -40,6 +43,18 @@ pub struct Results {
     pub stdout_visibility: Visibility,
     pub extra_data: ExtraData,
     pub tests: Vec<Test>,
+    /// The finished lab's images/sec, for the assignment's leaderboard; absent when the
+    /// finished program was not graded or did not run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leaderboard: Vec<LeaderboardEntry>,
+}
+
+/// One column of the leaderboard: its name, the value, and which way is better.
+#[derive(Debug, Serialize)]
+pub struct LeaderboardEntry {
+    pub name: &'static str,
+    pub value: f64,
+    pub order: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -130,6 +145,11 @@ pub fn render(grade: &Grade, hidden_until_due: &[String]) -> Results {
                 .collect(),
         },
         tests,
+        leaderboard: grade
+            .finished_images_per_sec()
+            .map(|value| LeaderboardEntry { name: "Images/sec", value: value.round(), order: "desc" })
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -197,6 +217,7 @@ mod tests {
         assert_eq!(json["tests"][0]["status"], "passed");
         assert_eq!(json["visibility"], "visible");
         assert_eq!(json["stdout_visibility"], "hidden");
+        assert!(json.get("leaderboard").is_none(), "step 8 is not the finished lab");
         // Markdown: a list of the steps, the command in code.
         assert_eq!((r.output_format, r.test_output_format), ("md", "text"));
         assert!(r.output.starts_with("- Step 8 ("), "{}", r.output);
@@ -214,6 +235,18 @@ mod tests {
         assert_eq!(json["tests"][0]["visibility"], "visible");
         assert_eq!(json["tests"][1]["visibility"], "after_due_date");
         assert_eq!(json["visibility"], "visible");
+    }
+
+    // The spec's leaderboard: [{"name": ..., "value": ..., "order": "asc"|"desc"}].
+    #[test]
+    fn the_finished_lab_ranks_on_images_per_sec() {
+        let mut s = step_run(coursegen::LAB_LAST_STEP, vec![]);
+        s.output = "Epoch =  0: Cumulative Time = 2.000, Epoch Time = 2.000, Images/sec = 812.4, Validation Loss = 0.500, Validation Accuracy = 0.800".into();
+        let json = serde_json::to_value(render_all(&grade_of(vec![s]))).unwrap();
+        assert_eq!(
+            json["leaderboard"],
+            serde_json::json!([{"name": "Images/sec", "value": 812.0, "order": "desc"}])
+        );
     }
 
     #[test]

@@ -164,6 +164,20 @@ pub fn gradescope(report: &Value) -> Vec<String> {
     for key in ["visibility", "stdout_visibility"] {
         one_of(report.get(key), &VISIBILITIES, key, &mut problems);
     }
+    // "leaderboard": [{"name": ..., "value": ..., "order": "asc" or "desc" (optional)}]
+    if let Some(board) = report.get("leaderboard") {
+        let entries = board.as_array().map(Vec::as_slice).unwrap_or_default();
+        if !board.is_array() {
+            problems.push("leaderboard must be an array".into());
+        }
+        for (i, e) in entries.iter().enumerate() {
+            keys_within(e, &["name", "value", "order"], &format!("leaderboard {i}"), &mut problems);
+            if !e["name"].is_string() || !(e["value"].is_number() || e["value"].is_string()) {
+                problems.push(format!("leaderboard {i} needs a name and a value"));
+            }
+            one_of(e.get("order"), &["asc", "desc"], &format!("leaderboard {i}: order"), &mut problems);
+        }
+    }
     if report.get("extra_data").is_some_and(|e| !e.is_object()) {
         problems.push("extra_data must be an object".into());
     }
