@@ -59,8 +59,10 @@ pub enum Command {
     ///
     /// Each step is worth 10 points, shared by the checks it introduces. Reports, each in
     /// a published format and written atomically: --json (exercism's test-runner results,
-    /// version 3), --junit (JUnit XML, for a CI) and --gradescope (Gradescope's
-    /// results.json). Exits 0 whenever the reports were made.
+    /// version 3), --junit (JUnit XML, for a CI), --gradescope (Gradescope's
+    /// results.json), and one per grading platform: --prairielearn, --autolab,
+    /// --coderunner, --classroom (GitHub Classroom) and --codegrade. Exits 0 whenever the
+    /// reports were made.
     Grade {
         /// `step N` or `all` (the default).
         #[arg(value_name = "step N | all", num_args = 0..=2)]
@@ -158,7 +160,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         crates: Option<PathBuf>,
     },
-    /// Write what a grading platform needs: `cargo checker autograder gradescope --step 7 --out DIR`,
+    /// Write what a grading platform needs: `cargo checker autograder gradescope|prairielearn|autolab|coderunner|codegrade --step 7 --out DIR`,
     /// `cargo checker autograder github-classroom --repository OWNER/NAME --out DIR`.
     Autograder {
         #[command(subcommand)]
