@@ -282,6 +282,11 @@ pub enum Platform {
         /// be pushed to the repository).
         #[arg(long, value_name = "COMMIT")]
         revision: Option<String>,
+        /// Each check passed earns its share of the step's points: each step writes the
+        /// checker's runner result for the grading reporter to sum, instead of a command
+        /// grader's all-or-nothing test.
+        #[arg(long)]
+        points_per_check: bool,
         /// Where to write .github/workflows/classroom.yml.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,

@@ -408,6 +408,7 @@ pub fn autograder_platform(
 pub fn autograder_github_classroom(
     repository: &str,
     revision: Option<&str>,
+    points: classroom::Points,
     out: &Path,
 ) -> Result<(), Failure> {
     let root = repo_root();
@@ -429,7 +430,7 @@ pub fn autograder_github_classroom(
     };
     let grader = classroom::Grader::new(repository, &revision)?;
     let steps: Vec<u8> = (0..=LAB_LAST_STEP).collect();
-    let text = classroom::workflow_file(&grader, &steps)?;
+    let text = classroom::workflow_file(&grader, &steps, points)?;
     let path = out.join(classroom::WORKFLOW_FILE);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
@@ -438,9 +439,13 @@ pub fn autograder_github_classroom(
     atomic_file::write_atomically(&path, text)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!(
-        "wrote {} ({} test(s), 10 points each; the checker of {} at {})",
+        "wrote {} ({} test(s), 10 points each, {}; the checker of {} at {})",
         path.display(),
         steps.len(),
+        match points {
+            classroom::Points::PerStep => "all or nothing per step",
+            classroom::Points::PerCheck => "each check passed earns its share",
+        },
         grader.repository,
         grader.revision
     );

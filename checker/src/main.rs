@@ -200,8 +200,12 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         Command::Autograder { platform: Platform::Codegrade(args) } => {
             commands::autograder_platform(autograder::Platform::Codegrade, &args)
         }
-        Command::Autograder { platform: Platform::GithubClassroom { repository, revision, out } } => {
-            commands::autograder_github_classroom(&repository, revision.as_deref(), &out)
+        Command::Autograder {
+            platform: Platform::GithubClassroom { repository, revision, points_per_check, out },
+        } => {
+            let points =
+                if points_per_check { classroom::Points::PerCheck } else { classroom::Points::PerStep };
+            commands::autograder_github_classroom(&repository, revision.as_deref(), points, &out)
         }
         Command::Completions { shell } => {
             cli::write_completions(shell);

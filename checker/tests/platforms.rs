@@ -159,3 +159,57 @@ fn codegrades_unit_test_step_writes_junit_where_it_is_told() {
         assert_eq!(passed * 10.0, points, "{what}: {xml}");
     }
 }
+
+/// GitHub Classroom with `--points-per-check`: a step's `run` as GitHub runs it (`bash -e`,
+/// from the workspace with the submission and the grader side by side), its `result`
+/// output decoded as the grading reporter decodes it, on a starter and a program that
+/// does not compile.
+#[test]
+fn github_classrooms_runner_results_earn_the_points_of_each_check() {
+    use base64::Engine;
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("template");
+    let v = checker_with(
+        &["autograder", "github-classroom", "--repository", "teacher/ddp-lab", "--points-per-check", "--out"],
+        &[&out],
+    );
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    let text = std::fs::read_to_string(out.join(".github/workflows/classroom.yml")).unwrap();
+    let workflow: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+    let steps = workflow["jobs"]["run-autograding-tests"]["steps"].as_sequence().unwrap().clone();
+    let ws = fresh("classroom-workspace");
+    std::os::unix::fs::symlink(repo().canonicalize().unwrap(), ws.join("grader")).unwrap();
+    let [_, (_, starter, _), (_, broken, _)] = programs();
+    for (step, source) in [(0u8, starter), (1, broken)] {
+        let dir = ws.join(format!("submission/steps/step_{step:02}/src"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.rs"), source).unwrap();
+    }
+    for (id, points, status) in [("step00", 5.0, "fail"), ("step01", 0.0, "error")] {
+        let step = steps.iter().find(|s| s["id"].as_str() == Some(id)).unwrap();
+        let output = ws.join(format!("{id}.output"));
+        std::fs::write(ws.join("run.sh"), step["run"].as_str().unwrap()).unwrap();
+        // Only what a runner's shell has (a toolchain, a home), not cargo test's own
+        // variables: those would make `cargo checker` rebuild the checker.
+        let mut cmd = Command::new("bash");
+        cmd.args(["-e", "run.sh"]).current_dir(&ws).env_clear();
+        for key in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "CARGO_TARGET_DIR"] {
+            if let Some(value) = std::env::var_os(key) {
+                cmd.env(key, value);
+            }
+        }
+        cmd.env("GITHUB_OUTPUT", &output).env(PROGRESS_FILE_ENV, ws.join("progress.json"));
+        let ran = child_process::output(cmd, None).expect("run the step");
+        assert_eq!(ran.status.code(), Some(0), "{id}:\n{}{}", ran.stdout, ran.stderr);
+        let written = std::fs::read_to_string(&output).unwrap();
+        let encoded = written.trim().strip_prefix("result=").unwrap_or_else(|| panic!("{written}"));
+        let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+        let result: Value = serde_json::from_slice(&decoded).unwrap();
+        let problems = formats::classroom_runner(&result);
+        assert!(problems.is_empty(), "{id}: {problems:#?}\n{result:#}");
+        // What the reporter adds up for GitHub Classroom: the tests' scores of max_score.
+        let earned: f64 =
+            result["tests"].as_array().unwrap().iter().map(|t| t["score"].as_f64().unwrap()).sum();
+        assert_eq!((earned, &result["max_score"], &result["status"]), (points, &10.0.into(), &status.into()));
+    }
+}
