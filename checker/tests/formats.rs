@@ -165,6 +165,9 @@ fn a_solution_passes_in_every_format() {
         })
         .collect();
     assert_eq!(points, [("step 0: imports-dist", 5.0, 5.0), ("step 0: trains", 5.0, 5.0)]);
+    // The run's figure, as a data URI (the validator decoded it).
+    let url = r.prairielearn["images"][0]["url"].as_str().unwrap();
+    assert!(url.starts_with("data:image/svg+xml;base64,"), "{url}");
     assert_eq!(r.autolab, serde_json::json!({"scores": {"step 0": 10.0}, "scoreboard": [10.0]}));
     assert_eq!(r.coderunner["fraction"], 1.0);
     assert_eq!(
@@ -386,6 +389,12 @@ fn the_validators_refuse_what_the_specs_forbid() {
     let invalid = serde_json::json!({"gradable": false, "format_errors": ["syntax error"]});
     assert_eq!(formats::prairielearn(&invalid.to_string()), Vec::<String>::new());
     assert!(!formats::prairielearn(r#"{"gradable": false}"#).is_empty(), "says why");
+    let mut pictured = pl.clone();
+    pictured["images"] =
+        serde_json::json!([{"label": "First Image", "url": "data:image/png;base64,iVBORw0KGgo="}]);
+    assert_eq!(formats::prairielearn(&pictured.to_string()), Vec::<String>::new());
+    pictured["images"][0]["url"] = "https://example.org/a.png".into();
+    assert!(!formats::prairielearn(&pictured.to_string()).is_empty(), "a data URI");
     assert!(
         !formats::prairielearn(&format!(r#"{{"score": 1, "output": "{}"}}"#, "x".repeat(1 << 20))).is_empty()
     );

@@ -12,8 +12,10 @@
 //!   `output`;
 //! - the file should stay under 1 MB.
 //!
-//! The step's figures are not added as `images`: grading runs on CPU ranks with small
-//! hidden variations, whose curves say nothing a student can act on.
+//! - `images`: each a `url` (a data URI) and a `label`; here a figure per run of the
+//!   step: its validation accuracy and images/sec, epoch by epoch, from rank 0's lines.
+use base64::Engine;
+use guide_figures::svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
 use serde::Serialize;
 
 use super::{keep_end, summary};
@@ -39,7 +41,16 @@ pub struct Results {
     pub format_errors: Option<Vec<String>>,
     pub message: String,
     pub output: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
     pub tests: Vec<Test>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Image {
+    pub label: String,
+    /// `data:image/svg+xml;base64,...`
+    pub url: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,8 +81,70 @@ pub fn render(grade: &Grade) -> Results {
             crate::grade::fmt_points(max)
         ),
         output: keep_end(&summary(grade, false), SUMMARY_LIMIT),
+        images: figures(grade),
         tests,
     }
+}
+
+/// A figure per distinct run that printed epoch lines (`grade all` judges every step
+/// from one run: one figure).
+fn figures(grade: &Grade) -> Vec<Image> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut images = Vec::new();
+    for step in grade.steps.iter().filter(|s| s.not_run.is_none()) {
+        if seen.contains(&step.output.as_str()) {
+            continue;
+        }
+        seen.push(&step.output);
+        let epochs: Vec<labkit::EpochReport> =
+            step.output.lines().filter_map(labkit::EpochReport::parse).collect();
+        if epochs.is_empty() {
+            continue;
+        }
+        let label = format!("Step {}'s run: validation accuracy and images/sec per epoch", step.step);
+        let svg = run_figure(&epochs, &label);
+        let url =
+            format!("data:image/svg+xml;base64,{}", base64::engine::general_purpose::STANDARD.encode(svg));
+        images.push(Image { label, url });
+    }
+    images
+}
+
+/// Two bar charts side by side: validation accuracy (0 to 1) and images/sec (0 to the
+/// most), a bar per epoch, each labelled with its value.
+fn run_figure(epochs: &[labkit::EpochReport], title: &str) -> String {
+    let (panel, height, top, bottom) = (300.0, 220.0, 50.0, 180.0);
+    let mut svg = Svg::new(2.0 * panel + 40.0, height, title);
+    svg.text(20.0, 28.0, "title", "", title);
+    let most = epochs.iter().map(|e| e.images_per_sec).fold(0.0, f64::max).max(1.0);
+    let panels: [(&str, f64, fn(&labkit::EpochReport) -> f64, usize); 2] = [
+        ("validation accuracy", 1.0, |e| e.validation_accuracy, 0),
+        ("images/sec", most, |e| e.images_per_sec, 1),
+    ];
+    for (i, (name, scale, value, colour)) in panels.into_iter().enumerate() {
+        let left = 20.0 + i as f64 * (panel + 20.0);
+        svg.line(left, bottom, left + panel, bottom, &format!("stroke=\"{INK}\""));
+        svg.text(left + panel / 2.0, height - 12.0, "body", "text-anchor=\"middle\"", name);
+        let slot = panel / epochs.len() as f64;
+        for (k, e) in epochs.iter().enumerate() {
+            let v = value(e).max(0.0);
+            let h = (bottom - top) * (v / scale).min(1.0);
+            let x = left + k as f64 * slot + slot * 0.2;
+            let attrs = format!("fill=\"{}\" stroke=\"{}\"", RANK_FILL[colour], RANK_STROKE[colour]);
+            svg.rect(x, bottom - h, slot * 0.6, h, &attrs);
+            let shown = if scale == 1.0 { format!("{v:.3}") } else { format!("{v:.0}") };
+            svg.text(x + slot * 0.3, bottom - h - 4.0, "small", "text-anchor=\"middle\"", &shown);
+            let epoch = format!("epoch {}", e.epoch);
+            svg.text(
+                x + slot * 0.3,
+                bottom + 14.0,
+                "small",
+                &format!("text-anchor=\"middle\" fill=\"{MUTED}\""),
+                &epoch,
+            );
+        }
+    }
+    svg.finish()
 }
 
 fn test(step: &StepGrade, check: &CheckGrade, limit: usize) -> Test {
@@ -100,6 +173,7 @@ mod tests {
     use super::*;
     use crate::checks::id;
     use crate::grade::tests::{check, grade_of, step_run};
+    use crate::grade::StepGrade;
 
     // Against https://docs.prairielearn.com/externalGrading/#grading-results: score in
     // [0, 1]; gradable; tests with name, description, points, max_points, message, output.
@@ -128,6 +202,27 @@ mod tests {
         let mut test_keys: Vec<&String> = json["tests"][0].as_object().unwrap().keys().collect();
         test_keys.sort();
         assert_eq!(test_keys, ["description", "max_points", "message", "name", "output", "points"]);
+    }
+
+    // "images": each {"label", "url": "data:[mimetype];base64,[contents]"}.
+    #[test]
+    fn a_run_that_printed_epochs_has_its_figure_as_a_data_uri() {
+        let mut s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true)]);
+        s.output = "Epoch =  0: Cumulative Time = 2.000, Epoch Time = 2.000, Images/sec = 812.5, Validation Loss = 0.500, Validation Accuracy = 0.800\n\
+                    Epoch =  1: Cumulative Time = 3.000, Epoch Time = 1.000, Images/sec = 990, Validation Loss = 0.400, Validation Accuracy = 0.850\n"
+            .into();
+        let r = render(&grade_of(vec![s.clone(), StepGrade { step: 9, ..s }]));
+        assert_eq!(r.images.len(), 1, "one run, one figure");
+        let url = &r.images[0].url;
+        let data = url.strip_prefix("data:image/svg+xml;base64,").unwrap_or_else(|| panic!("{url}"));
+        let svg = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(data).unwrap()).unwrap();
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""), "{svg}");
+        for shown in ["0.800", "0.850", "812", "990", "epoch 0", "epoch 1"] {
+            assert!(svg.contains(&format!(">{shown}</text>")), "{shown} missing: {svg}");
+        }
+        assert!(r.images[0].label.starts_with("Step 8's run"));
+        // Nothing ran, or no epoch line: no figure.
+        assert!(render(&grade_of(vec![step_run(8, vec![])])).images.is_empty());
     }
 
     // "gradable: false ... no points will be awarded or lost, and the student will not

@@ -501,9 +501,11 @@ pub fn prairielearn(text: &str) -> Vec<String> {
             problems.push(format!("{key} must be a string"));
         }
     }
+    prairielearn_images(report.get("images"), "images", &mut problems);
     let tests = report.get("tests").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
     for (i, t) in tests.iter().enumerate() {
         let what = format!("test {i}");
+        prairielearn_images(t.get("images"), &format!("{what}: images"), &mut problems);
         let keys = ["name", "description", "points", "max_points", "message", "output", "images"];
         keys_within(t, &keys, &what, &mut problems);
         if !t["name"].is_string() {
@@ -518,6 +520,37 @@ pub fn prairielearn(text: &str) -> Vec<String> {
         number_in(t.get("points"), 0.0, max, &format!("{what}: points (of max_points)"), &mut problems);
     }
     problems
+}
+
+/// PrairieLearn's `images`: each an object with a `url` ("typically ... data:[mimetype];
+/// base64,[contents]") and an optional `label`, or, as older graders wrote it, the URL alone.
+fn prairielearn_images(images: Option<&Value>, what: &str, problems: &mut Vec<String>) {
+    let Some(images) = images else { return };
+    let Some(list) = images.as_array() else {
+        problems.push(format!("{what} must be an array"));
+        return;
+    };
+    for (i, image) in list.iter().enumerate() {
+        let url = match image {
+            Value::String(url) => Some(url.as_str()),
+            Value::Object(_) => {
+                keys_within(image, &["url", "label"], &format!("{what} {i}"), problems);
+                if !is_string_or_absent(image.get("label")) {
+                    problems.push(format!("{what} {i}: label must be a string"));
+                }
+                image["url"].as_str()
+            }
+            _ => None,
+        };
+        let data_uri = url.and_then(|u| u.strip_prefix("data:")).and_then(|u| u.split_once(";base64,"));
+        let decodes = data_uri.is_some_and(|(mime, data)| {
+            use base64::Engine;
+            mime.starts_with("image/") && base64::engine::general_purpose::STANDARD.decode(data).is_ok()
+        });
+        if !decodes {
+            problems.push(format!("{what} {i}: url must be a base64 data URI of an image"));
+        }
+    }
 }
 
 /// Autolab's autoresult: the last line of what the autograder printed.
