@@ -110,6 +110,9 @@ fn figures(grade: &Grade) -> Vec<Image> {
     images
 }
 
+/// A chart's name, its scale, what it shows of an epoch, and its colour.
+type Panel = (&'static str, f64, fn(&labkit::EpochReport) -> f64, usize);
+
 /// Two bar charts side by side: validation accuracy (0 to 1) and images/sec (0 to the
 /// most), a bar per epoch, each labelled with its value.
 fn run_figure(epochs: &[labkit::EpochReport], title: &str) -> String {
@@ -117,7 +120,7 @@ fn run_figure(epochs: &[labkit::EpochReport], title: &str) -> String {
     let mut svg = Svg::new(2.0 * panel + 40.0, height, title);
     svg.text(20.0, 28.0, "title", "", title);
     let most = epochs.iter().map(|e| e.images_per_sec).fold(0.0, f64::max).max(1.0);
-    let panels: [(&str, f64, fn(&labkit::EpochReport) -> f64, usize); 2] = [
+    let panels: [Panel; 2] = [
         ("validation accuracy", 1.0, |e| e.validation_accuracy, 0),
         ("images/sec", most, |e| e.images_per_sec, 1),
     ];
