@@ -213,3 +213,43 @@ fn github_classrooms_runner_results_earn_the_points_of_each_check() {
         assert_eq!((earned, &result["max_score"], &result["status"]), (points, &10.0.into(), &status.into()));
     }
 }
+
+/// Where the checker cannot grade at all, each script still leaves what its platform
+/// reads (PrairieLearn: not gradable, the attempt kept; Autolab: an autoresult of
+/// zeroes); and bad input to `autograder` is refused, exit 2. Nothing is graded here.
+#[test]
+fn the_scripts_leave_a_result_when_the_checker_cannot_grade_and_bad_input_is_refused() {
+    let nowhere = Path::new("/nonexistent/checker");
+    let (pl, _) = autograder("prairielearn");
+    let root = fresh("prairielearn-no-checker");
+    std::fs::create_dir_all(root.join("student")).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg(pl.path().join("entrypoint"))
+        .env("GRADE_ROOT", &root)
+        .env(COURSE_ENV, repo())
+        .env(CHECKER_ENV, nowhere);
+    assert_eq!(child_process::output(cmd, None).unwrap().status.code(), Some(0));
+    let text = std::fs::read_to_string(root.join("results/results.json")).unwrap();
+    assert!(formats::prairielearn(&text).is_empty(), "{text}");
+    let results: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(results["gradable"], false, "{results:#}");
+
+    let (autolab, _) = autograder("autolab");
+    let job = fresh("autolab-no-checker");
+    std::fs::copy(autolab.path().join("autograde-Makefile"), job.join("Makefile")).unwrap();
+    std::fs::copy(autolab.path().join("autograde.tar"), job.join("autograde.tar")).unwrap();
+    std::fs::write(job.join("main.rs"), "fn main() {}\n").unwrap();
+    let mut cmd = Command::new("make");
+    cmd.current_dir(&job).env(COURSE_ENV, repo()).env(CHECKER_ENV, nowhere);
+    let out = child_process::output(cmd, None).unwrap();
+    assert!(formats::autolab(&out.stdout).is_empty(), "{}", out.stdout);
+    assert!(out.stdout.ends_with("{\"scores\": {\"step 0\": 0}}\n"), "{}", out.stdout);
+
+    let v = checker_with(&["autograder", "codegrade", "--step", "99", "--out"], &[job.as_path()]);
+    assert_eq!(v.code, Some(2), "{}", v.output());
+    assert!(v.stderr.contains("is not a step"), "{}", v.stderr);
+    let file = job.join("main.rs");
+    let v = checker_with(&["autograder", "coderunner", "--step", "0", "--out"], &[file.as_path()]);
+    assert_eq!(v.code, Some(2), "{}", v.output());
+    assert!(v.stderr.contains("name a folder you can write"), "{}", v.stderr);
+}
