@@ -187,7 +187,7 @@ pub fn platform(
                  its scoreboard's column specification: {spec}",
                 out = out.display(),
                 problems = problems.join(", "),
-                spec = crate::formats::autolab::SCOREBOARD_SPEC
+                spec = crate::formats::autolab::scoreboard_spec(graded)
             )
         }
         Platform::Coderunner => {
