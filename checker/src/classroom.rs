@@ -1,6 +1,14 @@
 //! GitHub Classroom: the autograding workflow of a student's repository
-//! (`.github/workflows/classroom.yml`), in the form GitHub Classroom writes it itself:
-//! one step per test with `classroom-resources/autograding-command-grader@v1` (inputs
+//! (`.github/workflows/classroom.yml`), in the form GitHub Classroom writes it itself.
+//!
+//! By default each step is a `run` step that writes the checker's runner result (`grade
+//! --classroom`: JSON, version 1, a test per check with its score) base64-encoded to the
+//! step's `result` output, as the newer grader actions do (autograding-command-grader
+//! src/main.js); the reporter sums the tests' scores, so a student earns the points of
+//! each check passed rather than all or nothing per step.
+//!
+//! With `--points-per-step`, one step per test with
+//! `classroom-resources/autograding-command-grader@v1` (inputs
 //! `test-name`, `setup-command`, `command`, `timeout` in minutes, `max-score`; exit 0
 //! passes) and a last step, `classroom-resources/autograding-grading-reporter@v1`, that
 //! sums them, reading each test's result from `<ID>_RESULTS` (the step id upper-cased)
@@ -64,6 +72,8 @@ pub struct Step {
     pub with: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub env: BTreeMap<String, String>,
+    #[serde(rename = "timeout-minutes", skip_serializing_if = "Option::is_none", default)]
+    pub timeout_minutes: Option<u32>,
 }
 
 /// The instructor's repository the checker comes from.
@@ -118,6 +128,22 @@ pub fn step_command(step: u8) -> String {
     )
 }
 
+/// The `run` of step `step`'s test with points per check: `grade --classroom` writes the
+/// runner result, which goes base64-encoded to the step's `result` output. When the
+/// checker could not grade, a result of its own says so (an error worth nothing), so
+/// the reporter still counts the step's 10 points as possible.
+pub fn runner_command(step: u8) -> String {
+    let id = step_id(step);
+    format!(
+        "ws=$PWD && result=\"$ws/{id}.json\" && (cd {GRADER_DIR} && cargo checker grade step {step} \
+         --crate \"$ws/{SUBMISSION_DIR}/steps/step_{step:02}\" --unsandboxed --classroom \"$result\") || true\n\
+         [ -s \"$result\" ] || printf '%s' '{{\"version\": 1, \"status\": \"error\", \"max_score\": {STEP_POINTS}, \
+         \"tests\": [{{\"name\": \"step {step}\", \"status\": \"error\", \"score\": 0, \
+         \"message\": \"the checker could not grade this step: its error is in this step'\"'\"'s log\"}}]}}' >\"$result\"\n\
+         echo \"result=$(base64 -w0 \"$result\")\" >>\"$GITHUB_OUTPUT\"\n"
+    )
+}
+
 /// The command that prepares the grader once, before the tests: setup (libtorch, the
 /// gloo headers, the data set) and the checker's build, which compiles every
 /// dependency the steps share.
@@ -125,8 +151,18 @@ pub fn setup_command() -> String {
     format!("cd {GRADER_DIR} && bash scripts/setup.sh && cargo build -q -p checker")
 }
 
+/// How a step's test earns its points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Points {
+    /// The command grader: all of the step's points when every check passes
+    /// (`--points-per-step`).
+    PerStep,
+    /// The checker's runner result: each check's share (the default).
+    PerCheck,
+}
+
 /// The workflow for steps `steps` (each worth [`STEP_POINTS`]).
-pub fn workflow(grader: &Grader, steps: &[u8]) -> Workflow {
+pub fn workflow(grader: &Grader, steps: &[u8], points: Points) -> Workflow {
     let mut job_steps = vec![
         Step {
             name: "Check out the submission".into(),
@@ -153,6 +189,16 @@ pub fn workflow(grader: &Grader, steps: &[u8]) -> Workflow {
     ];
     for &step in steps {
         let title = coursegen::STEPS[usize::from(step)];
+        if points == Points::PerCheck {
+            job_steps.push(Step {
+                name: format!("Step {step}: {title}"),
+                id: Some(step_id(step)),
+                run: Some(runner_command(step)),
+                timeout_minutes: Some(STEP_TIMEOUT_MINUTES),
+                ..Step::default()
+            });
+            continue;
+        }
         job_steps.push(Step {
             name: format!("Step {step}: {title}"),
             id: Some(step_id(step)),
@@ -202,8 +248,8 @@ pub fn workflow(grader: &Grader, steps: &[u8]) -> Workflow {
 }
 
 /// The workflow file's text: a comment saying where it comes from, then the YAML.
-pub fn workflow_file(grader: &Grader, steps: &[u8]) -> Result<String, String> {
-    let yaml = serde_norway::to_string(&workflow(grader, steps))
+pub fn workflow_file(grader: &Grader, steps: &[u8], points: Points) -> Result<String, String> {
+    let yaml = serde_norway::to_string(&workflow(grader, steps, points))
         .map_err(|e| format!("cannot write the workflow as YAML: {e}"))?;
     Ok(format!(
         "# GitHub Classroom autograding for the DDP lab, written by\n\
@@ -224,7 +270,7 @@ mod tests {
 
     #[test]
     fn every_step_is_one_command_grader_test_and_the_reporter_reads_them_all() {
-        let text = workflow_file(&grader(), &[0, 7, 11]).unwrap();
+        let text = workflow_file(&grader(), &[0, 7, 11], Points::PerStep).unwrap();
         // Read back as GitHub reads it: untyped YAML.
         let yaml: serde_norway::Value = serde_norway::from_str(&text).unwrap();
         assert!(yaml.get("on").is_some(), "the trigger key must read as the string `on`: {text}");
@@ -251,7 +297,7 @@ mod tests {
 
     #[test]
     fn the_grader_is_pinned_to_a_commit() {
-        let text = workflow_file(&grader(), &[0]).unwrap();
+        let text = workflow_file(&grader(), &[0], Points::PerStep).unwrap();
         let wf: Workflow = serde_norway::from_str(&text).unwrap();
         let steps = &wf.jobs["run-autograding-tests"].steps;
         let checkout =
@@ -261,6 +307,24 @@ mod tests {
         // Grading commands run in the grader's checkout, on the submission's file only.
         assert!(step_command(3).contains("cd grader && "));
         assert!(step_command(3).contains("--crate \"$ws/submission/steps/step_03\""));
+    }
+
+    #[test]
+    fn with_points_per_check_each_step_hands_its_runner_result_to_the_reporter() {
+        let text = workflow_file(&grader(), &[0, 7], Points::PerCheck).unwrap();
+        let yaml: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+        let steps = yaml["jobs"]["run-autograding-tests"]["steps"].as_sequence().unwrap();
+        assert!(steps.iter().all(|s| s["uses"].as_str() != Some(COMMAND_GRADER)), "{text}");
+        let step7 = steps.iter().find(|s| s["id"].as_str() == Some("step07")).unwrap();
+        let run = step7["run"].as_str().unwrap();
+        assert!(
+            run.contains("grade step 7 --crate \"$ws/submission/steps/step_07\" --unsandboxed --classroom")
+        );
+        assert!(run.contains("echo \"result=$(base64 -w0 \"$result\")\" >>\"$GITHUB_OUTPUT\""), "{run}");
+        assert_eq!(step7["timeout-minutes"].as_u64(), Some(u64::from(STEP_TIMEOUT_MINUTES)));
+        let reporter = steps.last().unwrap();
+        assert_eq!(reporter["with"]["runners"].as_str(), Some("step00,step07"));
+        assert_eq!(reporter["env"]["STEP07_RESULTS"].as_str(), Some("${{steps.step07.outputs.result}}"));
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct Cli {
     pub color: clap::ColorChoice,
 }
 
+// Parsed once per run: a larger variant (grade's many report paths) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Each step: done, failing or not tried (your last `verify`), and a bar of the steps done.
@@ -57,8 +59,10 @@ pub enum Command {
     ///
     /// Each step is worth 10 points, shared by the checks it introduces. Reports, each in
     /// a published format and written atomically: --json (exercism's test-runner results,
-    /// version 3), --junit (JUnit XML, for a CI) and --gradescope (Gradescope's
-    /// results.json). Exits 0 whenever the reports were made.
+    /// version 3), --junit (JUnit XML, for a CI), --gradescope (Gradescope's
+    /// results.json), and one per grading platform: --prairielearn, --autolab,
+    /// --coderunner, --classroom (GitHub Classroom) and --codegrade. Exits 0 whenever the
+    /// reports were made.
     Grade {
         /// `step N` or `all` (the default).
         #[arg(value_name = "step N | all", num_args = 0..=2)]
@@ -80,6 +84,29 @@ pub enum Command {
         /// score, status and output.
         #[arg(long, value_name = "PATH")]
         gradescope: Option<PathBuf>,
+        /// Write PrairieLearn's external-grader results.json here: a score from 0 to 1,
+        /// a test per check, and `gradable: false` when nothing could be run.
+        #[arg(long, value_name = "PATH")]
+        prairielearn: Option<PathBuf>,
+        /// Write Autolab's autoresult here, one line: {"scores": {"step N": points}, "scoreboard": [total]}.
+        #[arg(long, value_name = "PATH")]
+        autolab: Option<PathBuf>,
+        /// Write what a Moodle CodeRunner combinator template grader prints here: the
+        /// fraction, and a row per check.
+        #[arg(long, value_name = "PATH")]
+        coderunner: Option<PathBuf>,
+        /// Write a GitHub Classroom grader's runner result here (JSON, version 1): a test
+        /// per check with its score, for the grading reporter to sum.
+        #[arg(long, value_name = "PATH")]
+        classroom: Option<PathBuf>,
+        /// Write JUnit XML for CodeGrade's AutoTest here (its $CG_JUNIT_XML_LOCATION): no
+        /// properties, only the checks that carry points.
+        #[arg(long, value_name = "PATH")]
+        codegrade: Option<PathBuf>,
+        /// Checks students see only after the due date (Gradescope), or never (hidden
+        /// rows in CodeRunner): their ids, e.g. `--hidden-until-due epoch-barrier,trains`.
+        #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = check_id)]
+        hidden_until_due: Vec<String>,
         /// Grade a handed-in program as one step's (`grade step 7 --crate PATH`): a crate
         /// folder (src/main.rs), a main.rs, a folder holding one crate, or a .zip of any;
         /// only the main.rs is taken, built with the step's own manifest, in a sandbox.
@@ -88,7 +115,10 @@ pub enum Command {
         #[arg(
             long,
             value_name = "DIR",
-            conflicts_with_all = ["solutions", "krate", "json", "junit", "gradescope"],
+            conflicts_with_all = [
+                "solutions", "krate", "json", "junit", "gradescope", "prairielearn", "autolab",
+                "coderunner", "classroom", "codegrade", "hidden_until_due",
+            ],
             requires = "json_dir",
             help = format!(
                 "Grade every submission in DIR (a folder per student holding its program, or a .zip), \
@@ -130,7 +160,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         crates: Option<PathBuf>,
     },
-    /// Write what a grading platform needs: `cargo checker autograder gradescope --step 7 --out DIR`,
+    /// Write what a grading platform needs: `cargo checker autograder gradescope|prairielearn|autolab|coderunner|codegrade --step 7 --out DIR`,
     /// `cargo checker autograder github-classroom --repository OWNER/NAME --out DIR`.
     Autograder {
         #[command(subcommand)]
@@ -217,7 +247,25 @@ pub enum Platform {
         /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Checks whose tests students see only after the due date: their ids,
+        /// e.g. `--hidden-until-due epoch-barrier,trains`.
+        #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = check_id)]
+        hidden_until_due: Vec<String>,
     },
+    /// PrairieLearn's external grader: DIR/Dockerfile (the grading image: the course
+    /// built in /opt/ddp-lab), DIR/entrypoint (grades /grade/student into
+    /// /grade/results/results.json), and the question, DIR/question (info.json with
+    /// externalGradingOptions, question.html).
+    Prairielearn(PlatformArgs),
+    /// Autolab's autograder: DIR/autograde-Makefile and DIR/autograde.tar (its driver
+    /// prints the autoresult, a problem per step), and DIR/Dockerfile for Tango's image.
+    Autolab(PlatformArgs),
+    /// Moodle CodeRunner: DIR/template.py, a combinator template grader for the question,
+    /// and DIR/setup.sh with the course for the Jobe server.
+    Coderunner(PlatformArgs),
+    /// CodeGrade's AutoTest: DIR/setup.sh (global setup) and DIR/run.sh (a Unit Test
+    /// step writing JUnit XML to $CG_JUNIT_XML_LOCATION), with the course as fixtures.
+    Codegrade(PlatformArgs),
     /// GitHub Classroom's autograding workflow for the students' repositories,
     /// DIR/.github/workflows/classroom.yml: a test per step (GitHub Classroom's command
     /// grader, 10 points each), graded by the checker of OWNER/NAME at a pinned commit
@@ -234,10 +282,37 @@ pub enum Platform {
         /// be pushed to the repository).
         #[arg(long, value_name = "COMMIT")]
         revision: Option<String>,
+        /// A step earns its points only when every check passes: each step is a command
+        /// grader's all-or-nothing test. By default each check passed earns its share:
+        /// each step writes the checker's runner result for the grading reporter to sum.
+        #[arg(long)]
+        points_per_step: bool,
         /// Where to write .github/workflows/classroom.yml.
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
+}
+
+/// What `autograder prairielearn|autolab|coderunner|codegrade` are told.
+#[derive(clap::Args, Debug)]
+pub struct PlatformArgs {
+    #[arg(
+        long,
+        value_name = "N|all",
+        value_parser = graded_program,
+        help = format!(
+            "The step whose program students hand in (0 to {LAST_STEP}), graded on that step's \
+             checks; or `all`: the finished program, graded on every check of the DLI lab's steps \
+             0-{LAB_LAST_STEP}"
+        )
+    )]
+    pub step: Graded,
+    /// Where to write the platform's files.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The grading image's name, as the platform pulls it (default ddp-lab-grader:step-NN).
+    #[arg(long, value_name = "NAME")]
+    pub image: Option<String>,
 }
 
 /// `completions SHELL`: the script that makes SHELL complete the checker's subcommands
@@ -391,6 +466,16 @@ fn graded_program(value: &str) -> Result<Graded, String> {
         _ => Err(format!(
             "{value:?} is not a step: write a step from 0 to {LAST_STEP}, or `all` for the finished program"
         )),
+    }
+}
+
+/// `--hidden-until-due`'s values: ids of checks in the registry.
+fn check_id(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if crate::checks::REGISTRY.iter().flat_map(|c| c.iter()).any(|c| c.id == value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!("there is no check `{value}`: `cargo checker list --checks` lists every check's id"))
     }
 }
 

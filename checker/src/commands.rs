@@ -388,8 +388,18 @@ fn available_memory() -> Option<u64> {
 }
 
 /// `checker autograder gradescope --step N --out DIR`.
-pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> {
-    let written = autograder::gradescope(&repo_root(), graded, out)?;
+pub fn autograder_gradescope(graded: Graded, hidden_until_due: &[String], out: &Path) -> Result<(), Failure> {
+    let written = autograder::gradescope(&repo_root(), graded, hidden_until_due, out)?;
+    println!("{written}");
+    Ok(())
+}
+
+/// `checker autograder prairielearn|autolab|coderunner|codegrade`: what the platform needs.
+pub fn autograder_platform(
+    platform: autograder::Platform,
+    args: &crate::cli::PlatformArgs,
+) -> Result<(), Failure> {
+    let written = autograder::platform(&repo_root(), args.step, platform, args.image.as_deref(), &args.out)?;
     println!("{written}");
     Ok(())
 }
@@ -398,6 +408,7 @@ pub fn autograder_gradescope(graded: Graded, out: &Path) -> Result<(), Failure> 
 pub fn autograder_github_classroom(
     repository: &str,
     revision: Option<&str>,
+    points: classroom::Points,
     out: &Path,
 ) -> Result<(), Failure> {
     let root = repo_root();
@@ -419,7 +430,7 @@ pub fn autograder_github_classroom(
     };
     let grader = classroom::Grader::new(repository, &revision)?;
     let steps: Vec<u8> = (0..=LAB_LAST_STEP).collect();
-    let text = classroom::workflow_file(&grader, &steps)?;
+    let text = classroom::workflow_file(&grader, &steps, points)?;
     let path = out.join(classroom::WORKFLOW_FILE);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
@@ -428,9 +439,13 @@ pub fn autograder_github_classroom(
     atomic_file::write_atomically(&path, text)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!(
-        "wrote {} ({} test(s), 10 points each; the checker of {} at {})",
+        "wrote {} ({} test(s), 10 points each, {}; the checker of {} at {})",
         path.display(),
         steps.len(),
+        match points {
+            classroom::Points::PerStep => "all or nothing per step",
+            classroom::Points::PerCheck => "each check passed earns its share",
+        },
         grader.repository,
         grader.revision
     );

@@ -245,17 +245,7 @@ fn run_confined(
 ) -> std::io::Result<Vec<Ended>> {
     let sandbox = &confine.sandbox;
     std::fs::create_dir_all(dir)?;
-    // The supervisor is this very binary. Where it was replaced on disk while running
-    // (rebuilt by cargo meanwhile), a copy of the running one is made for the job.
-    let mut checker = std::env::current_exe()?;
-    let _copy = if checker.to_string_lossy().ends_with(" (deleted)") {
-        let copy = dir.with_extension("checker");
-        std::fs::copy("/proc/self/exe", &copy)?;
-        checker = copy.clone();
-        Some(RemoveOnDrop(copy))
-    } else {
-        None
-    };
+    let checker = supervisor_binary(dir.parent().unwrap_or(dir))?;
     let relay = match confine.mirror_port {
         Some(port) => Some(Relay::start(port)?),
         None => None,
@@ -401,13 +391,65 @@ fn run_confined(
     Ok(ended)
 }
 
-/// A file removed when dropped.
-struct RemoveOnDrop(PathBuf);
+/// The binary a job's sandbox runs as its supervisor: this very one, or, where it was
+/// replaced on disk while running (rebuilt by cargo meanwhile: `cargo build` in another
+/// terminal, or a test that builds the checker beside one that grades), a copy of the
+/// running one in `runs`.
+///
+/// One copy for the whole process, made once and whole before any job runs it: jobs run
+/// side by side, and a copy per job under one name was rewritten and removed by one job
+/// while another started from it (seen: "bwrap: execvp …checker: No such file or
+/// directory", the comparison's runs not started). Copies of processes that have ended
+/// are removed when the next one is made.
+fn supervisor_binary(runs: &Path) -> std::io::Result<PathBuf> {
+    supervisor_binary_of(std::env::current_exe()?, Path::new("/proc/self/exe"), runs)
+}
 
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+/// [`supervisor_binary`] for the binary at `running` (its path as the kernel gives it),
+/// readable at `exe`.
+fn supervisor_binary_of(running: PathBuf, exe: &Path, runs: &Path) -> std::io::Result<PathBuf> {
+    if !running.to_string_lossy().ends_with(" (deleted)") {
+        return Ok(running);
     }
+    static COPY: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+    let mut copy = COPY.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = copy.as_ref().filter(|p| p.exists()) {
+        return Ok(path.clone());
+    }
+    let path = copy_of_running_binary(exe, runs, std::process::id())?;
+    *copy = Some(path.clone());
+    Ok(path)
+}
+
+/// Whether process `pid` exists (another user's included).
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 only asks; EPERM means it exists but is not ours.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+const SUPERVISOR_COPY_PREFIX: &str = "supervisor-";
+const SUPERVISOR_COPY_SUFFIX: &str = ".checker";
+
+/// Copies `exe` to `runs/supervisor-<pid>.checker` (written aside, then renamed into
+/// place, so that no job can start from half a file), after removing the copies of
+/// processes that no longer exist.
+fn copy_of_running_binary(exe: &Path, runs: &Path, pid: u32) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(runs)?;
+    for entry in std::fs::read_dir(runs)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let owner = name
+            .strip_prefix(SUPERVISOR_COPY_PREFIX)
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|n| n.parse::<i32>().ok());
+        if owner.is_some_and(|p| p != pid as i32 && !process_exists(p)) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let path = runs.join(format!("{SUPERVISOR_COPY_PREFIX}{pid}{SUPERVISOR_COPY_SUFFIX}"));
+    let partial = path.with_extension("partial");
+    std::fs::copy(exe, &partial)?;
+    std::fs::rename(&partial, &path)?;
+    Ok(path)
 }
 
 /// "6 GiB", "256 MiB".
@@ -704,6 +746,33 @@ mod tests {
         let real = |p: &Path| p.canonicalize().unwrap();
         assert_eq!(library_dirs(&path), [real(&site), real(&other)]);
         assert!(library_dirs("").is_empty());
+    }
+
+    #[test]
+    fn jobs_side_by_side_share_one_whole_copy_of_a_replaced_checker() {
+        let runs = tempfile::tempdir().unwrap();
+        let exe = runs.path().join("the-running-binary");
+        std::fs::write(&exe, binary(1 << 20)).unwrap();
+        // A copy left by a process that has ended, and one of a process still running.
+        let dead =
+            runs.path().join(format!("{SUPERVISOR_COPY_PREFIX}{}{SUPERVISOR_COPY_SUFFIX}", i32::MAX - 1));
+        let alive = runs.path().join(format!("{SUPERVISOR_COPY_PREFIX}1{SUPERVISOR_COPY_SUFFIX}"));
+        std::fs::write(&dead, "stale").unwrap();
+        std::fs::write(&alive, "init's").unwrap();
+        let replaced = PathBuf::from("/work/target/debug/checker (deleted)");
+        let copies: Vec<PathBuf> = std::thread::scope(|scope| {
+            let jobs: Vec<_> = (0..8)
+                .map(|_| scope.spawn(|| supervisor_binary_of(replaced.clone(), &exe, runs.path()).unwrap()))
+                .collect();
+            jobs.into_iter().map(|j| j.join().unwrap()).collect()
+        });
+        assert!(copies.iter().all(|c| c == &copies[0]), "one copy for every job: {copies:?}");
+        assert_eq!(std::fs::read(&copies[0]).unwrap(), binary(1 << 20), "whole");
+        assert!(!dead.exists(), "the ended process's copy is removed");
+        assert!(alive.exists(), "a running process's copy is kept");
+        // A binary not replaced is run as it is.
+        let here = PathBuf::from("/work/target/debug/checker");
+        assert_eq!(supervisor_binary_of(here.clone(), &exe, runs.path()).unwrap(), here);
     }
 
     /// Bytes that are not text: every byte value, a NUL first.

@@ -206,6 +206,14 @@ impl StepGrade {
         self.checks.iter().map(|c| c.points).sum()
     }
 
+    /// The run's images/sec over every rank, from rank 0's epoch lines: the mean of the
+    /// epochs after the first (as the benchmarks measure it), else the only epoch's.
+    pub fn images_per_sec(&self) -> Option<f64> {
+        let epochs: Vec<labkit::EpochReport> =
+            self.output.lines().filter_map(labkit::EpochReport::parse).collect();
+        lab_program::steady_images_per_sec(&epochs).or_else(|| epochs.first().map(|e| e.images_per_sec))
+    }
+
     /// Pass when every check of its run passed, error when it did not run.
     pub fn status(&self) -> Verdict {
         if self.not_run.is_some() {
@@ -251,6 +259,14 @@ impl Grade {
 
     pub fn max_points(&self) -> f64 {
         STEP_POINTS * self.steps.len() as f64
+    }
+
+    /// The finished lab's images/sec, when the finished program was graded and ran: a
+    /// class's leaderboard. (Its DDP efficiency needs a run on one rank to compare with,
+    /// which grading does not make.)
+    pub fn finished_images_per_sec(&self) -> Option<f64> {
+        let last = self.steps.iter().find(|s| s.step == LAB_LAST_STEP && s.not_run.is_none())?;
+        last.images_per_sec()
     }
 
     /// Pass when every step passed; error when no step's program ran at all (it does
@@ -484,6 +500,25 @@ pub mod tests {
             serde_json::json!([Verdict::Pass, Verdict::Fail, Verdict::CouldNotJudge, Verdict::Error]),
             serde_json::json!(["pass", "fail", "fail", "error"])
         );
+    }
+
+    #[test]
+    fn the_finished_labs_throughput_is_its_steady_epochs_mean() {
+        let lines = "Epoch =  0: Cumulative Time = 2.000, Epoch Time = 2.000, Images/sec = 100, Validation Loss = 0.500, Validation Accuracy = 0.800\n\
+                     noise\n\
+                     Epoch =  1: Cumulative Time = 3.000, Epoch Time = 1.000, Images/sec = 300, Validation Loss = 0.400, Validation Accuracy = 0.850\n\
+                     Epoch =  2: Cumulative Time = 4.000, Epoch Time = 1.000, Images/sec = 500, Validation Loss = 0.300, Validation Accuracy = 0.900\n";
+        let mut last = step_run(LAB_LAST_STEP, vec![]);
+        last.output = lines.into();
+        assert_eq!(last.images_per_sec(), Some(400.0), "the first epoch is warm-up");
+        let mut early = step_run(8, vec![]);
+        early.output = lines.into();
+        assert_eq!(grade_of(vec![early]).finished_images_per_sec(), None, "not the finished lab");
+        assert_eq!(grade_of(vec![last]).finished_images_per_sec(), Some(400.0));
+        let mut one = step_run(LAB_LAST_STEP, vec![]);
+        one.output = lines.lines().next().unwrap().into();
+        assert_eq!(one.images_per_sec(), Some(100.0));
+        assert_eq!(step_run(LAB_LAST_STEP, vec![]).images_per_sec(), None, "no epoch line");
     }
 
     #[test]

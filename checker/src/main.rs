@@ -145,6 +145,12 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             json,
             junit,
             gradescope,
+            prairielearn,
+            autolab,
+            coderunner,
+            classroom,
+            codegrade,
+            hidden_until_due,
             krate,
             crates: None,
             prebuilt,
@@ -164,16 +170,42 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             }
             // Grading is for handed-in work: sandboxed unless told otherwise.
             let (sandbox, why_none) = runs.sandbox_or_why(true)?;
-            let reports = formats::Reports { json, junit, gradescope };
+            let reports = formats::Reports {
+                json,
+                junit,
+                gradescope,
+                prairielearn,
+                autolab,
+                coderunner,
+                classroom,
+                codegrade,
+                hidden_until_due,
+            };
             let confinement = (sandbox.as_ref(), why_none);
             let program = (subject, prebuilt.as_deref());
             commands::grade(&target, program, runs.seed(), runs.limit(), &reports, confinement)
         }
-        Command::Autograder { platform: Platform::Gradescope { step, out } } => {
-            commands::autograder_gradescope(step, &out)
+        Command::Autograder { platform: Platform::Gradescope { step, out, hidden_until_due } } => {
+            commands::autograder_gradescope(step, &hidden_until_due, &out)
         }
-        Command::Autograder { platform: Platform::GithubClassroom { repository, revision, out } } => {
-            commands::autograder_github_classroom(&repository, revision.as_deref(), &out)
+        Command::Autograder { platform: Platform::Prairielearn(args) } => {
+            commands::autograder_platform(autograder::Platform::Prairielearn, &args)
+        }
+        Command::Autograder { platform: Platform::Autolab(args) } => {
+            commands::autograder_platform(autograder::Platform::Autolab, &args)
+        }
+        Command::Autograder { platform: Platform::Coderunner(args) } => {
+            commands::autograder_platform(autograder::Platform::Coderunner, &args)
+        }
+        Command::Autograder { platform: Platform::Codegrade(args) } => {
+            commands::autograder_platform(autograder::Platform::Codegrade, &args)
+        }
+        Command::Autograder {
+            platform: Platform::GithubClassroom { repository, revision, points_per_step, out },
+        } => {
+            let points =
+                if points_per_step { classroom::Points::PerStep } else { classroom::Points::PerCheck };
+            commands::autograder_github_classroom(&repository, revision.as_deref(), points, &out)
         }
         Command::Completions { shell } => {
             cli::write_completions(shell);

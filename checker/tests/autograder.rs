@@ -18,6 +18,24 @@ fn make_autograder(out: &Path) {
     make_autograder_for("0", out);
 }
 
+#[test]
+fn checks_hidden_until_due_are_named_in_run_autograder_and_unknown_ones_refused() {
+    let out = tempfile::tempdir().unwrap();
+    let v = checker_with(
+        &["autograder", "gradescope", "--step", "0", "--hidden-until-due", "trains", "--out"],
+        &[out.path()],
+    );
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    let run = std::fs::read_to_string(out.path().join("run_autograder")).unwrap();
+    assert!(run.contains("--gradescope \"$RESULTS\" \\\n    --hidden-until-due trains\n"), "{run}");
+    let v = checker_with(
+        &["autograder", "gradescope", "--step", "0", "--hidden-until-due", "no-such-check", "--out"],
+        &[out.path()],
+    );
+    assert_eq!(v.code, Some(2), "{}", v.output());
+    assert!(v.stderr.contains("there is no check `no-such-check`") && v.stderr.contains("list --checks"));
+}
+
 /// Writes the autograder for `--step step` into `out`.
 fn make_autograder_for(step: &str, out: &Path) {
     let v = checker_with(&["autograder", "gradescope", "--step", step, "--out"], &[out]);
@@ -179,4 +197,8 @@ fn the_finished_programs_autograder_grades_a_main_rs_on_every_step() {
         assert!(!of_step.is_empty(), "no test of step {step}: {report:#}");
         assert!(of_step.iter().all(|t| t["status"] == "passed"), "{report:#}");
     }
+    // The finished lab's throughput, for the class's leaderboard.
+    let board = &report["leaderboard"][0];
+    assert_eq!(board["name"], "Images/sec", "{report:#}");
+    assert!(board["value"].as_f64().is_some_and(|v| v > 0.0), "{report:#}");
 }

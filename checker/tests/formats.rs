@@ -10,11 +10,17 @@ use common::formats::{self, Suite};
 use common::{checker_with, repo, sandbox_works, variant};
 use serde_json::Value;
 
-/// The three reports of one `grade step 0 --crate`.
+/// The reports of one `grade step 0 --crate`, every format at once.
 struct Reports {
     exercism: Value,
     junit: Vec<Suite>,
     gradescope: Value,
+    prairielearn: Value,
+    /// What Autolab's driver prints last: the autoresult line.
+    autolab: Value,
+    coderunner: Value,
+    classroom: Value,
+    codegrade: Vec<Suite>,
 }
 
 /// A copy of the untouched starter of step 0, in a stable place (its build is reused).
@@ -27,30 +33,68 @@ fn starter() -> PathBuf {
 
 fn grade(krate: &Path, seed: &str) -> Reports {
     let out = tempfile::tempdir().unwrap();
-    let (json, junit, gradescope) =
-        (out.path().join("e.json"), out.path().join("j.xml"), out.path().join("g.json"));
+    let path = |name: &str| out.path().join(name);
     let how = if sandbox_works() { "--sandbox" } else { "--unsandboxed" };
-    let paths: [&Path; 7] = [
-        krate,
-        Path::new("--json"),
-        &json,
-        Path::new("--junit"),
-        &junit,
-        Path::new("--gradescope"),
-        &gradescope,
+    let formats = [
+        ("--json", "e.json"),
+        ("--junit", "j.xml"),
+        ("--gradescope", "g.json"),
+        ("--prairielearn", "pl.json"),
+        ("--autolab", "autolab.txt"),
+        ("--coderunner", "cr.json"),
+        ("--classroom", "gc.json"),
+        ("--codegrade", "cg.xml"),
     ];
+    let mut args: Vec<PathBuf> = vec![krate.to_path_buf()];
+    for (flag, file) in formats {
+        args.extend([PathBuf::from(flag), path(file)]);
+    }
+    let paths: Vec<&Path> = args.iter().map(PathBuf::as_path).collect();
     let v = checker_with(&["grade", "step", "0", "--seed", seed, how, "--crate"], &paths);
     assert_eq!(v.code, Some(0), "grade exits 0 once its reports are made:\n{}", v.output());
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let exercism: Value = serde_json::from_str(&read(&json)).unwrap();
-    let gradescope: Value = serde_json::from_str(&read(&gradescope)).unwrap();
+    let read = |p: &str| std::fs::read_to_string(path(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let json = |p: &str| -> Value { serde_json::from_str(&read(p)).unwrap() };
+    let (exercism, gradescope) = (json("e.json"), json("g.json"));
     let problems = formats::exercism_v3(&exercism);
     assert!(problems.is_empty(), "not exercism v3: {problems:#?}\n{exercism:#}");
     let problems = formats::gradescope(&gradescope);
     assert!(problems.is_empty(), "not Gradescope's results.json: {problems:#?}\n{gradescope:#}");
-    let xml = read(&junit);
+    let xml = read("j.xml");
     let junit = formats::junit(&xml).unwrap_or_else(|p| panic!("not JUnit XML: {p:#?}\n{xml}"));
-    Reports { exercism, junit, gradescope }
+    let text = read("pl.json");
+    let problems = formats::prairielearn(&text);
+    assert!(problems.is_empty(), "not PrairieLearn's results.json: {problems:#?}\n{text}");
+    let printed = read("autolab.txt");
+    let problems = formats::autolab(&printed);
+    assert!(problems.is_empty(), "not Autolab's autoresult: {problems:#?}\n{printed}");
+    let coderunner = json("cr.json");
+    let problems = formats::coderunner(&coderunner);
+    assert!(problems.is_empty(), "not CodeRunner's outcome: {problems:#?}\n{coderunner:#}");
+    let classroom = json("gc.json");
+    let problems = formats::classroom_runner(&classroom);
+    assert!(problems.is_empty(), "not a GitHub Classroom runner result: {problems:#?}\n{classroom:#}");
+    let xml = read("cg.xml");
+    let codegrade =
+        formats::codegrade_junit(&xml).unwrap_or_else(|p| panic!("not CodeGrade's JUnit: {p:#?}\n{xml}"));
+    Reports {
+        exercism,
+        junit,
+        gradescope,
+        prairielearn: serde_json::from_str(&text).unwrap(),
+        autolab: serde_json::from_str(printed.lines().last().unwrap()).unwrap(),
+        coderunner,
+        classroom,
+        codegrade,
+    }
+}
+
+/// The CodeRunner table's rows, less the header: (iscorrect, the check's name).
+fn coderunner_rows(outcome: &Value) -> Vec<(i64, String)> {
+    let rows = outcome["testresults"].as_array().unwrap();
+    let header = rows[0].as_array().unwrap();
+    let column = |name: &str| header.iter().position(|h| h == name).unwrap();
+    let (correct, check) = (column("iscorrect"), column("Check"));
+    rows[1..].iter().map(|r| (r[correct].as_i64().unwrap(), r[check].as_str().unwrap().to_string())).collect()
 }
 
 fn statuses(report: &Value, key: &str) -> Vec<(String, String)> {
@@ -110,6 +154,33 @@ fn a_solution_passes_in_every_format() {
     assert_eq!(cases, [("ddp-lab.step_00", "imports-dist", true), ("ddp-lab.step_00", "trains", true)]);
     assert_eq!(property(suite, "seed"), "21");
     assert!(suite.system_out.contains("Epoch ="), "{}", suite.system_out);
+
+    assert_eq!((&r.prairielearn["gradable"], &r.prairielearn["score"]), (&true.into(), &1.0.into()));
+    let points: Vec<(&str, f64, f64)> = r.prairielearn["tests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (t["name"].as_str().unwrap(), t["points"].as_f64().unwrap(), t["max_points"].as_f64().unwrap())
+        })
+        .collect();
+    assert_eq!(points, [("step 0: imports-dist", 5.0, 5.0), ("step 0: trains", 5.0, 5.0)]);
+    // The run's figure, as a data URI (the validator decoded it).
+    let url = r.prairielearn["images"][0]["url"].as_str().unwrap();
+    assert!(url.starts_with("data:image/svg+xml;base64,"), "{url}");
+    assert_eq!(r.autolab, serde_json::json!({"scores": {"step 0": 10.0}, "scoreboard": [10.0]}));
+    assert_eq!(r.coderunner["fraction"], 1.0);
+    assert_eq!(
+        coderunner_rows(&r.coderunner),
+        [(1, "step 0: imports-dist".to_string()), (1, "step 0: trains".to_string())]
+    );
+    assert_eq!((&r.classroom["status"], &r.classroom["max_score"]), (&"pass".into(), &10.0.into()));
+    assert_eq!(
+        statuses(&r.classroom, "status"),
+        pairs(&[("step 0: imports-dist", "pass"), ("step 0: trains", "pass")])
+    );
+    let [suite] = &r.codegrade[..] else { panic!("one testsuite per step: {:?}", r.codegrade) };
+    assert!(suite.properties.is_empty() && suite.cases.iter().all(|c| c.outcome.is_none()));
 }
 
 #[test]
@@ -147,6 +218,23 @@ fn an_untouched_starter_fails_its_own_check_in_every_format() {
     );
     assert_eq!(text, message, "the failure holds the report's message");
     assert!(suite.cases[1].outcome.is_none());
+
+    // Half the points everywhere: a fraction of 0.5, 5 of 10 points, one check of two.
+    assert_eq!((&r.prairielearn["gradable"], &r.prairielearn["score"]), (&true.into(), &0.5.into()));
+    assert_eq!(r.prairielearn["tests"][0]["points"], 0.0);
+    assert!(r.prairielearn["tests"][0]["message"].as_str().unwrap().starts_with(message));
+    assert_eq!(r.autolab["scores"]["step 0"], 5.0);
+    assert_eq!(r.coderunner["fraction"], 0.5);
+    assert_eq!(
+        coderunner_rows(&r.coderunner),
+        [(0, "step 0: imports-dist".to_string()), (1, "step 0: trains".to_string())]
+    );
+    assert_eq!(r.classroom["status"], "fail");
+    let scores: Vec<f64> =
+        r.classroom["tests"].as_array().unwrap().iter().map(|t| t["score"].as_f64().unwrap()).collect();
+    assert_eq!(scores, [0.0, 5.0], "the reporter sums 5 of 10");
+    let outcomes: Vec<bool> = r.codegrade[0].cases.iter().map(|c| c.outcome.is_none()).collect();
+    assert_eq!(outcomes, [false, true], "one test case of two passed: half the step's weight");
 }
 
 #[test]
@@ -168,6 +256,18 @@ fn a_submission_that_does_not_compile_is_an_error_in_every_format() {
     let output = r.gradescope["output"].as_str().unwrap();
     assert!(output.contains("cannot find value `undefined_name`"), "the compiler's error, shown:\n{output}");
     assert!(statuses(&r.gradescope, "status").iter().all(|(_, s)| s == "failed"));
+
+    // PrairieLearn: not gradable, so the student keeps the attempt; the compiler says why.
+    assert_eq!(r.prairielearn["gradable"], false);
+    assert!(r.prairielearn.get("score").is_none());
+    let why = r.prairielearn["format_errors"][0].as_str().unwrap();
+    assert!(why.contains("cannot find value `undefined_name`"), "{why}");
+    assert_eq!(r.autolab["scores"]["step 0"], 0.0);
+    assert_eq!(r.coderunner["fraction"], 0.0);
+    assert!(r.coderunner["prologuehtml"].as_str().unwrap().contains("cannot find value `undefined_name`"));
+    assert_eq!(r.classroom["status"], "error");
+    assert!(statuses(&r.classroom, "status").iter().all(|(_, s)| s == "error"));
+    assert!(r.codegrade[0].cases.iter().all(|c| c.outcome.as_ref().is_some_and(|o| o.0 == "error")));
 
     let [suite] = &r.junit[..] else { panic!("one testsuite per step: {:?}", r.junit) };
     assert_eq!(suite.cases.len(), 2);
@@ -273,4 +373,53 @@ fn the_validators_refuse_what_the_specs_forbid() {
     );
     let zoned = suite("tests=\"1\" failures=\"1\" errors=\"0\"", failed).replace("03:04:05", "03:04:05Z");
     assert!(formats::junit(&zoned).is_err(), "the schema's timestamp has no zone");
+    let bare = suite("tests=\"1\" failures=\"1\" errors=\"0\"", failed).replace("<properties/>", "");
+    assert!(formats::codegrade_junit(&bare).is_ok() && formats::junit(&bare).is_err());
+    let with = suite("tests=\"1\" failures=\"1\" errors=\"0\"", failed);
+    assert!(formats::codegrade_junit(&with).is_err(), "CodeGrade takes no <properties>");
+
+    // PrairieLearn's own example (trimmed) is valid; departures are caught.
+    let pl = serde_json::json!({"gradable": true, "score": 0.25, "message": "m", "output": "o",
+        "tests": [{"name": "Test 1", "description": "d", "points": 1, "max_points": 1, "message": "",
+        "output": ""}]});
+    assert_eq!(formats::prairielearn(&pl.to_string()), Vec::<String>::new());
+    let mut bad = pl.clone();
+    bad["score"] = 25.into();
+    assert!(!formats::prairielearn(&bad.to_string()).is_empty(), "score is a fraction");
+    let invalid = serde_json::json!({"gradable": false, "format_errors": ["syntax error"]});
+    assert_eq!(formats::prairielearn(&invalid.to_string()), Vec::<String>::new());
+    assert!(!formats::prairielearn(r#"{"gradable": false}"#).is_empty(), "says why");
+    let mut pictured = pl.clone();
+    pictured["images"] =
+        serde_json::json!([{"label": "First Image", "url": "data:image/png;base64,iVBORw0KGgo="}]);
+    assert_eq!(formats::prairielearn(&pictured.to_string()), Vec::<String>::new());
+    pictured["images"][0]["url"] = "https://example.org/a.png".into();
+    assert!(!formats::prairielearn(&pictured.to_string()).is_empty(), "a data URI");
+    assert!(
+        !formats::prairielearn(&format!(r#"{{"score": 1, "output": "{}"}}"#, "x".repeat(1 << 20))).is_empty()
+    );
+
+    // Autolab's example line is valid; the autoresult must be the last line.
+    assert!(formats::autolab(
+        "log\n{\"scores\": {\"Prob1\": 10, \"Prob2\": 5}, \"scoreboard\": [10, 5, 15]}"
+    )
+    .is_empty());
+    assert!(!formats::autolab("{\"scores\": {\"Prob1\": 10}}\ndone").is_empty());
+    assert!(!formats::autolab("{\"scores\": {}}").is_empty());
+
+    let outcome = serde_json::json!({"fraction": 0.5, "prologuehtml": "<p/>",
+        "testresults": [["iscorrect", "Test", "ishidden"], [1, "a", 0], [0, "b", 1]]});
+    assert_eq!(formats::coderunner(&outcome), Vec::<String>::new());
+    let mut bad = outcome.clone();
+    bad["testresults"][1][0] = 2.into();
+    bad["fraction"] = 1.5.into();
+    assert_eq!(formats::coderunner(&bad).len(), 2, "{:?}", formats::coderunner(&bad));
+
+    let runner = serde_json::json!({"version": 1, "status": "fail", "max_score": 10, "tests": [
+        {"name": "t", "status": "fail", "score": 0, "message": "m"}]});
+    assert_eq!(formats::classroom_runner(&runner), Vec::<String>::new());
+    let mut bad = runner.clone();
+    bad["tests"][0]["score"] = 11.into();
+    bad["version"] = 3.into();
+    assert_eq!(formats::classroom_runner(&bad).len(), 2, "{:?}", formats::classroom_runner(&bad));
 }

@@ -8,13 +8,21 @@
 //! - per test: `score`, `max_score`, `status` (`passed` or `failed`), `name`, `number`,
 //!   `output`, `tags`, `visibility`.
 //!
+//! A `leaderboard` (a list of `name`, `value` and `order`, "asc" or "desc") holds the
+//! finished lab's images/sec when the finished program was graded (`grade all`).
+//!
+//! The summary above the tests is Markdown (`output_format`: "md", compiler errors in
+//! code blocks); a test's output stays text (`test_output_format`), since it is the
+//! program's own. A check named by `--hidden-until-due` is a test with visibility
+//! `after_due_date`: students see it once the assignment's due date has passed.
+//!
 //! There is no top-level `max_score`: the assignment's total is set on Gradescope (10
 //! points per step graded); it is in `extra_data` for whoever reads the file.
 use serde::Serialize;
 
-use super::last_chars;
+use super::{last_chars, summary};
 use crate::checks::Verdict;
-use crate::grade::{fmt_points, CheckGrade, Confinement, Grade, StepGrade, STEP_POINTS};
+use crate::grade::{CheckGrade, Confinement, Grade, StepGrade, STEP_POINTS};
 
 /// How much of a run's output a failed test shows (Gradescope collapses it).
 const OUTPUT_TAIL: usize = 4000;
@@ -24,15 +32,29 @@ pub struct Results {
     pub score: f64,
     pub execution_time: u64,
     pub output: String,
-    /// "text": the output is compiler errors and program output, where `<` and `>`
-    /// are not HTML (the top level's default, "simple_format", renders HTML).
+    /// "md": the summary is Markdown, its compiler errors in code blocks (the top
+    /// level's default, "simple_format", would render their `<` and `>` as HTML).
     pub output_format: &'static str,
+    /// "text": a test's output is the check's message and the program's output.
+    pub test_output_format: &'static str,
     pub visibility: Visibility,
     /// The autograder's stdout (the checker's table and warnings) is for the
     /// instructor; everything a student needs is in `output` and the tests.
     pub stdout_visibility: Visibility,
     pub extra_data: ExtraData,
     pub tests: Vec<Test>,
+    /// The finished lab's images/sec, for the assignment's leaderboard; absent when the
+    /// finished program was not graded or did not run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leaderboard: Vec<LeaderboardEntry>,
+}
+
+/// One column of the leaderboard: its name, the value, and which way is better.
+#[derive(Debug, Serialize)]
+pub struct LeaderboardEntry {
+    pub name: &'static str,
+    pub value: f64,
+    pub order: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +82,7 @@ pub enum Status {
 pub enum Visibility {
     Visible,
     Hidden,
+    AfterDueDate,
 }
 
 /// What Gradescope stores with the result without showing it.
@@ -85,11 +108,12 @@ pub struct StepSummary {
     pub max_points: f64,
 }
 
-pub fn render(grade: &Grade) -> Results {
+/// The results; the checks named in `hidden_until_due` are shown after the due date.
+pub fn render(grade: &Grade, hidden_until_due: &[String]) -> Results {
     let tests = grade
         .steps
         .iter()
-        .flat_map(|s| s.graded().enumerate().map(move |(i, c)| test(s, i + 1, c)))
+        .flat_map(|s| s.graded().enumerate().map(move |(i, c)| test(s, i + 1, c, hidden_until_due)))
         .collect();
     let unsandboxed_because = match &grade.confinement {
         Confinement::Unconfined { why } => why.clone(),
@@ -98,8 +122,9 @@ pub fn render(grade: &Grade) -> Results {
     Results {
         score: grade.points(),
         execution_time: grade.steps.iter().map(|s| s.seconds).sum::<f64>().ceil() as u64,
-        output: summary(grade),
-        output_format: "text",
+        output: summary(grade, true),
+        output_format: "md",
+        test_output_format: "text",
         visibility: Visibility::Visible,
         stdout_visibility: Visibility::Hidden,
         extra_data: ExtraData {
@@ -120,10 +145,15 @@ pub fn render(grade: &Grade) -> Results {
                 .collect(),
         },
         tests,
+        leaderboard: grade
+            .finished_images_per_sec()
+            .map(|value| LeaderboardEntry { name: "Images/sec", value: value.round(), order: "desc" })
+            .into_iter()
+            .collect(),
     }
 }
 
-fn test(step: &StepGrade, number: usize, check: &CheckGrade) -> Test {
+fn test(step: &StepGrade, number: usize, check: &CheckGrade, hidden_until_due: &[String]) -> Test {
     let mut output = check.message.clone().unwrap_or_else(|| check.observed.clone());
     if !check.passed() && step.not_run.is_none() && !step.output.is_empty() {
         let tail = last_chars(&step.output, OUTPUT_TAIL);
@@ -140,48 +170,14 @@ fn test(step: &StepGrade, number: usize, check: &CheckGrade) -> Test {
         max_score: check.max_points,
         status: if check.passed() { Status::Passed } else { Status::Failed },
         output,
-        visibility: Visibility::Visible,
+        visibility: if hidden_until_due.iter().any(|id| id == check.id) {
+            Visibility::AfterDueDate
+        } else {
+            Visibility::Visible
+        },
         number: format!("{}.{number}", step.step),
         tags: vec![format!("step {}", check.step)],
     }
-}
-
-/// The text above the tests: points per step, what was graded, a build failure's
-/// errors, how the code was confined, and how to repeat the runs.
-fn summary(grade: &Grade) -> String {
-    let mut out = String::new();
-    for s in &grade.steps {
-        out.push_str(&format!(
-            "Step {} ({}): {} of {} points.\n",
-            s.step,
-            s.title,
-            fmt_points(s.points()),
-            fmt_points(STEP_POINTS)
-        ));
-    }
-    if let Some(found) = &grade.submission {
-        out.push_str(&format!("Graded: {found}.\n"));
-    }
-    if let Some(error) = grade.error() {
-        out.push_str(&format!("\nNothing could be run, so no check passed:\n{error}\n\n"));
-    } else {
-        for s in grade.steps.iter().filter(|s| s.not_run.is_some()) {
-            out.push_str(&format!(
-                "\nStep {} did not run:\n{}\n\n",
-                s.step,
-                s.not_run.as_deref().unwrap_or("")
-            ));
-        }
-    }
-    out.push_str(&format!("Ran in {}.\n", grade.confinement.describe()));
-    if let Some(s) = grade.steps.first() {
-        out.push_str(&format!(
-            "Hidden variations from seed {}: `{}` runs the same checks on your own copy.\n",
-            grade.seed,
-            s.repeat_command(grade.seed)
-        ));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -190,10 +186,14 @@ mod tests {
     use crate::checks::id;
     use crate::grade::tests::{check, grade_of, step_run};
 
+    fn render_all(grade: &Grade) -> Results {
+        render(grade, &[])
+    }
+
     #[test]
     fn scores_are_the_points_and_statuses_gradescopes_words() {
         let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
-        let r = render(&grade_of(vec![s]));
+        let r = render_all(&grade_of(vec![s]));
         assert_eq!(r.score, 5.0);
         assert_eq!(r.execution_time, 13);
         assert_eq!(r.extra_data.max_score, 10.0);
@@ -217,19 +217,48 @@ mod tests {
         assert_eq!(json["tests"][0]["status"], "passed");
         assert_eq!(json["visibility"], "visible");
         assert_eq!(json["stdout_visibility"], "hidden");
-        assert!(r.output.starts_with("Step 8 ("), "{}", r.output);
+        assert!(json.get("leaderboard").is_none(), "step 8 is not the finished lab");
+        // Markdown: a list of the steps, the command in code.
+        assert_eq!((r.output_format, r.test_output_format), ("md", "text"));
+        assert!(r.output.starts_with("- Step 8 ("), "{}", r.output);
         assert!(r.output.contains(": 5 of 10 points.\n"), "{}", r.output);
         assert!(r.output.contains("`cargo checker verify step 8 --seed 7`"), "{}", r.output);
+    }
+
+    // The spec's visibilities: "hidden", "after_due_date", "after_published", "visible"
+    // (https://github.com/gradescope/autograder_samples/blob/master/docs/specs.md).
+    #[test]
+    fn checks_hidden_until_due_are_shown_after_the_due_date() {
+        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let r = render(&grade_of(vec![s]), &[id::EPOCH_BARRIER.to_string()]);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["tests"][0]["visibility"], "visible");
+        assert_eq!(json["tests"][1]["visibility"], "after_due_date");
+        assert_eq!(json["visibility"], "visible");
+    }
+
+    // The spec's leaderboard: [{"name": ..., "value": ..., "order": "asc"|"desc"}].
+    #[test]
+    fn the_finished_lab_ranks_on_images_per_sec() {
+        let mut s = step_run(coursegen::LAB_LAST_STEP, vec![]);
+        s.output = "Epoch =  0: Cumulative Time = 2.000, Epoch Time = 2.000, Images/sec = 812.4, Validation Loss = 0.500, Validation Accuracy = 0.800".into();
+        let json = serde_json::to_value(render_all(&grade_of(vec![s]))).unwrap();
+        assert_eq!(
+            json["leaderboard"],
+            serde_json::json!([{"name": "Images/sec", "value": 812.0, "order": "desc"}])
+        );
     }
 
     #[test]
     fn a_build_failure_scores_nothing_and_shows_the_compiler() {
         let mut build = check(id::BUILDS, 0, false);
         build.observed = "cargo build failed:\nerror[E0425]: cannot find value `y` in this scope".into();
-        let r = render(&grade_of(vec![step_run(1, vec![build])]));
+        let r = render_all(&grade_of(vec![step_run(1, vec![build])]));
         assert_eq!(r.score, 0.0);
         assert!(r.output.contains("Nothing could be run"), "{}", r.output);
         assert!(r.output.contains("error[E0425]: cannot find value `y`"), "{}", r.output);
+        // In a code block, whose fence outlasts the backticks inside it.
+        assert!(r.output.contains("\n```text\ncargo build failed:\n"), "{}", r.output);
         assert!(r.tests.iter().all(|t| t.status == Status::Failed && t.score == 0.0));
         assert!(r.tests.iter().all(|t| t.output.contains("error[E0425]")));
     }
@@ -239,7 +268,7 @@ mod tests {
         let mut g = grade_of(vec![step_run(0, vec![check(id::IMPORTS_DIST, 0, true)])]);
         g.confinement =
             Confinement::Unconfined { why: Some("bubblewrap cannot make namespaces here".into()) };
-        let r = render(&g);
+        let r = render_all(&g);
         assert!(
             r.output.contains("Ran in no sandbox, since none can be made here (bubblewrap cannot"),
             "{}",

@@ -10,6 +10,13 @@
 //!   (a check that failed) or `error` (a check that could not be judged, or a step
 //!   that did not build), each with `type` (required) and `message`.
 //!
+//! `--codegrade`: the same for CodeGrade's AutoTest Unit Test step, which reads JUnit
+//! XML from `$CG_JUNIT_XML_LOCATION` "except for the <properties> tag" (help.codegrade.com,
+//! "Writing Unit Test wrapper scripts", read 2026-11-28), and scores the step as the
+//! fraction of test cases passed: its suites have no `properties` and list only the
+//! checks that carry points, so that fraction is the points earned over the points
+//! possible.
+//!
 //! A check is judged from the runs of its step together, so a testcase has no time of
 //! its own: its `time` is 0 and the step's build and runs are the suite's `time`.
 use std::fmt::Write;
@@ -30,20 +37,43 @@ pub enum Listing {
 const SYSTEM_OUT_LIMIT: usize = 64 * 1024;
 
 pub fn render(grade: &Grade, listing: Listing) -> String {
+    render_suites(grade, true, |step| match listing {
+        Listing::EveryCheck => step.checks.iter().collect(),
+        Listing::Graded => step.graded().collect(),
+    })
+}
+
+/// CodeGrade's JUnit: no `properties`, and only the checks that carry points.
+pub fn render_codegrade(grade: &Grade) -> String {
+    render_suites(grade, false, |step| step.graded().filter(|c| c.max_points > 0.0).collect())
+}
+
+fn render_suites<'g>(
+    grade: &'g Grade,
+    properties: bool,
+    listed: impl Fn(&'g StepGrade) -> Vec<&'g CheckGrade>,
+) -> String {
     let host = hostname();
     let mut xml = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n");
     for (id, step) in grade.steps.iter().enumerate() {
-        let checks: Vec<&CheckGrade> = match listing {
-            Listing::EveryCheck => step.checks.iter().collect(),
-            Listing::Graded => step.graded().collect(),
-        };
-        suite(&mut xml, grade, step, id, &checks, &host);
+        let suite_of = Suite { grade, step, id, properties, host: &host };
+        suite(&mut xml, &suite_of, &listed(step));
     }
     xml.push_str("</testsuites>\n");
     xml
 }
 
-fn suite(xml: &mut String, grade: &Grade, step: &StepGrade, id: usize, checks: &[&CheckGrade], host: &str) {
+/// One step's testsuite: where it is in the report, and whether it has properties.
+struct Suite<'a> {
+    grade: &'a Grade,
+    step: &'a StepGrade,
+    id: usize,
+    properties: bool,
+    host: &'a str,
+}
+
+fn suite(xml: &mut String, of: &Suite, checks: &[&CheckGrade]) {
+    let Suite { grade, step, id, host, .. } = *of;
     let failures = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
     let errors =
         checks.iter().filter(|c| matches!(c.verdict, Verdict::Error | Verdict::CouldNotJudge)).count();
@@ -57,6 +87,19 @@ fn suite(xml: &mut String, grade: &Grade, step: &StepGrade, id: usize, checks: &
         checks.len(),
         step.seconds,
     );
+    if of.properties {
+        properties(xml, grade, step);
+    }
+    for check in checks {
+        case(xml, check);
+    }
+    let out = super::last_chars(&step.output, SYSTEM_OUT_LIMIT);
+    let _ = writeln!(xml, "    <system-out>{}</system-out>", text(out));
+    xml.push_str("    <system-err></system-err>\n  </testsuite>\n");
+}
+
+/// The seed, the sandbox and the command that repeats the run.
+fn properties(xml: &mut String, grade: &Grade, step: &StepGrade) {
     xml.push_str("    <properties>\n");
     let mut properties = vec![
         ("step", format!("{} ({})", step.step, step.title)),
@@ -71,12 +114,6 @@ fn suite(xml: &mut String, grade: &Grade, step: &StepGrade, id: usize, checks: &
         let _ = writeln!(xml, "      <property name=\"{name}\" value=\"{}\"/>", attr(&value));
     }
     xml.push_str("    </properties>\n");
-    for check in checks {
-        case(xml, check);
-    }
-    let out = super::last_chars(&step.output, SYSTEM_OUT_LIMIT);
-    let _ = writeln!(xml, "    <system-out>{}</system-out>", text(out));
-    xml.push_str("    <system-err></system-err>\n  </testsuite>\n");
 }
 
 fn case(xml: &mut String, check: &CheckGrade) {
@@ -239,5 +276,26 @@ mod tests {
             every.contains("<testcase name=\"imports-dist\" classname=\"ddp-lab.step_00\" time=\"0\"/>"),
             "{every}"
         );
+    }
+
+    // CodeGrade reads this format "except for the <properties> tag", and scores the
+    // fraction of test cases passed (help.codegrade.com, "Writing Unit Test wrapper
+    // scripts"; docs.codegra.de/guides/setting-up-unittest.html).
+    #[test]
+    fn codegrades_suites_have_no_properties_and_only_the_checks_with_points() {
+        let s = step_run(
+            8,
+            vec![
+                check(id::TRAINS, 0, false),
+                check(id::THROUGHPUT_REDUCED, 8, true),
+                check(id::EPOCH_BARRIER, 8, false),
+            ],
+        );
+        let xml = render_codegrade(&grade_of(vec![s]));
+        assert!(!xml.contains("<properties"), "{xml}");
+        assert!(xml.contains("tests=\"2\" failures=\"1\" errors=\"0\""), "{xml}");
+        assert!(!xml.contains("name=\"trains\""), "an earlier step's check carries no points: {xml}");
+        assert!(xml.contains("<testcase name=\"throughput-reduced\""), "{xml}");
+        assert!(xml.contains("<system-out>Epoch = 0 ...</system-out>"), "{xml}");
     }
 }

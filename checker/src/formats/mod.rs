@@ -1,15 +1,22 @@
 //! The reports `grade` and `verify` write, each in a published format and each
-//! rendered from the one grade model ([`crate::grade::Grade`]) by a module of its own:
-//! exercism's test-runner results (`--json`), JUnit XML (`--junit`) and Gradescope's
-//! results.json (`--gradescope`).
+//! rendered from the one grade model ([`crate::grade::Grade`]) by a module of its own,
+//! named for its platform: exercism's test-runner results (`--json`), JUnit XML
+//! (`--junit`, and `--codegrade` without properties), Gradescope's results.json
+//! (`--gradescope`), PrairieLearn's results.json (`--prairielearn`), Autolab's
+//! autoresult (`--autolab`), Moodle CodeRunner's combinator-grader outcome
+//! (`--coderunner`) and a GitHub Classroom grader's runner result (`--classroom`).
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::grade::Grade;
+use crate::grade::{fmt_points, Grade, STEP_POINTS};
 
+pub mod autolab;
+pub mod classroom;
+pub mod coderunner;
 pub mod exercism;
 pub mod gradescope;
 pub mod junit;
+pub mod prairielearn;
 
 /// Where the reports go; each is optional.
 #[derive(Debug, Clone, Default)]
@@ -17,11 +24,22 @@ pub struct Reports {
     pub json: Option<PathBuf>,
     pub junit: Option<PathBuf>,
     pub gradescope: Option<PathBuf>,
+    pub prairielearn: Option<PathBuf>,
+    pub autolab: Option<PathBuf>,
+    pub coderunner: Option<PathBuf>,
+    pub classroom: Option<PathBuf>,
+    pub codegrade: Option<PathBuf>,
+    /// Checks whose results students see only after the due date (`--hidden-until-due`):
+    /// Gradescope's `after_due_date`, CodeRunner's hidden rows.
+    pub hidden_until_due: Vec<String>,
 }
 
 impl Reports {
     pub fn any(&self) -> bool {
-        self.json.is_some() || self.junit.is_some() || self.gradescope.is_some()
+        [&self.json, &self.junit, &self.gradescope, &self.prairielearn]
+            .into_iter()
+            .chain([&self.autolab, &self.coderunner, &self.classroom, &self.codegrade])
+            .any(Option::is_some)
     }
 
     /// Renders every report asked for and writes them atomically: each to a temporary
@@ -36,8 +54,26 @@ impl Reports {
         if let Some(path) = &self.junit {
             rendered.push((path, junit::render(grade, listing)));
         }
+        let hidden = &self.hidden_until_due;
         if let Some(path) = &self.gradescope {
-            rendered.push((path, json(&gradescope::render(grade))));
+            rendered.push((path, json(&gradescope::render(grade, hidden))));
+        }
+        if let Some(path) = &self.prairielearn {
+            rendered.push((path, json(&prairielearn::render(grade))));
+        }
+        if let Some(path) = &self.autolab {
+            // One line: Autolab reads the last line the autograder prints.
+            let line = serde_json::to_string(&autolab::render(grade)).expect("a report serialises");
+            rendered.push((path, line + "\n"));
+        }
+        if let Some(path) = &self.coderunner {
+            rendered.push((path, json(&coderunner::render(grade, hidden))));
+        }
+        if let Some(path) = &self.classroom {
+            rendered.push((path, json(&classroom::render(grade))));
+        }
+        if let Some(path) = &self.codegrade {
+            rendered.push((path, junit::render_codegrade(grade)));
         }
         let cannot = |path: &Path, e: std::io::Error| {
             format!("cannot write the report {}: {e}; name a writable path", path.display())
@@ -60,6 +96,54 @@ impl Reports {
 fn json(report: &impl serde::Serialize) -> String {
     // Serialising these derived types cannot fail (string keys, finite numbers).
     serde_json::to_string_pretty(report).expect("a report serialises") + "\n"
+}
+
+/// What a grade says above its tests, in plain text or Markdown (code blocks around
+/// compiler errors): points per step, what was graded, why nothing or a step did not
+/// run, how the code was confined, and how to repeat the runs.
+pub fn summary(grade: &Grade, markdown: bool) -> String {
+    let block = |text: &str| {
+        if markdown {
+            // A fence longer than any run of backticks in the text, so it cannot close early.
+            let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+            let fence = "`".repeat(longest.max(2) + 1);
+            format!("{fence}text\n{}\n{fence}\n", text.trim_end())
+        } else {
+            format!("{}\n", text.trim_end())
+        }
+    };
+    let code = |text: &str| if markdown { format!("`{text}`") } else { text.to_string() };
+    let mut out = String::new();
+    for s in &grade.steps {
+        out.push_str(&format!(
+            "{}Step {} ({}): {} of {} points.\n",
+            if markdown { "- " } else { "" },
+            s.step,
+            s.title,
+            fmt_points(s.points()),
+            fmt_points(STEP_POINTS)
+        ));
+    }
+    if let Some(found) = &grade.submission {
+        out.push_str(&format!("\nGraded: {found}.\n"));
+    }
+    if let Some(error) = grade.error() {
+        out.push_str(&format!("\nNothing could be run, so no check passed:\n\n{}\n", block(&error)));
+    } else {
+        for s in grade.steps.iter().filter(|s| s.not_run.is_some()) {
+            let why = s.not_run.as_deref().unwrap_or("");
+            out.push_str(&format!("\nStep {} did not run:\n\n{}\n", s.step, block(why)));
+        }
+    }
+    out.push_str(&format!("\nRan in {}.\n", grade.confinement.describe()));
+    if let Some(s) = grade.steps.first() {
+        out.push_str(&format!(
+            "Hidden variations from seed {}: {} runs the same checks on your own copy.\n",
+            grade.seed,
+            code(&s.repeat_command(grade.seed))
+        ));
+    }
+    out
 }
 
 /// The end of `text`, at most `limit` characters (Unicode scalar values) of it.

@@ -8,6 +8,18 @@
 //! - the Apache Ant JUnit schema (Windy Road's JUnit.xsd), element by element and
 //!   attribute by attribute, as an XSD validator would check it.
 //!
+//! - PrairieLearn's "External Grading" (docs.prairielearn.com/externalGrading,
+//!   "Grading results"): results.json;
+//! - Autolab's "Guide for Lab Authors" (docs.autolabproject.com/lab, "Writing
+//!   Autograders"): the autoresult;
+//! - CodeRunner's "Combinator-template grading" (coderunner.org.nz documentation
+//!   V3.2.1, 8.2): what a combinator template grader prints;
+//! - GitHub Classroom's grader actions (autograding-command-grader src/main.js) and
+//!   grading reporter (autograding-grading-reporter src/main.js, notify-classroom.js):
+//!   a runner's result;
+//! - CodeGrade's Unit Test step (help.codegrade.com, "Writing Unit Test wrapper
+//!   scripts"): JUnit XML without `<properties>`.
+//!
 //! Each returns the violations it found (none: valid).
 use serde_json::Value;
 
@@ -152,6 +164,20 @@ pub fn gradescope(report: &Value) -> Vec<String> {
     for key in ["visibility", "stdout_visibility"] {
         one_of(report.get(key), &VISIBILITIES, key, &mut problems);
     }
+    // "leaderboard": [{"name": ..., "value": ..., "order": "asc" or "desc" (optional)}]
+    if let Some(board) = report.get("leaderboard") {
+        let entries = board.as_array().map(Vec::as_slice).unwrap_or_default();
+        if !board.is_array() {
+            problems.push("leaderboard must be an array".into());
+        }
+        for (i, e) in entries.iter().enumerate() {
+            keys_within(e, &["name", "value", "order"], &format!("leaderboard {i}"), &mut problems);
+            if !e["name"].is_string() || !(e["value"].is_number() || e["value"].is_string()) {
+                problems.push(format!("leaderboard {i} needs a name and a value"));
+            }
+            one_of(e.get("order"), &["asc", "desc"], &format!("leaderboard {i}: order"), &mut problems);
+        }
+    }
     if report.get("extra_data").is_some_and(|e| !e.is_object()) {
         problems.push("extra_data must be an object".into());
     }
@@ -218,6 +244,11 @@ pub struct Case {
 /// A JUnit XML report against Windy Road's JUnit.xsd: the suites it holds, or the
 /// violations.
 pub fn junit(xml: &str) -> Result<Vec<Suite>, Vec<String>> {
+    junit_of(xml, true)
+}
+
+/// JUnit XML whose suites begin with `properties` (the schema's), or have none (CodeGrade's).
+fn junit_of(xml: &str, properties: bool) -> Result<Vec<Suite>, Vec<String>> {
     let doc = match roxmltree::Document::parse(xml) {
         Ok(doc) => doc,
         Err(e) => return Err(vec![format!("not well-formed XML: {e}")]),
@@ -238,7 +269,7 @@ pub fn junit(xml: &str) -> Result<Vec<Suite>, Vec<String>> {
             problems.push(format!("<testsuites> holds <{}>", suite.tag_name().name()));
             continue;
         }
-        suites.push(testsuite(suite, index, &mut problems));
+        suites.push(testsuite(suite, index, properties, &mut problems));
     }
     if problems.is_empty() {
         Ok(suites)
@@ -298,7 +329,7 @@ fn is_timestamp(s: &str) -> bool {
         && s.chars().zip(shape.chars()).all(|(c, p)| if p == 'd' { c.is_ascii_digit() } else { c == p })
 }
 
-fn testsuite(suite: roxmltree::Node, index: usize, problems: &mut Vec<String>) -> Suite {
+fn testsuite(suite: roxmltree::Node, index: usize, properties: bool, problems: &mut Vec<String>) -> Suite {
     let allowed =
         ["name", "timestamp", "hostname", "tests", "failures", "errors", "skipped", "time", "package", "id"];
     attributes_within(suite, &allowed, problems);
@@ -330,14 +361,16 @@ fn testsuite(suite: roxmltree::Node, index: usize, problems: &mut Vec<String>) -
     let elements = children(suite, problems);
     let order: Vec<&str> = elements.iter().map(|e| e.tag_name().name()).collect();
     // properties, testcase*, system-out, system-err: in that order, each once but the cases.
-    let well_ordered = order.len() >= 3
-        && order[0] == "properties"
+    let first = usize::from(properties);
+    let well_ordered = order.len() >= first + 2
+        && (!properties || order[0] == "properties")
         && order[order.len() - 2] == "system-out"
         && order[order.len() - 1] == "system-err"
-        && order[1..order.len() - 2].iter().all(|e| *e == "testcase");
+        && order[first..order.len() - 2].iter().all(|e| *e == "testcase");
     if !well_ordered {
+        let wanted = if properties { "properties, " } else { "" };
         problems.push(format!(
-            "testsuite {name}: children {order:?}, not properties, testcase*, system-out, system-err"
+            "testsuite {name}: children {order:?}, not {wanted}testcase*, system-out, system-err"
         ));
     }
     let mut properties = Vec::new();
@@ -416,4 +449,208 @@ fn testsuite(suite: roxmltree::Node, index: usize, problems: &mut Vec<String>) -
         }
     }
     Suite { name, properties, cases, system_out }
+}
+
+fn number_in(v: Option<&Value>, low: f64, high: f64, what: &str, problems: &mut Vec<String>) {
+    match v.and_then(Value::as_f64) {
+        Some(x) if (low..=high).contains(&x) => {}
+        _ => problems.push(format!("{what} must be a number from {low} to {high}, is {v:?}")),
+    }
+}
+
+/// PrairieLearn's results.json (the text of the file, to check its size too).
+pub fn prairielearn(text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    // "this file should be limited to 1 MB"
+    if text.len() > 1 << 20 {
+        problems.push(format!("results.json has {} bytes, over 1 MB", text.len()));
+    }
+    let report: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("not JSON: {e}")],
+    };
+    let top = ["gradable", "score", "format_errors", "message", "output", "images", "tests"];
+    keys_within(&report, &top, "the top level", &mut problems);
+    let gradable = match report.get("gradable") {
+        None => true,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            problems.push(format!("gradable must be a boolean, is {other}"));
+            true
+        }
+    };
+    if gradable {
+        // "the result only has one mandatory field: score ... in the range [0.0, 1.0]"
+        number_in(report.get("score"), 0.0, 1.0, "score", &mut problems);
+        if report.get("format_errors").is_some() {
+            problems.push("format_errors belongs to a submission that is not gradable".into());
+        }
+    } else {
+        // "either a string or an array of strings"
+        let ok = match report.get("format_errors") {
+            Some(Value::String(_)) => true,
+            Some(Value::Array(a)) => a.iter().all(Value::is_string),
+            _ => false,
+        };
+        if !ok {
+            problems.push("a submission that is not gradable says why in format_errors".into());
+        }
+    }
+    for key in ["message", "output"] {
+        if !is_string_or_absent(report.get(key)) {
+            problems.push(format!("{key} must be a string"));
+        }
+    }
+    prairielearn_images(report.get("images"), "images", &mut problems);
+    let tests = report.get("tests").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    for (i, t) in tests.iter().enumerate() {
+        let what = format!("test {i}");
+        prairielearn_images(t.get("images"), &format!("{what}: images"), &mut problems);
+        let keys = ["name", "description", "points", "max_points", "message", "output", "images"];
+        keys_within(t, &keys, &what, &mut problems);
+        if !t["name"].is_string() {
+            problems.push(format!("{what}: name must be a string"));
+        }
+        for key in ["description", "message", "output"] {
+            if !is_string_or_absent(t.get(key)) {
+                problems.push(format!("{what}: {key} must be a string"));
+            }
+        }
+        let max = t["max_points"].as_f64().unwrap_or(f64::NAN);
+        number_in(t.get("points"), 0.0, max, &format!("{what}: points (of max_points)"), &mut problems);
+    }
+    problems
+}
+
+/// PrairieLearn's `images`: each an object with a `url` ("typically ... data:[mimetype];
+/// base64,[contents]") and an optional `label`, or, as older graders wrote it, the URL alone.
+fn prairielearn_images(images: Option<&Value>, what: &str, problems: &mut Vec<String>) {
+    let Some(images) = images else { return };
+    let Some(list) = images.as_array() else {
+        problems.push(format!("{what} must be an array"));
+        return;
+    };
+    for (i, image) in list.iter().enumerate() {
+        let url = match image {
+            Value::String(url) => Some(url.as_str()),
+            Value::Object(_) => {
+                keys_within(image, &["url", "label"], &format!("{what} {i}"), problems);
+                if !is_string_or_absent(image.get("label")) {
+                    problems.push(format!("{what} {i}: label must be a string"));
+                }
+                image["url"].as_str()
+            }
+            _ => None,
+        };
+        let data_uri = url.and_then(|u| u.strip_prefix("data:")).and_then(|u| u.split_once(";base64,"));
+        let decodes = data_uri.is_some_and(|(mime, data)| {
+            use base64::Engine;
+            mime.starts_with("image/") && base64::engine::general_purpose::STANDARD.decode(data).is_ok()
+        });
+        if !decodes {
+            problems.push(format!("{what} {i}: url must be a base64 data URI of an image"));
+        }
+    }
+}
+
+/// Autolab's autoresult: the last line of what the autograder printed.
+pub fn autolab(printed: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(last) = printed.lines().last() else { return vec!["nothing printed".into()] };
+    let result: Value = match serde_json::from_str(last) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("the last line is not JSON ({e}): {last}")],
+    };
+    keys_within(&result, &["scores", "scoreboard"], "the autoresult", &mut problems);
+    match result.get("scores").and_then(Value::as_object) {
+        Some(scores) if !scores.is_empty() => {
+            for (problem, score) in scores {
+                if !score.is_number() {
+                    problems.push(format!("the score of {problem} must be a number, is {score}"));
+                }
+            }
+        }
+        _ => problems.push("scores must assign a score to one or more problems".into()),
+    }
+    if result.get("scoreboard").is_some_and(|b| !b.is_array()) {
+        problems.push("scoreboard must be an array of the columns' values".into());
+    }
+    problems
+}
+
+/// What a CodeRunner combinator template grader prints.
+pub fn coderunner(outcome: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let keys = ["fraction", "prologuehtml", "testresults", "epiloguehtml", "showdifferences"];
+    keys_within(outcome, &keys, "the outcome", &mut problems);
+    number_in(outcome.get("fraction"), 0.0, 1.0, "fraction", &mut problems);
+    for key in ["prologuehtml", "epiloguehtml"] {
+        if !is_string_or_absent(outcome.get(key)) {
+            problems.push(format!("{key} must be a string (HTML)"));
+        }
+    }
+    let Some(rows) = outcome.get("testresults") else { return problems };
+    let Some(rows) = rows.as_array().filter(|r| !r.is_empty()) else {
+        problems.push("testresults must be a list of rows, the first the headers".into());
+        return problems;
+    };
+    let header: Vec<&str> =
+        rows[0].as_array().map(|h| h.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    if header.is_empty() || rows[0].as_array().is_some_and(|h| h.len() != header.len()) {
+        problems.push("the first row of testresults is the column headers (strings)".into());
+    }
+    for (i, row) in rows.iter().enumerate().skip(1) {
+        let Some(cells) = row.as_array().filter(|c| c.len() == header.len()) else {
+            problems.push(format!("row {i} has not one cell per column"));
+            continue;
+        };
+        for (column, cell) in header.iter().zip(cells) {
+            if ["iscorrect", "ishidden"].contains(column) && cell != 0 && cell != 1 {
+                problems.push(format!("row {i}: {column} must be 0 or 1, is {cell}"));
+            }
+        }
+    }
+    problems
+}
+
+/// A GitHub Classroom grader's runner result (decoded from its base64).
+pub fn classroom_runner(result: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    if result["version"] != 1 {
+        problems.push(format!("version must be 1, is {}", result["version"]));
+    }
+    one_of(result.get("status"), &["pass", "fail", "error"], "status", &mut problems);
+    let max = result["max_score"].as_f64();
+    if max.is_none() {
+        problems.push("max_score must be a number (the reporter sums it)".into());
+    }
+    let Some(tests) = result["tests"].as_array() else {
+        problems.push("tests must be an array".into());
+        return problems;
+    };
+    let mut total = 0.0;
+    for (i, t) in tests.iter().enumerate() {
+        let what = format!("test {i}");
+        if !t["name"].is_string() {
+            problems.push(format!("{what}: name must be a string"));
+        }
+        one_of(t.get("status"), &["pass", "fail", "error"], &format!("{what}: status"), &mut problems);
+        match t["score"].as_f64() {
+            Some(score) => total += score,
+            None => problems.push(format!("{what}: score must be a number (the reporter sums it)")),
+        }
+        if !is_string_or_absent(t.get("message")) {
+            problems.push(format!("{what}: message must be a string"));
+        }
+    }
+    if max.is_some_and(|max| total > max + 1e-9) {
+        problems.push(format!("the tests' scores sum to {total}, over max_score {max:?}"));
+    }
+    problems
+}
+
+/// CodeGrade's JUnit XML: as [`junit`] reads it, but without `<properties>`, which
+/// CodeGrade does not support.
+pub fn codegrade_junit(xml: &str) -> Result<Vec<Suite>, Vec<String>> {
+    junit_of(xml, false)
 }
