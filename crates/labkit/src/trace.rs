@@ -52,10 +52,10 @@ fn sink() -> Option<&'static Mutex<File>> {
 /// 8 and 9 from them: what was asked of the library, not what Gloo left in a buffer).
 fn record_collective(call: &dist::debug::CollectiveCall) {
     record(event::Collective {
-        op: call.op.to_string(),
-        reduce_op: call.reduce_op.map(|op| dist::debug::reduce_op_name(op).to_string()),
+        op: call.op,
+        reduce_op: call.reduce_op,
         root: call.root,
-        dtype: call.dtype.map(|k| format!("{k:?}")),
+        dtype: call.dtype.map(dist::debug::dtype),
         numel: call.numel,
         seq: call.seq,
         group: call.group,

@@ -17,6 +17,7 @@
 //! described here.
 use std::sync::OnceLock;
 
+pub use lab_trace::{CollectiveOp, Dtype};
 use tch::{Kind, Tensor};
 
 use crate::reduce_op::ReduceOp;
@@ -29,10 +30,10 @@ pub const OBSERVED_VALUES_MAX: i64 = 16;
 /// One collective as the program issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveCall {
-    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `all_gather_into_tensor`,
-    /// `reduce_scatter_tensor`, `barrier`, DDP's `broadcast_coalesced` of the model's
-    /// state, or the point-to-point `send` and `recv`.
-    pub op: &'static str,
+    /// Which collective: the program's (`all_reduce`, `barrier`, the point-to-point
+    /// `send` and `recv`, ...) or DDP's and FSDP's own (`broadcast_coalesced`,
+    /// `all_gather_into_tensor`, ...), by the name the lab's trace shares.
+    pub op: CollectiveOp,
     /// The reduction of `all_reduce`, `reduce` and `reduce_scatter_tensor` (`None` for
     /// the others).
     pub reduce_op: Option<ReduceOp>,
@@ -49,7 +50,7 @@ pub struct CollectiveCall {
     /// `send` and `recv` are numbered apart, in their own count from 0 (as NCCL numbers
     /// its point-to-point calls): only two ranks of the group take part in each, so a
     /// reader matching calls across ranks by number must leave them out
-    /// ([`is_point_to_point`]).
+    /// ([`CollectiveOp::is_point_to_point`]).
     pub seq: u64,
     /// Which group of this process, in creation order (0: the first, usually the default).
     pub group: u64,
@@ -72,12 +73,12 @@ impl CollectiveCall {
     pub fn describe(&self) -> String {
         let mut args = Vec::new();
         if let Some(op) = self.reduce_op {
-            args.push(format!("op={}", reduce_op_name(op)));
+            args.push(format!("op={op}"));
         }
         if let Some(root) = self.root {
             let key = match self.op {
-                "send" => "dst",
-                "recv" => "src",
+                CollectiveOp::Send => "dst",
+                CollectiveOp::Recv => "src",
                 _ => "root",
             };
             args.push(format!("{key}={root}"));
@@ -97,20 +98,55 @@ impl CollectiveCall {
     }
 }
 
-/// Whether `op` is a `send` or a `recv`: two ranks of the group take part, not all of
-/// them, and [`CollectiveCall::seq`] counts them apart from the collectives.
-pub fn is_point_to_point(op: &str) -> bool {
-    matches!(op, "send" | "recv")
+/// The lab trace's name of a tensor's element type: tch's own (`Float`), typed.
+pub fn dtype(kind: Kind) -> Dtype {
+    match kind {
+        Kind::Uint8 => Dtype::Uint8,
+        Kind::Int8 => Dtype::Int8,
+        Kind::Int16 => Dtype::Int16,
+        Kind::Int => Dtype::Int,
+        Kind::Int64 => Dtype::Int64,
+        Kind::Half => Dtype::Half,
+        Kind::Float => Dtype::Float,
+        Kind::Double => Dtype::Double,
+        Kind::ComplexHalf => Dtype::ComplexHalf,
+        Kind::ComplexFloat => Dtype::ComplexFloat,
+        Kind::ComplexDouble => Dtype::ComplexDouble,
+        Kind::Bool => Dtype::Bool,
+        Kind::QInt8 => Dtype::QInt8,
+        Kind::QUInt8 => Dtype::QUInt8,
+        Kind::QInt32 => Dtype::QInt32,
+        Kind::BFloat16 => Dtype::BFloat16,
+        Kind::Float8e5m2 => Dtype::Float8e5m2,
+        Kind::Float8e4m3fn => Dtype::Float8e4m3fn,
+        Kind::Float8e5m2fnuz => Dtype::Float8e5m2fnuz,
+        Kind::Float8e4m3fnuz => Dtype::Float8e4m3fnuz,
+    }
 }
 
-/// PyTorch's names for the reduce ops (`ReduceOp.SUM`, ...).
-pub fn reduce_op_name(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "SUM",
-        ReduceOp::Avg => "AVG",
-        ReduceOp::Product => "PRODUCT",
-        ReduceOp::Min => "MIN",
-        ReduceOp::Max => "MAX",
+/// The tch element type the lab trace's `dtype` names: [`dtype`] backwards.
+pub fn kind(dtype: Dtype) -> Kind {
+    match dtype {
+        Dtype::Uint8 => Kind::Uint8,
+        Dtype::Int8 => Kind::Int8,
+        Dtype::Int16 => Kind::Int16,
+        Dtype::Int => Kind::Int,
+        Dtype::Int64 => Kind::Int64,
+        Dtype::Half => Kind::Half,
+        Dtype::Float => Kind::Float,
+        Dtype::Double => Kind::Double,
+        Dtype::ComplexHalf => Kind::ComplexHalf,
+        Dtype::ComplexFloat => Kind::ComplexFloat,
+        Dtype::ComplexDouble => Kind::ComplexDouble,
+        Dtype::Bool => Kind::Bool,
+        Dtype::QInt8 => Kind::QInt8,
+        Dtype::QUInt8 => Kind::QUInt8,
+        Dtype::QInt32 => Kind::QInt32,
+        Dtype::BFloat16 => Kind::BFloat16,
+        Dtype::Float8e5m2 => Kind::Float8e5m2,
+        Dtype::Float8e4m3fn => Kind::Float8e4m3fn,
+        Dtype::Float8e5m2fnuz => Kind::Float8e5m2fnuz,
+        Dtype::Float8e4m3fnuz => Kind::Float8e4m3fnuz,
     }
 }
 
@@ -168,7 +204,7 @@ mod tests {
     #[test]
     fn describes_calls_in_pytorchs_words() {
         let call = CollectiveCall {
-            op: "reduce",
+            op: CollectiveOp::Reduce,
             reduce_op: Some(ReduceOp::Sum),
             root: Some(1),
             dtype: Some(Kind::Double),
@@ -181,8 +217,25 @@ mod tests {
             site: None,
         };
         assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");
-        let barrier =
-            CollectiveCall { op: "barrier", reduce_op: None, root: None, dtype: None, numel: 0, ..call };
+        let barrier = CollectiveCall {
+            op: CollectiveOp::Barrier,
+            reduce_op: None,
+            root: None,
+            dtype: None,
+            numel: 0,
+            ..call
+        };
         assert_eq!(barrier.describe(), "barrier()");
+    }
+
+    /// The trace's dtype is the name tch's `Debug` gives the kind, as it was written
+    /// before it was typed, and reads back as the same kind.
+    #[test]
+    fn every_kind_has_its_trace_name() {
+        for &d in Dtype::ALL {
+            let k = kind(d);
+            assert_eq!(dtype(k), d);
+            assert_eq!(format!("{k:?}"), d.name());
+        }
     }
 }
