@@ -500,8 +500,7 @@ mod tests {
                 let start = line;
                 i += if raw { hashes + 2 } else { 1 };
                 let mut literal = String::new();
-                loop {
-                    let Some(&c) = chars.get(i) else { break };
+                while let Some(&c) = chars.get(i) {
                     if !raw && c == '\\' {
                         literal.push(c);
                         literal.push(at(i + 1));
