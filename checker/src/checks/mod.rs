@@ -584,6 +584,30 @@ mod tests {
         );
     }
 
+    /// A trace value this checker does not know (a trace of another revision's labkit)
+    /// makes its line malformed, reported with the names the checker knows: a check never
+    /// judges a call it cannot name.
+    #[test]
+    fn an_unknown_trace_value_is_reported_as_a_malformed_line() {
+        let mut obs = nothing(8);
+        let line = serde_json::json!({
+            "event": "collective", "pid": 7, "ppid": 1, "local_rank": 0, "rank": 0, "world_size": 2,
+            "time": 1.0, "op": "all_to_all", "reduce_op": null, "root": null, "dtype": null,
+            "numel": 4, "seq": 0, "group": 0, "values": null,
+        });
+        obs.trace = serde_json::from_value(serde_json::json!([line])).unwrap();
+        let results = judge(&obs);
+        let reduced = results.iter().find(|r| r.id == id::THROUGHPUT_REDUCED).unwrap();
+        assert!(reduced.failed(), "{reduced:?}");
+        assert!(
+            reduced.observed.contains(
+                "the trace is malformed: line 1: event `collective`: unknown variant `all_to_all`, expected one of `all_reduce`, "
+            ),
+            "{}",
+            reduced.observed
+        );
+    }
+
     #[test]
     fn missing_evidence_after_a_crash_is_not_judged_and_names_the_error() {
         let mut obs = nothing(9);
