@@ -69,7 +69,8 @@ macro_rules! named {
 
 named! {
     /// A collective issued through tch-distributed, by PyTorch's name: the program's own
-    /// calls and those DDP and FSDP make on their own.
+    /// calls and those DDP and FSDP make on their own. labkit converts
+    /// tch-distributed's `debug::CollectiveOp` into it.
     pub enum CollectiveOp {
         /// `dist::all_reduce`.
         AllReduce = "all_reduce",
@@ -107,7 +108,7 @@ impl CollectiveOp {
 
 named! {
     /// How a collective combines the ranks' values, by PyTorch's name (`ReduceOp.SUM`).
-    /// tch-distributed's `ReduceOp` is this one.
+    /// labkit converts tch-distributed's `ReduceOp` into it.
     pub enum ReduceOp {
         /// The sum over ranks.
         Sum = "SUM",
@@ -124,7 +125,7 @@ named! {
 
 named! {
     /// A tensor's element type, by tch's name for it (`tch::Kind`, whose `Debug` text
-    /// the trace has always held); tch-distributed converts between the two.
+    /// the trace has always held); labkit converts the `Kind` of a collective into it.
     pub enum Dtype {
         Uint8 = "Uint8",
         Int8 = "Int8",

@@ -28,10 +28,10 @@ use std::ffi::{c_void, CString};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use lab_trace::CollectiveOp;
 use tch::nn::{ModuleT, VarStore};
 use tch::Tensor;
 
+use crate::debug::CollectiveOp;
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::group::ProcessGroup;

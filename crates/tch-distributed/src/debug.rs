@@ -17,7 +17,6 @@
 //! described here.
 use std::sync::OnceLock;
 
-pub use lab_trace::{CollectiveOp, Dtype};
 use tch::{Kind, Tensor};
 
 use crate::reduce_op::ReduceOp;
@@ -27,12 +26,53 @@ use crate::reduce_op::ReduceOp;
 /// waits for the device).
 pub const OBSERVED_VALUES_MAX: i64 = 16;
 
+crate::named::pytorch_named! {
+    /// A collective issued through this crate, by PyTorch's name ([`name`](Self::name):
+    /// `all_reduce`): the program's own calls and those DDP and FSDP make on their own.
+    pub enum CollectiveOp {
+        /// [`all_reduce`](crate::all_reduce).
+        AllReduce = "all_reduce",
+        /// [`reduce`](crate::reduce).
+        Reduce = "reduce",
+        /// [`broadcast`](crate::broadcast).
+        Broadcast = "broadcast",
+        /// [`all_gather`](crate::all_gather), into one tensor per rank.
+        AllGather = "all_gather",
+        /// [`all_gather_into_tensor`](crate::all_gather_into_tensor): FSDP's gathering
+        /// of a unit's shards.
+        AllGatherIntoTensor = "all_gather_into_tensor",
+        /// [`reduce_scatter_tensor`](crate::reduce_scatter_tensor): FSDP's reduction of a
+        /// unit's gradients.
+        ReduceScatterTensor = "reduce_scatter_tensor",
+        /// [`barrier`](crate::barrier).
+        Barrier = "barrier",
+        /// DDP's broadcast of the model's state from rank 0 (at wrapping, and of the
+        /// buffers before each forward): [`broadcast_coalesced`](crate::broadcast_coalesced).
+        BroadcastCoalesced = "broadcast_coalesced",
+        /// DDP's check, at wrapping, that every rank's model has the same parameters.
+        VerifyParamsAcrossProcesses = "verify_params_across_processes",
+        /// A point-to-point send to one rank ([`send`](crate::send), [`isend`](crate::isend)).
+        Send = "send",
+        /// A point-to-point receive from one rank, or from any
+        /// ([`recv`](crate::recv), [`irecv`](crate::irecv)).
+        Recv = "recv",
+    }
+}
+
+impl CollectiveOp {
+    /// Whether this is a `send` or a `recv`: two ranks of the group take part, not all
+    /// of them, and [`CollectiveCall::seq`] counts them apart from the collectives.
+    pub fn is_point_to_point(self) -> bool {
+        matches!(self, CollectiveOp::Send | CollectiveOp::Recv)
+    }
+}
+
 /// One collective as the program issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveCall {
     /// Which collective: the program's (`all_reduce`, `barrier`, the point-to-point
     /// `send` and `recv`, ...) or DDP's and FSDP's own (`broadcast_coalesced`,
-    /// `all_gather_into_tensor`, ...), by the name the lab's trace shares.
+    /// `all_gather_into_tensor`, ...).
     pub op: CollectiveOp,
     /// The reduction of `all_reduce`, `reduce` and `reduce_scatter_tensor` (`None` for
     /// the others).
@@ -95,58 +135,6 @@ impl CollectiveCall {
     /// The bytes of the tensor(s) [`numel`](Self::numel) counts.
     pub fn bytes(&self) -> i64 {
         self.numel * self.dtype.map_or(0, |kind| kind.elt_size_in_bytes() as i64)
-    }
-}
-
-/// The lab trace's name of a tensor's element type: tch's own (`Float`), typed.
-pub fn dtype(kind: Kind) -> Dtype {
-    match kind {
-        Kind::Uint8 => Dtype::Uint8,
-        Kind::Int8 => Dtype::Int8,
-        Kind::Int16 => Dtype::Int16,
-        Kind::Int => Dtype::Int,
-        Kind::Int64 => Dtype::Int64,
-        Kind::Half => Dtype::Half,
-        Kind::Float => Dtype::Float,
-        Kind::Double => Dtype::Double,
-        Kind::ComplexHalf => Dtype::ComplexHalf,
-        Kind::ComplexFloat => Dtype::ComplexFloat,
-        Kind::ComplexDouble => Dtype::ComplexDouble,
-        Kind::Bool => Dtype::Bool,
-        Kind::QInt8 => Dtype::QInt8,
-        Kind::QUInt8 => Dtype::QUInt8,
-        Kind::QInt32 => Dtype::QInt32,
-        Kind::BFloat16 => Dtype::BFloat16,
-        Kind::Float8e5m2 => Dtype::Float8e5m2,
-        Kind::Float8e4m3fn => Dtype::Float8e4m3fn,
-        Kind::Float8e5m2fnuz => Dtype::Float8e5m2fnuz,
-        Kind::Float8e4m3fnuz => Dtype::Float8e4m3fnuz,
-    }
-}
-
-/// The tch element type the lab trace's `dtype` names: [`dtype`] backwards.
-pub fn kind(dtype: Dtype) -> Kind {
-    match dtype {
-        Dtype::Uint8 => Kind::Uint8,
-        Dtype::Int8 => Kind::Int8,
-        Dtype::Int16 => Kind::Int16,
-        Dtype::Int => Kind::Int,
-        Dtype::Int64 => Kind::Int64,
-        Dtype::Half => Kind::Half,
-        Dtype::Float => Kind::Float,
-        Dtype::Double => Kind::Double,
-        Dtype::ComplexHalf => Kind::ComplexHalf,
-        Dtype::ComplexFloat => Kind::ComplexFloat,
-        Dtype::ComplexDouble => Kind::ComplexDouble,
-        Dtype::Bool => Kind::Bool,
-        Dtype::QInt8 => Kind::QInt8,
-        Dtype::QUInt8 => Kind::QUInt8,
-        Dtype::QInt32 => Kind::QInt32,
-        Dtype::BFloat16 => Kind::BFloat16,
-        Dtype::Float8e5m2 => Kind::Float8e5m2,
-        Dtype::Float8e4m3fn => Kind::Float8e4m3fn,
-        Dtype::Float8e5m2fnuz => Kind::Float8e5m2fnuz,
-        Dtype::Float8e4m3fnuz => Kind::Float8e4m3fnuz,
     }
 }
 
@@ -228,14 +216,11 @@ mod tests {
         assert_eq!(barrier.describe(), "barrier()");
     }
 
-    /// The trace's dtype is the name tch's `Debug` gives the kind, as it was written
-    /// before it was typed, and reads back as the same kind.
     #[test]
-    fn every_kind_has_its_trace_name() {
-        for &d in Dtype::ALL {
-            let k = kind(d);
-            assert_eq!(dtype(k), d);
-            assert_eq!(format!("{k:?}"), d.name());
-        }
+    fn sends_and_receives_are_the_point_to_point_calls() {
+        let p2p: Vec<CollectiveOp> =
+            CollectiveOp::ALL.iter().copied().filter(|op| op.is_point_to_point()).collect();
+        assert_eq!(p2p, [CollectiveOp::Send, CollectiveOp::Recv]);
+        assert_eq!(CollectiveOp::AllGatherIntoTensor.to_string(), "all_gather_into_tensor");
     }
 }

@@ -7,13 +7,13 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lab_trace::CollectiveOp;
 use tch::{Device, Tensor};
 
 use crate::c_args::{cstring, duration_ms};
+use crate::debug::CollectiveOp;
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
-use crate::reduce_op::{c10d, ReduceOp};
+use crate::reduce_op::ReduceOp;
 use crate::rendezvous::validate_rank;
 use crate::spans;
 use crate::store::Store;
@@ -349,7 +349,7 @@ impl ProcessGroup {
         let span = self.observe(CollectiveOp::AllReduce, Some(op), None, Some(tensor));
         let ptrs = [tensor.as_mut_ptr() as *mut c_void];
         self.start("all_reduce", span, |out, err| unsafe {
-            ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, c10d(op), out, err)
+            ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, op.raw(), out, err)
         })
     }
 
@@ -368,7 +368,7 @@ impl ProcessGroup {
         let span = self.observe(CollectiveOp::Reduce, Some(op), Some(dst), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start("reduce", span, |out, err| unsafe {
-            ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, c10d(op), out, err)
+            ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, op.raw(), out, err)
         })
     }
 
@@ -514,7 +514,7 @@ impl ProcessGroup {
         let (mut flat_out, flat_in) = (output.view([-1]), input.view([-1]));
         let (out_ptr, in_ptr) = (flat_out.as_mut_ptr() as *mut c_void, flat_in.as_ptr() as *mut c_void);
         self.start(WHAT, span, |out, err| unsafe {
-            ffi::tchd_reduce_scatter_tensor(self.raw.as_ptr(), out_ptr, in_ptr, c10d(op), out, err)
+            ffi::tchd_reduce_scatter_tensor(self.raw.as_ptr(), out_ptr, in_ptr, op.raw(), out, err)
         })
     }
 
