@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ops::Deref;
 
 use lab_trace::event::{Collective, EpochReport, TrainIndices, Weights};
-use lab_trace::{Record, Trace};
+use lab_trace::{CollectiveOp, Dtype, Record, ReduceOp, Trace};
 
 use super::{Evidence, Finding};
 use crate::observe::Observation;
@@ -49,8 +49,8 @@ impl Call {
     }
 
     /// What the call is, without the rank or its number: equal on every rank.
-    fn signature(&self) -> (&str, &Option<String>, Option<usize>, &Option<String>, i64) {
-        (&self.op, &self.reduce_op, self.root, &self.dtype, self.numel)
+    fn signature(&self) -> (CollectiveOp, Option<ReduceOp>, Option<usize>, Option<Dtype>, i64) {
+        (self.op, self.reduce_op, self.root, self.dtype, self.numel)
     }
 }
 
@@ -92,7 +92,7 @@ pub fn desync(trace: &[Record]) -> Option<String> {
 fn aligned(trace: &[Record]) -> BTreeMap<(u64, u64), Vec<Call>> {
     let mut at: BTreeMap<(u64, u64), Vec<Call>> = BTreeMap::new();
     let calls = trace.iter().filter_map(Call::from_record);
-    for call in calls.filter(|c| !tch_distributed::debug::is_point_to_point(&c.op)) {
+    for call in calls.filter(|c| !c.op.is_point_to_point()) {
         at.entry((call.group, call.seq)).or_default().push(call);
     }
     at
@@ -155,17 +155,17 @@ impl Place {
 /// The collectives that a library issues on its own (their `site` is `None`): DDP's,
 /// FSDP's, the pipeline's. Traces written before call sites were kept have no site for
 /// any call, so a call is the program's when it has a site or is none of these.
-const LIBRARY_OPS: &[&str] = &[
-    "broadcast_coalesced",
-    "verify_params_across_processes",
-    "all_gather_into_tensor",
-    "reduce_scatter_tensor",
+const LIBRARY_OPS: &[CollectiveOp] = &[
+    CollectiveOp::BroadcastCoalesced,
+    CollectiveOp::VerifyParamsAcrossProcesses,
+    CollectiveOp::AllGatherIntoTensor,
+    CollectiveOp::ReduceScatterTensor,
 ];
 
 impl Call {
     /// Whether the program's own line issued it (not DDP, FSDP or the pipeline).
     pub fn by_program(&self) -> bool {
-        self.site.is_some() || !LIBRARY_OPS.contains(&self.op.as_str())
+        self.site.is_some() || !LIBRARY_OPS.contains(&self.op)
     }
 
     /// In the lab's words: "reduce (1 value) at src/main.rs:133", "DDP's broadcast".
@@ -187,12 +187,12 @@ impl Call {
     }
 
     fn what(&self) -> String {
-        match self.op.as_str() {
-            "broadcast_coalesced" => "DDP's broadcast".to_string(),
-            "verify_params_across_processes" => "DDP's check of the parameters".to_string(),
-            "all_gather_into_tensor" => "FSDP's all-gather".to_string(),
-            "reduce_scatter_tensor" => "FSDP's reduce-scatter".to_string(),
-            "barrier" => "barrier".to_string(),
+        match self.op {
+            CollectiveOp::BroadcastCoalesced => "DDP's broadcast".to_string(),
+            CollectiveOp::VerifyParamsAcrossProcesses => "DDP's check of the parameters".to_string(),
+            CollectiveOp::AllGatherIntoTensor => "FSDP's all-gather".to_string(),
+            CollectiveOp::ReduceScatterTensor => "FSDP's reduce-scatter".to_string(),
+            op @ CollectiveOp::Barrier => op.to_string(),
             op => match self.numel {
                 1 => format!("{op} (1 value)"),
                 n => format!("{op} ({n} values)"),
@@ -472,28 +472,29 @@ fn mistaken_side(sides: &[Side]) -> usize {
 /// The step and check a mistaken call belongs to, in the run it was found in.
 fn owner_of(call: &Call, place: Place, step: u8, run: Run) -> Option<(u8, &'static str)> {
     use super::id;
+    use CollectiveOp as Op;
     if !call.by_program() {
-        return match call.op.as_str() {
-            "broadcast_coalesced" | "verify_params_across_processes" => Some((7, id::WEIGHTS_SYNCHRONIZED)),
-            "all_gather_into_tensor" | "reduce_scatter_tensor" => Some((14, id::FSDP_COLLECTIVES)),
+        return match call.op {
+            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some((7, id::WEIGHTS_SYNCHRONIZED)),
+            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some((14, id::FSDP_COLLECTIVES)),
             _ => None,
         };
     }
-    match (run, call.op.as_str()) {
+    match (run, call.op) {
         // The pipeline's metrics go from the last stage to every rank.
-        (Run::Pipeline, "broadcast" | "all_reduce" | "reduce" | "all_gather") => {
+        (Run::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
             Some((13, id::METRICS_FROM_LAST_STAGE))
         }
-        (Run::Fsdp, "all_gather_into_tensor" | "reduce_scatter_tensor") => Some((14, id::FSDP_COLLECTIVES)),
-        (_, "barrier") => match place {
+        (Run::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some((14, id::FSDP_COLLECTIVES)),
+        (_, Op::Barrier) => match place {
             Place::BeforeTraining => Some((5, id::DATA_BARRIER)),
             // After the epoch's report, from step 12 on: the barrier between rank 0's
             // checkpoint and every rank's load.
             Place::Epoch { phase: Phase::Reported, .. } if step >= 12 => Some((12, id::READ_AFTER_WHOLE)),
             Place::Epoch { .. } => Some((8, id::EPOCH_BARRIER)),
         },
-        (Run::Main, "reduce") => Some((8, id::THROUGHPUT_REDUCED)),
-        (Run::Main, "all_reduce" | "all_gather") => Some((9, id::METRICS_AVERAGED)),
+        (Run::Main, Op::Reduce) => Some((8, id::THROUGHPUT_REDUCED)),
+        (Run::Main, Op::AllReduce | Op::AllGather) => Some((9, id::METRICS_AVERAGED)),
         _ => None,
     }
 }
@@ -557,7 +558,7 @@ fn sentence(sides: &[Side], culprit: usize, latest: Place, owned: bool) -> Strin
             let condition = if mistaken.ranks == [0] { "`if global_rank == 0`" } else { "a condition on the rank" };
             format!(": a collective only {who} {reaches}; is it inside {condition}?")
         }
-        Some(call) if call.op.contains("scatter") || call.op.contains("gather") => {
+        Some(call) if matches!(call.op, CollectiveOp::AllGatherIntoTensor | CollectiveOp::ReduceScatterTensor) => {
             ": FSDP's collectives run on every rank only when every rank shards the same model alike".into()
         }
         Some(_) => ": DDP's collectives run on every rank only when every rank wraps the same model in DDP".into(),
@@ -574,16 +575,16 @@ mod tests {
     fn event(
         rank: usize,
         seq: u64,
-        op: &str,
-        reduce_op: Option<&str>,
+        op: CollectiveOp,
+        reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         values: &[f64],
     ) -> Record {
         let mut record = Record::now(Collective {
-            op: op.into(),
-            reduce_op: reduce_op.map(String::from),
+            op,
+            reduce_op,
             root,
-            dtype: Some("Double".into()),
+            dtype: Some(Dtype::Double),
             numel: values.len() as i64,
             seq,
             group: 0,
@@ -597,11 +598,11 @@ mod tests {
     #[test]
     fn the_first_differing_call_is_named_with_both_ranks() {
         let trace = vec![
-            event(0, 0, "barrier", None, None, &[]),
-            event(1, 0, "barrier", None, None, &[]),
-            event(1, 1, "reduce", Some("SUM"), Some(0), &[3.0]),
-            event(0, 1, "all_reduce", Some("SUM"), None, &[2.0]),
-            event(0, 2, "barrier", None, None, &[]),
+            event(0, 0, CollectiveOp::Barrier, None, None, &[]),
+            event(1, 0, CollectiveOp::Barrier, None, None, &[]),
+            event(1, 1, CollectiveOp::Reduce, Some(ReduceOp::Sum), Some(0), &[3.0]),
+            event(0, 1, CollectiveOp::AllReduce, Some(ReduceOp::Sum), None, &[2.0]),
+            event(0, 2, CollectiveOp::Barrier, None, None, &[]),
         ];
         assert_eq!(
             desync(&trace).unwrap(),
@@ -609,8 +610,8 @@ mod tests {
         );
         // The same call with other values is no desync.
         let agreed = vec![
-            event(0, 0, "reduce", Some("SUM"), Some(0), &[2.0]),
-            event(1, 0, "reduce", Some("SUM"), Some(0), &[5.0]),
+            event(0, 0, CollectiveOp::Reduce, Some(ReduceOp::Sum), Some(0), &[2.0]),
+            event(1, 0, CollectiveOp::Reduce, Some(ReduceOp::Sum), Some(0), &[5.0]),
         ];
         assert_eq!(desync(&agreed), None);
     }
@@ -620,28 +621,34 @@ mod tests {
         // A two-stage pipeline: rank 0 sends activations and receives gradients, rank 1
         // the other way round; their sends and recvs share numbers with the barrier's.
         let trace = vec![
-            event(0, 0, "barrier", None, None, &[]),
-            event(1, 0, "barrier", None, None, &[]),
-            event(0, 0, "send", None, Some(1), &[1.0, 2.0]),
-            event(1, 0, "recv", None, Some(0), &[0.0]),
-            event(0, 1, "recv", None, Some(1), &[0.0, 0.0, 0.0]),
-            event(1, 1, "send", None, Some(0), &[3.0]),
-            event(0, 1, "broadcast", None, Some(1), &[0.5]),
-            event(1, 1, "broadcast", None, Some(1), &[0.5]),
+            event(0, 0, CollectiveOp::Barrier, None, None, &[]),
+            event(1, 0, CollectiveOp::Barrier, None, None, &[]),
+            event(0, 0, CollectiveOp::Send, None, Some(1), &[1.0, 2.0]),
+            event(1, 0, CollectiveOp::Recv, None, Some(0), &[0.0]),
+            event(0, 1, CollectiveOp::Recv, None, Some(1), &[0.0, 0.0, 0.0]),
+            event(1, 1, CollectiveOp::Send, None, Some(0), &[3.0]),
+            event(0, 1, CollectiveOp::Broadcast, None, Some(1), &[0.5]),
+            event(1, 1, CollectiveOp::Broadcast, None, Some(1), &[0.5]),
         ];
         assert_eq!(desync(&trace), None);
         // The collectives among them are still compared.
         let mut differing = trace;
-        differing.push(event(0, 2, "all_reduce", Some("SUM"), None, &[1.0]));
-        differing.push(event(1, 2, "barrier", None, None, &[]));
+        differing.push(event(0, 2, CollectiveOp::AllReduce, Some(ReduceOp::Sum), None, &[1.0]));
+        differing.push(event(1, 2, CollectiveOp::Barrier, None, None, &[]));
         assert!(desync(&differing).unwrap().contains("call #2 of group 0"));
     }
 
     #[test]
     fn a_call_carries_a_value_in_float32_too() {
-        let call =
-            Call::from_record(&event(0, 0, "reduce", Some("SUM"), Some(1), &[f64::from(652.1234_f32)]))
-                .unwrap();
+        let call = Call::from_record(&event(
+            0,
+            0,
+            CollectiveOp::Reduce,
+            Some(ReduceOp::Sum),
+            Some(1),
+            &[f64::from(652.1234_f32)],
+        ))
+        .unwrap();
         assert!(call.carried(652.1234));
         assert!(!call.carried(652.2));
         assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");
@@ -669,18 +676,18 @@ mod tests {
             self.records.push(record);
         }
 
-        fn call(&mut self, op: &str, numel: i64, site: Option<&str>) {
+        fn call(&mut self, op: CollectiveOp, numel: i64, site: Option<&str>) {
             let (reduce_op, root, dtype) = match op {
-                "reduce" => (Some("SUM"), Some(0), Some("Double")),
-                "all_reduce" => (Some("SUM"), None, Some("Double")),
-                "barrier" => (None, None, None),
-                _ => (None, Some(0), Some("Float")),
+                CollectiveOp::Reduce => (Some(ReduceOp::Sum), Some(0), Some(Dtype::Double)),
+                CollectiveOp::AllReduce => (Some(ReduceOp::Sum), None, Some(Dtype::Double)),
+                CollectiveOp::Barrier => (None, None, None),
+                _ => (None, Some(0), Some(Dtype::Float)),
             };
             self.push(Collective {
-                op: op.into(),
-                reduce_op: reduce_op.map(String::from),
+                op,
+                reduce_op,
                 root,
-                dtype: dtype.map(String::from),
+                dtype,
                 numel,
                 seq: self.seq,
                 group: 0,
@@ -692,30 +699,32 @@ mod tests {
 
         fn before_training(&mut self, barrier: bool) -> &mut Lab {
             if barrier {
-                self.call("barrier", 0, Some("src/main.rs:93:5"));
+                self.call(CollectiveOp::Barrier, 0, Some("src/main.rs:93:5"));
             }
-            self.call("verify_params_across_processes", 0, None);
-            self.call("broadcast_coalesced", 174_690, None);
+            self.call(CollectiveOp::VerifyParamsAcrossProcesses, 0, None);
+            self.call(CollectiveOp::BroadcastCoalesced, 174_690, None);
             self
         }
 
         /// One epoch; `skip` names the program's calls this rank leaves out.
-        fn epoch(&mut self, epoch: usize, skip: &[&str]) -> &mut Lab {
+        fn epoch(&mut self, epoch: usize, skip: &[CollectiveOp]) -> &mut Lab {
             self.push(TrainIndices { epoch, indices: vec![0; 40] });
             for _ in 0..3 {
-                self.call("broadcast_coalesced", 912, None);
+                self.call(CollectiveOp::BroadcastCoalesced, 912, None);
             }
             self.push(Weights { epoch, digest: "d".into(), projection: [0.0; 8] });
-            for (op, numel, site) in [("barrier", 0, "src/main.rs:124:9"), ("reduce", 1, "src/main.rs:133:9")]
-            {
+            for (op, numel, site) in [
+                (CollectiveOp::Barrier, 0, "src/main.rs:124:9"),
+                (CollectiveOp::Reduce, 1, "src/main.rs:133:9"),
+            ] {
                 if !skip.contains(&op) {
                     self.call(op, numel, Some(site));
                 }
             }
             // DDP's forward in validation broadcasts the buffers too.
-            self.call("broadcast_coalesced", 912, None);
-            if !skip.contains(&"all_reduce") {
-                self.call("all_reduce", 2, Some("src/main.rs:140:9"));
+            self.call(CollectiveOp::BroadcastCoalesced, 912, None);
+            if !skip.contains(&CollectiveOp::AllReduce) {
+                self.call(CollectiveOp::AllReduce, 2, Some("src/main.rs:140:9"));
             }
             self.push(EpochReport {
                 epoch,
@@ -734,7 +743,7 @@ mod tests {
     }
 
     /// Every rank runs `epochs` epochs; rank 0 alone makes the calls in `rank0_only`.
-    fn only_rank_0(world: usize, epochs: usize, rank0_only: &[&str]) -> Vec<Record> {
+    fn only_rank_0(world: usize, epochs: usize, rank0_only: &[CollectiveOp]) -> Vec<Record> {
         trace_of(
             (0..world)
                 .map(|rank| {
@@ -751,7 +760,7 @@ mod tests {
 
     #[test]
     fn a_reduce_on_rank_0_alone_is_step_8s_on_four_ranks_and_on_two() {
-        let trace = only_rank_0(4, 2, &["reduce"]);
+        let trace = only_rank_0(4, 2, &[CollectiveOp::Reduce]);
         let d = Divergence::find(&trace, 11, Run::Main).unwrap();
         assert_eq!(d.owner, Some((8, id::THROUGHPUT_REDUCED)));
         assert_eq!(d.culprits, [0]);
@@ -761,7 +770,7 @@ mod tests {
             "in epoch 0 rank 0 called reduce (1 value) at src/main.rs:133 while ranks 1–3 called DDP's broadcast in epoch 0: a collective only rank 0 reaches; is it inside `if global_rank == 0`?"
         );
         // Two ranks: no majority; rank 0's call is the program's, rank 1's DDP's.
-        let d = Divergence::find(&only_rank_0(2, 2, &["reduce"]), 11, Run::Main).unwrap();
+        let d = Divergence::find(&only_rank_0(2, 2, &[CollectiveOp::Reduce]), 11, Run::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (Some((8, id::THROUGHPUT_REDUCED)), vec![0]));
         assert!(d.sentence.contains("while rank 1 called DDP's broadcast in epoch 0"), "{}", d.sentence);
         // Before step 8 the reduce is nobody's step yet: the report stays as it was.
@@ -778,8 +787,8 @@ mod tests {
             lab.push(TrainIndices { epoch: 0, indices: vec![0; 16] });
             lab.push(Weights { epoch: 0, digest: "d".into(), projection: [0.0; 8] });
         }
-        ranks[0].call("reduce", 1, Some("src/main.rs:133:9"));
-        ranks[1].call("all_reduce", 2, Some("src/main.rs:140:9"));
+        ranks[0].call(CollectiveOp::Reduce, 1, Some("src/main.rs:133:9"));
+        ranks[1].call(CollectiveOp::AllReduce, 2, Some("src/main.rs:140:9"));
         let d = Divergence::find(&trace_of(ranks), 9, Run::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (Some((8, id::THROUGHPUT_REDUCED)), vec![0]));
         assert!(d
@@ -805,7 +814,7 @@ mod tests {
 
     #[test]
     fn an_all_reduce_on_rank_0_alone_is_step_9s_and_the_others_had_begun_the_next_epoch() {
-        let trace = only_rank_0(4, 2, &["all_reduce"]);
+        let trace = only_rank_0(4, 2, &[CollectiveOp::AllReduce]);
         let d = Divergence::find(&trace, 9, Run::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (Some((9, id::METRICS_AVERAGED)), vec![0]));
         assert_eq!(d.places[&2], Place::Epoch { epoch: 1, phase: Phase::Training });
@@ -814,7 +823,7 @@ mod tests {
             "in epoch 0 rank 0 called all_reduce (2 values) at src/main.rs:140 while ranks 1–3 had already begun epoch 1 (DDP's broadcast): a collective only rank 0 reaches; is it inside `if global_rank == 0`?"
         );
         // The barrier of the epoch, likewise step 8's.
-        let d = Divergence::find(&only_rank_0(2, 1, &["barrier"]), 9, Run::Main).unwrap();
+        let d = Divergence::find(&only_rank_0(2, 1, &[CollectiveOp::Barrier]), 9, Run::Main).unwrap();
         assert_eq!(d.owner, Some((8, id::EPOCH_BARRIER)));
     }
 
@@ -827,7 +836,7 @@ mod tests {
             lab.before_training(true).epoch(0, &[]);
         }
         ranks[1].push(TrainIndices { epoch: 1, indices: vec![0; 40] });
-        ranks[1].call("broadcast_coalesced", 912, None);
+        ranks[1].call(CollectiveOp::BroadcastCoalesced, 912, None);
         let trace = trace_of(ranks);
         let d = Divergence::find(&trace, 11, Run::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (Some((11, id::RANKS_STOP_TOGETHER)), vec![0]));
@@ -873,7 +882,7 @@ mod tests {
         ranks[0].before_training(true).epoch(0, &[]);
         ranks[1].before_training(true);
         ranks[1].push(TrainIndices { epoch: 0, indices: vec![0; 40] });
-        ranks[1].call("broadcast_coalesced", 912, None);
+        ranks[1].call(CollectiveOp::BroadcastCoalesced, 912, None);
         let d = Divergence::find(&trace_of(ranks), 11, Run::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (None, vec![1]));
         assert!(d
@@ -885,8 +894,8 @@ mod tests {
     fn a_divergence_of_the_librarys_own_calls_is_ddps() {
         // Ranks that built other models: DDP's broadcasts differ in size.
         let mut ranks = vec![Lab::new(0), Lab::new(1)];
-        ranks[0].call("broadcast_coalesced", 912, None);
-        ranks[1].call("broadcast_coalesced", 900, None);
+        ranks[0].call(CollectiveOp::BroadcastCoalesced, 912, None);
+        ranks[1].call(CollectiveOp::BroadcastCoalesced, 900, None);
         let d = Divergence::find(&trace_of(ranks), 7, Run::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (Some((7, id::WEIGHTS_SYNCHRONIZED)), vec![0]));
         assert_eq!(
@@ -895,8 +904,8 @@ mod tests {
         );
         // FSDP's own calls are step 14's.
         let mut ranks = vec![Lab::new(0), Lab::new(1)];
-        ranks[0].call("all_gather_into_tensor", 912, None);
-        ranks[1].call("reduce_scatter_tensor", 1824, None);
+        ranks[0].call(CollectiveOp::AllGatherIntoTensor, 912, None);
+        ranks[1].call(CollectiveOp::ReduceScatterTensor, 1824, None);
         let d = Divergence::find(&trace_of(ranks), 14, Run::Fsdp).unwrap();
         assert_eq!(d.owner, Some((14, id::FSDP_COLLECTIVES)));
         assert!(d.sentence.ends_with(

@@ -121,6 +121,40 @@ fn every_recorded_case_is_judged_as_expected() {
     );
 }
 
+/// Every trace line of the recordings, wherever an observation keeps one.
+fn recorded_lines(value: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+    match value {
+        serde_json::Value::Object(map) if map.contains_key("event") && map.contains_key("pid") => {
+            out.push(value.clone())
+        }
+        serde_json::Value::Object(map) => map.values().for_each(|v| recorded_lines(v, out)),
+        serde_json::Value::Array(items) => items.iter().for_each(|v| recorded_lines(v, out)),
+        _ => {}
+    }
+}
+
+/// The typed values of the trace (the collective, its reduce op and dtype, the data set's
+/// kind and action) read from the recordings and are written back as recorded: runs
+/// recorded before they were typed stay readable, and what is recorded now is the same.
+#[test]
+fn recorded_trace_values_read_typed_and_write_back_the_same() {
+    const TYPED: &[&str] = &["op", "reduce_op", "dtype", "kind", "kind_used", "action"];
+    let mut lines = Vec::new();
+    for case in cases() {
+        recorded_lines(&read(&fixtures().join(&case.name).join("observation.json")), &mut lines);
+    }
+    let mut typed = 0;
+    for line in &lines {
+        let record = lab_trace::Record::from_value(line.clone()).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let written = record.to_value();
+        for field in TYPED.iter().filter(|f| line.get(**f).is_some()) {
+            assert_eq!(written.get(*field), line.get(*field), "{field} of {line}");
+            typed += 1;
+        }
+    }
+    assert!(typed > 10_000, "only {typed} typed values in {} recorded lines", lines.len());
+}
+
 /// How the processes of a recorded observation ended by a crash: a signal (SIGSEGV,
 /// SIGABRT, ...) or, for ranks `dist::spawn` started, their launcher's or libtorch's
 /// words for one. The fail run's rank is killed on purpose and is left out.

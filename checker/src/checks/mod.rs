@@ -461,6 +461,153 @@ mod tests {
         assert_eq!(unjudged, [id::MATCHES_SINGLE_RANK, id::TARGET_REACHED], "{results:?}");
     }
 
+    /// The string literals of Rust source `text` with their lines, comments and char
+    /// literals left out (enough of Rust's lexing for the checks' own files).
+    fn string_literals(text: &str) -> Vec<(usize, String)> {
+        let chars: Vec<char> = text.chars().collect();
+        let (mut i, mut line, mut out) = (0, 1, Vec::new());
+        let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
+        while i < chars.len() {
+            let c = chars[i];
+            if c == '/' && at(i + 1) == '/' {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            } else if c == '/' && at(i + 1) == '*' {
+                i += 2;
+                while i < chars.len() && !(chars[i] == '*' && at(i + 1) == '/') {
+                    line += usize::from(chars[i] == '\n');
+                    i += 1;
+                }
+                i += 2;
+            } else if c == '\'' {
+                // A char literal ('"', '\'', 'x'); otherwise a lifetime or a label.
+                i += match (at(i + 1), at(i + 2), at(i + 3)) {
+                    ('\\', _, '\'') => 4,
+                    ('\\', _, _) => 2 + chars[i + 2..].iter().position(|&c| c == '\'').unwrap_or(0) + 1,
+                    (_, '\'', _) => 3,
+                    _ => 1,
+                };
+            } else if c == '"'
+                || (c == 'r' && matches!(at(i + 1), '"' | '#') && !is_ident(at(i.wrapping_sub(1))))
+            {
+                let raw = c == 'r';
+                let hashes = if raw { chars[i + 1..].iter().take_while(|&&c| c == '#').count() } else { 0 };
+                if raw && at(i + 1 + hashes) != '"' {
+                    i += 1;
+                    continue;
+                }
+                let start = line;
+                i += if raw { hashes + 2 } else { 1 };
+                let mut literal = String::new();
+                while let Some(&c) = chars.get(i) {
+                    if !raw && c == '\\' {
+                        literal.push(c);
+                        literal.push(at(i + 1));
+                        line += usize::from(at(i + 1) == '\n');
+                        i += 2;
+                        continue;
+                    }
+                    if c == '"' && chars[i + 1..].iter().take(hashes).filter(|&&c| c == '#').count() == hashes
+                    {
+                        i += 1 + hashes;
+                        break;
+                    }
+                    line += usize::from(c == '\n');
+                    literal.push(c);
+                    i += 1;
+                }
+                out.push((start, literal));
+            } else {
+                line += usize::from(c == '\n');
+                i += 1;
+            }
+        }
+        out
+    }
+
+    fn is_ident(c: char) -> bool {
+        c.is_alphanumeric() || c == '_'
+    }
+
+    #[test]
+    fn string_literals_are_found_outside_comments_and_chars() {
+        let source = "// \"reduce\" in a comment\nlet q = '\"'; let e = '\\''; fn f<'a>(x: &'a str) {}\nmatch op { \"reduce\" => r#\"SUM \"x\"\"#, _ => \"a\\\"b\" } /* \"MAX\" */";
+        let found: Vec<(usize, String)> = string_literals(source);
+        assert_eq!(
+            found,
+            [
+                (3, lab_trace::CollectiveOp::Reduce.to_string()),
+                (3, "SUM \"x\"".to_string()),
+                (3, "a\\\"b".to_string())
+            ]
+        );
+    }
+
+    /// The checks match the trace's collectives, reduce ops, dtypes and data sets as
+    /// enums (lab_trace's names): a check that matched a literal spelling again would
+    /// silently stop matching when the name changed, and would read past a typo.
+    #[test]
+    fn no_check_matches_a_trace_value_by_its_spelling() {
+        let names: BTreeSet<&str> = [
+            lab_trace::CollectiveOp::NAMES,
+            lab_trace::ReduceOp::NAMES,
+            lab_trace::Dtype::NAMES,
+            lab_trace::DatasetKind::NAMES,
+            lab_trace::DatasetAction::NAMES,
+        ]
+        .concat()
+        .into_iter()
+        .collect();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/checks");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+            .collect();
+        files.sort();
+        let (mut literals, mut spelled) = (0, Vec::new());
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (line, literal) in string_literals(&text) {
+                literals += 1;
+                if names.contains(literal.as_str()) {
+                    spelled.push(format!("{}:{line}: \"{literal}\"", file.display()));
+                }
+            }
+        }
+        assert!(files.len() > 10 && literals > 500, "read {} files, {literals} literals", files.len());
+        assert!(
+            spelled.is_empty(),
+            "trace values spelled out instead of matched as enums:\n{}",
+            spelled.join("\n")
+        );
+    }
+
+    /// A trace value this checker does not know (a trace of another revision's labkit)
+    /// makes its line malformed, reported with the names the checker knows: a check never
+    /// judges a call it cannot name.
+    #[test]
+    fn an_unknown_trace_value_is_reported_as_a_malformed_line() {
+        let mut obs = nothing(8);
+        let line = serde_json::json!({
+            "event": "collective", "pid": 7, "ppid": 1, "local_rank": 0, "rank": 0, "world_size": 2,
+            "time": 1.0, "op": "all_to_all", "reduce_op": null, "root": null, "dtype": null,
+            "numel": 4, "seq": 0, "group": 0, "values": null,
+        });
+        obs.trace = serde_json::from_value(serde_json::json!([line])).unwrap();
+        let results = judge(&obs);
+        let reduced = results.iter().find(|r| r.id == id::THROUGHPUT_REDUCED).unwrap();
+        assert!(reduced.failed(), "{reduced:?}");
+        assert!(
+            reduced.observed.contains(
+                "the trace is malformed: line 1: event `collective`: unknown variant `all_to_all`, expected one of `all_reduce`, "
+            ),
+            "{}",
+            reduced.observed
+        );
+    }
+
     #[test]
     fn missing_evidence_after_a_crash_is_not_judged_and_names_the_error() {
         let mut obs = nothing(9);

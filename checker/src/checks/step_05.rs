@@ -138,7 +138,7 @@ pub(super) fn early_reads(trace: &[Record]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use lab_trace::{Event, Record, Trace};
+    use lab_trace::{DatasetAction, DatasetKind, Event, Record, Trace};
 
     use super::*;
     use crate::checks::tests::nothing;
@@ -152,11 +152,11 @@ mod tests {
     }
 
     fn prepared(pid: u32, from: f64, to: f64, dir: &str) -> [Record; 2] {
-        let kind = "real".to_string();
+        let kind = DatasetKind::Real;
         let ready = DatasetReady {
             dir: dir.into(),
-            kind_used: kind.clone(),
-            action: "Downloaded".into(),
+            kind_used: kind,
+            action: DatasetAction::Downloaded,
             downloaded: vec![],
         };
         [at(from, pid, 0, PrepareDataset { dir: dir.into(), kind }), at(to, pid, 0, ready)]

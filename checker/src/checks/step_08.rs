@@ -2,7 +2,7 @@
 use std::collections::BTreeMap;
 
 use lab_trace::event::{EpochReport, ImagesPerSec, Printed, Weights};
-use lab_trace::Record;
+use lab_trace::{CollectiveOp, Record, ReduceOp};
 
 use super::collectives::{self, Call, Run};
 use super::{by_rank, events, id, malformed, Check, Finding, Needs};
@@ -29,16 +29,16 @@ pub const CHECKS: &[Check] = &[
 
 /// Why `call` does not give rank 0 the sum on every backend, if it does not.
 fn wrong_throughput_call(call: &Call) -> Option<String> {
-    let sum = call.reduce_op.as_deref() == Some("SUM");
-    match call.op.as_str() {
-        "reduce" if sum && call.root == Some(0) => None,
-        "all_reduce" if sum => None,
-        "reduce" if sum => Some(format!(
+    let sum = call.reduce_op == Some(ReduceOp::Sum);
+    match call.op {
+        CollectiveOp::Reduce if sum && call.root == Some(0) => None,
+        CollectiveOp::AllReduce if sum => None,
+        CollectiveOp::Reduce if sum => Some(format!(
             "{}: the sum goes to rank {}, and only the destination is promised it (NCCL leaves rank 0's own figure in rank 0's tensor; Gloo happens to fill every rank's)",
             call.describe(),
             call.root.unwrap_or(0)
         )),
-        "reduce" | "all_reduce" => Some(format!("{}: combines with {} instead of SUM", call.describe(), call.reduce_op.as_deref().unwrap_or("?"))),
+        CollectiveOp::Reduce | CollectiveOp::AllReduce => Some(format!("{}: combines with {} instead of SUM", call.describe(), call.reduce_op.map_or("?", ReduceOp::name))),
         _ => Some(format!("{}: does not sum the ranks' figures", call.describe())),
     }
 }

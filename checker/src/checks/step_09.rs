@@ -2,6 +2,7 @@
 use std::collections::BTreeMap;
 
 use lab_trace::event::{EpochReport, Validation};
+use lab_trace::{CollectiveOp, ReduceOp};
 
 use super::collectives::{self, Call, Run};
 use super::{by_rank, id, malformed, Check, Finding, Needs};
@@ -18,13 +19,13 @@ pub const CHECKS: &[Check] = &[Check {
 
 /// Why `call` does not give every rank the ranks' combined metrics, if it does not.
 fn wrong_metrics_call(call: &Call) -> Option<String> {
-    match (call.op.as_str(), call.reduce_op.as_deref()) {
-        ("all_reduce", Some("SUM" | "AVG")) | ("all_gather", _) => None,
-        ("reduce", _) => Some(format!(
+    match (call.op, call.reduce_op) {
+        (CollectiveOp::AllReduce, Some(ReduceOp::Sum | ReduceOp::Avg)) | (CollectiveOp::AllGather, _) => None,
+        (CollectiveOp::Reduce, _) => Some(format!(
             "{}: only the destination is promised the result (NCCL leaves the other ranks' tensors as they were; Gloo happens to fill them)",
             call.describe()
         )),
-        ("all_reduce", op) => Some(format!("{}: combines with {} instead of SUM (or AVG)", call.describe(), op.unwrap_or("?"))),
+        (CollectiveOp::AllReduce, op) => Some(format!("{}: combines with {} instead of SUM (or AVG)", call.describe(), op.map_or("?", ReduceOp::name))),
         _ => Some(format!("{}: does not combine every rank's metrics", call.describe())),
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use lab_trace::event::{Collective, ParameterSummary, ParameterValues, ShardsHeld, TrainIndices, Weights};
-use lab_trace::Record;
+use lab_trace::{CollectiveOp, Record};
 
 use super::collectives::{self, Run};
 use super::{by_rank, events, id, malformed, Check, Finding, Needs};
@@ -271,12 +271,18 @@ fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
         }
         let all_reduces: Vec<i64> = windows
             .iter()
-            .flat_map(|(_, calls)| calls.iter().filter(|c| c.op == "all_reduce").map(|c| c.numel))
+            .flat_map(|(_, calls)| calls.iter().filter(|c| c.op == CollectiveOp::AllReduce).map(|c| c.numel))
             .collect();
-        let gathers =
-            windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "all_gather_into_tensor").count();
-        let scatters =
-            windows.iter().flat_map(|(_, c)| c.iter()).filter(|c| c.op == "reduce_scatter_tensor").count();
+        let gathers = windows
+            .iter()
+            .flat_map(|(_, c)| c.iter())
+            .filter(|c| c.op == CollectiveOp::AllGatherIntoTensor)
+            .count();
+        let scatters = windows
+            .iter()
+            .flat_map(|(_, c)| c.iter())
+            .filter(|c| c.op == CollectiveOp::ReduceScatterTensor)
+            .count();
         let mut wrong = Vec::new();
         if !all_reduces.is_empty() {
             wrong.push(format!(
@@ -302,9 +308,9 @@ fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
             for (steps, calls) in &windows {
                 let seen: String = calls
                     .iter()
-                    .filter_map(|c| match c.op.as_str() {
-                        "all_gather_into_tensor" if c.numel == unit.shard_numel => Some('G'),
-                        "reduce_scatter_tensor" if c.numel == world * unit.shard_numel => Some('S'),
+                    .filter_map(|c| match c.op {
+                        CollectiveOp::AllGatherIntoTensor if c.numel == unit.shard_numel => Some('G'),
+                        CollectiveOp::ReduceScatterTensor if c.numel == world * unit.shard_numel => Some('S'),
                         _ => None,
                     })
                     .collect();

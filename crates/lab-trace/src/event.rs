@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::floats;
+pub use crate::names::{CollectiveOp, DatasetAction, DatasetKind, Dtype, ReduceOp};
 
 /// An event's own struct, found in an [`Event`] ([`crate::Record::get`]).
 pub trait EventKind: Sized + 'static {
@@ -119,8 +120,8 @@ pub struct Worker {
 pub struct PrepareDataset {
     /// The data directory asked for (`--data-dir`).
     pub dir: String,
-    /// The data set asked for: `real`, `generated` or `auto`.
-    pub kind: String,
+    /// The data set asked for.
+    pub kind: DatasetKind,
 }
 
 /// See [`Event::DatasetReady`].
@@ -128,10 +129,10 @@ pub struct PrepareDataset {
 pub struct DatasetReady {
     /// Where the four files are (a subdirectory for the generated stand-in).
     pub dir: String,
-    /// `real` or `generated`.
-    pub kind_used: String,
-    /// What preparing did: `Present`, `SystemCopy`, `Downloaded` or `Generated`.
-    pub action: String,
+    /// The data set used: real or generated, never auto.
+    pub kind_used: DatasetKind,
+    /// What preparing did.
+    pub action: DatasetAction,
     /// The files downloaded.
     pub downloaded: Vec<String>,
 }
@@ -270,14 +271,14 @@ pub struct Summary {
 /// See [`Event::Collective`]; the fields of tch-distributed's `CollectiveCall`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Collective {
-    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `barrier`, ...
-    pub op: String,
-    /// `SUM`, `AVG`, `PRODUCT`, `MIN` or `MAX` for reductions.
-    pub reduce_op: Option<String>,
+    /// Which collective.
+    pub op: CollectiveOp,
+    /// How a reduction combines the ranks' values; `None` for the others.
+    pub reduce_op: Option<ReduceOp>,
     /// The destination of `reduce`, the source of `broadcast`.
     pub root: Option<usize>,
-    /// The input's element type (`Float`, `Double`, ...), none for a barrier.
-    pub dtype: Option<String>,
+    /// The input's element type, none for a barrier.
+    pub dtype: Option<Dtype>,
     /// Elements in the input.
     pub numel: i64,
     /// The group's count of collectives, from 0.

@@ -33,12 +33,14 @@
 //! ```
 pub mod event;
 mod floats;
+mod names;
 mod read;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub use event::{Event, EventKind};
+pub use names::{CollectiveOp, DatasetAction, DatasetKind, Dtype, ReduceOp};
 pub use read::{events, Malformed, Trace};
 
 /// Environment variable: the directory trace files go to. Unset or empty: no trace.
@@ -222,10 +224,10 @@ mod tests {
                 validation_accuracy: 0.8,
             }),
             stamped(event::Collective {
-                op: "reduce".into(),
-                reduce_op: Some("SUM".into()),
+                op: CollectiveOp::Reduce,
+                reduce_op: Some(ReduceOp::Sum),
                 root: Some(0),
-                dtype: Some("Double".into()),
+                dtype: Some(Dtype::Double),
                 numel: 1,
                 seq: 4,
                 group: 0,
@@ -294,6 +296,66 @@ mod tests {
             "no `event` field naming what happened"
         );
         assert!(Record::parse("{\"event\":\"printed\",\"pi").is_err(), "a cut line");
+    }
+
+    /// Lines as labkit wrote them before the values were typed read back as the enums,
+    /// and are written again with the same fields and values.
+    #[test]
+    fn recorded_values_read_typed_and_write_back_the_same() {
+        let lines = [
+            r#"{"pid":4242,"ppid":4200,"local_rank":0,"rank":0,"world_size":2,"time":1764000000.25,"event":"prepare_dataset","dir":"data","kind":"auto"}"#,
+            r#"{"pid":4242,"ppid":4200,"local_rank":0,"rank":0,"world_size":2,"time":1764000000.5,"event":"dataset_ready","dir":"data","kind_used":"real","action":"SystemCopy","downloaded":[]}"#,
+            r#"{"pid":4242,"ppid":4200,"local_rank":1,"rank":1,"world_size":2,"time":1764000001.5,"event":"collective","op":"reduce_scatter_tensor","reduce_op":"AVG","root":null,"dtype":"BFloat16","numel":8,"seq":3,"group":1,"values":null}"#,
+            r#"{"pid":4242,"ppid":4200,"local_rank":1,"rank":1,"world_size":2,"time":1764000002.5,"event":"collective","op":"barrier","reduce_op":null,"root":null,"dtype":null,"numel":0,"seq":4,"group":0,"values":null,"site":"src/main.rs:93:5"}"#,
+        ];
+        for line in lines {
+            let written = Record::parse(line).unwrap().to_value();
+            assert_eq!(written, serde_json::from_str::<Value>(line).unwrap(), "{line}");
+        }
+        let ready = Record::parse(lines[1]).unwrap();
+        let ready: &event::DatasetReady = ready.get().unwrap();
+        assert_eq!((ready.kind_used, ready.action), (DatasetKind::Real, DatasetAction::SystemCopy));
+        let call = Record::parse(lines[2]).unwrap();
+        let call: &event::Collective = call.get().unwrap();
+        assert_eq!(
+            (call.op, call.reduce_op, call.dtype),
+            (CollectiveOp::ReduceScatterTensor, Some(ReduceOp::Avg), Some(Dtype::BFloat16))
+        );
+    }
+
+    /// A value this revision does not know (a collective a newer tch-distributed issues)
+    /// makes the line malformed, as an unknown event does: the checker says the trace is
+    /// not its own rather than judge a call it cannot name.
+    #[test]
+    fn an_unknown_value_is_a_bad_line() {
+        let line = stamped(event::Collective {
+            op: CollectiveOp::AllReduce,
+            reduce_op: Some(ReduceOp::Max),
+            root: None,
+            dtype: Some(Dtype::Float),
+            numel: 2,
+            seq: 0,
+            group: 0,
+            values: None,
+            site: None,
+        })
+        .to_line();
+        let err = Record::parse(&line.replace("\"all_reduce\"", "\"all_to_all\"")).unwrap_err();
+        assert_eq!(err.event.as_deref(), Some("collective"));
+        assert!(
+            err.reason.starts_with("unknown variant `all_to_all`, expected one of `all_reduce`"),
+            "{err}"
+        );
+        let err = Record::parse(&line.replace("\"MAX\"", "\"max\"")).unwrap_err();
+        assert!(err.reason.starts_with("unknown variant `max`, expected one of `SUM`"), "{err}");
+        let ready = stamped(event::DatasetReady {
+            dir: "data".into(),
+            kind_used: DatasetKind::Generated,
+            action: DatasetAction::Generated,
+            downloaded: vec![],
+        })
+        .to_line();
+        assert!(Record::parse(&ready.replace("\"Generated\"", "\"Borrowed\"")).is_err());
     }
 
     /// A diverged run's NaN loss is written as JSON's null and read back as NaN: a

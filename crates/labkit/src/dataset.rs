@@ -27,14 +27,14 @@ use crate::{probes, trace};
 /// ```
 pub fn prepare_dataset(options: &DatasetOptions) -> Result<DatasetReady, DataError> {
     crate::revision::keep();
-    trace::record(event::PrepareDataset { dir: path_text(&options.dir), kind: options.kind.to_string() });
+    trace::record(event::PrepareDataset { dir: path_text(&options.dir), kind: options.kind.into() });
     probes::before_preparing_data();
     let ready = ensure_dataset(options)?;
     println!("{}", ready.summary());
     trace::record(event::DatasetReady {
         dir: path_text(&ready.dir),
-        kind_used: ready.kind_used.to_string(),
-        action: format!("{:?}", ready.action),
+        kind_used: ready.kind_used.into(),
+        action: ready.action,
         downloaded: ready.downloaded.iter().map(|f| f.to_string()).collect(),
     });
     Ok(ready)

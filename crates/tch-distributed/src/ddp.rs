@@ -31,6 +31,7 @@ use std::sync::Arc;
 use tch::nn::{ModuleT, VarStore};
 use tch::Tensor;
 
+use crate::debug::CollectiveOp;
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::group::ProcessGroup;
@@ -349,7 +350,7 @@ pub fn broadcast_coalesced(group: &ProcessGroup, tensors: &mut [Tensor]) -> Resu
     if group.world_size() == 1 || tensors.is_empty() {
         return Ok(());
     }
-    let _span = group.observe_tensors("broadcast_coalesced", None, Some(0), tensors);
+    let _span = group.observe_tensors(CollectiveOp::BroadcastCoalesced, None, Some(0), tensors);
     let ptrs: Vec<*mut c_void> = tensors.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
     let mut err = ptr::null_mut();
     let status = unsafe {
@@ -428,7 +429,7 @@ fn verify_same_model(group: &ProcessGroup, params: &[(String, Tensor)]) -> Resul
     if group.world_size() == 1 {
         return Ok(());
     }
-    let _span = group.observe_tensors("verify_params_across_processes", None, Some(0), &[]);
+    let _span = group.observe_tensors(CollectiveOp::VerifyParamsAcrossProcesses, None, Some(0), &[]);
     let ptrs: Vec<*mut c_void> = params.iter().map(|(_, t)| t.as_ptr() as *mut c_void).collect();
     let mut err = ptr::null_mut();
     let status = unsafe { ffi::tchd_verify_params(group.raw(), ptrs.as_ptr(), ptrs.len(), &mut err) };

@@ -26,13 +26,54 @@ use crate::reduce_op::ReduceOp;
 /// waits for the device).
 pub const OBSERVED_VALUES_MAX: i64 = 16;
 
+crate::named::pytorch_named! {
+    /// A collective issued through this crate, by PyTorch's name ([`name`](Self::name):
+    /// `all_reduce`): the program's own calls and those DDP and FSDP make on their own.
+    pub enum CollectiveOp {
+        /// [`all_reduce`](crate::all_reduce).
+        AllReduce = "all_reduce",
+        /// [`reduce`](crate::reduce).
+        Reduce = "reduce",
+        /// [`broadcast`](crate::broadcast).
+        Broadcast = "broadcast",
+        /// [`all_gather`](crate::all_gather), into one tensor per rank.
+        AllGather = "all_gather",
+        /// [`all_gather_into_tensor`](crate::all_gather_into_tensor): FSDP's gathering
+        /// of a unit's shards.
+        AllGatherIntoTensor = "all_gather_into_tensor",
+        /// [`reduce_scatter_tensor`](crate::reduce_scatter_tensor): FSDP's reduction of a
+        /// unit's gradients.
+        ReduceScatterTensor = "reduce_scatter_tensor",
+        /// [`barrier`](crate::barrier).
+        Barrier = "barrier",
+        /// DDP's broadcast of the model's state from rank 0 (at wrapping, and of the
+        /// buffers before each forward): [`broadcast_coalesced`](crate::broadcast_coalesced).
+        BroadcastCoalesced = "broadcast_coalesced",
+        /// DDP's check, at wrapping, that every rank's model has the same parameters.
+        VerifyParamsAcrossProcesses = "verify_params_across_processes",
+        /// A point-to-point send to one rank ([`send`](crate::send), [`isend`](crate::isend)).
+        Send = "send",
+        /// A point-to-point receive from one rank, or from any
+        /// ([`recv`](crate::recv), [`irecv`](crate::irecv)).
+        Recv = "recv",
+    }
+}
+
+impl CollectiveOp {
+    /// Whether this is a `send` or a `recv`: two ranks of the group take part, not all
+    /// of them, and [`CollectiveCall::seq`] counts them apart from the collectives.
+    pub fn is_point_to_point(self) -> bool {
+        matches!(self, CollectiveOp::Send | CollectiveOp::Recv)
+    }
+}
+
 /// One collective as the program issued it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveCall {
-    /// `all_reduce`, `reduce`, `broadcast`, `all_gather`, `all_gather_into_tensor`,
-    /// `reduce_scatter_tensor`, `barrier`, DDP's `broadcast_coalesced` of the model's
-    /// state, or the point-to-point `send` and `recv`.
-    pub op: &'static str,
+    /// Which collective: the program's (`all_reduce`, `barrier`, the point-to-point
+    /// `send` and `recv`, ...) or DDP's and FSDP's own (`broadcast_coalesced`,
+    /// `all_gather_into_tensor`, ...).
+    pub op: CollectiveOp,
     /// The reduction of `all_reduce`, `reduce` and `reduce_scatter_tensor` (`None` for
     /// the others).
     pub reduce_op: Option<ReduceOp>,
@@ -49,7 +90,7 @@ pub struct CollectiveCall {
     /// `send` and `recv` are numbered apart, in their own count from 0 (as NCCL numbers
     /// its point-to-point calls): only two ranks of the group take part in each, so a
     /// reader matching calls across ranks by number must leave them out
-    /// ([`is_point_to_point`]).
+    /// ([`CollectiveOp::is_point_to_point`]).
     pub seq: u64,
     /// Which group of this process, in creation order (0: the first, usually the default).
     pub group: u64,
@@ -72,12 +113,12 @@ impl CollectiveCall {
     pub fn describe(&self) -> String {
         let mut args = Vec::new();
         if let Some(op) = self.reduce_op {
-            args.push(format!("op={}", reduce_op_name(op)));
+            args.push(format!("op={op}"));
         }
         if let Some(root) = self.root {
             let key = match self.op {
-                "send" => "dst",
-                "recv" => "src",
+                CollectiveOp::Send => "dst",
+                CollectiveOp::Recv => "src",
                 _ => "root",
             };
             args.push(format!("{key}={root}"));
@@ -94,23 +135,6 @@ impl CollectiveCall {
     /// The bytes of the tensor(s) [`numel`](Self::numel) counts.
     pub fn bytes(&self) -> i64 {
         self.numel * self.dtype.map_or(0, |kind| kind.elt_size_in_bytes() as i64)
-    }
-}
-
-/// Whether `op` is a `send` or a `recv`: two ranks of the group take part, not all of
-/// them, and [`CollectiveCall::seq`] counts them apart from the collectives.
-pub fn is_point_to_point(op: &str) -> bool {
-    matches!(op, "send" | "recv")
-}
-
-/// PyTorch's names for the reduce ops (`ReduceOp.SUM`, ...).
-pub fn reduce_op_name(op: ReduceOp) -> &'static str {
-    match op {
-        ReduceOp::Sum => "SUM",
-        ReduceOp::Avg => "AVG",
-        ReduceOp::Product => "PRODUCT",
-        ReduceOp::Min => "MIN",
-        ReduceOp::Max => "MAX",
     }
 }
 
@@ -168,7 +192,7 @@ mod tests {
     #[test]
     fn describes_calls_in_pytorchs_words() {
         let call = CollectiveCall {
-            op: "reduce",
+            op: CollectiveOp::Reduce,
             reduce_op: Some(ReduceOp::Sum),
             root: Some(1),
             dtype: Some(Kind::Double),
@@ -181,8 +205,22 @@ mod tests {
             site: None,
         };
         assert_eq!(call.describe(), "reduce(op=SUM, root=1) Double[1]");
-        let barrier =
-            CollectiveCall { op: "barrier", reduce_op: None, root: None, dtype: None, numel: 0, ..call };
+        let barrier = CollectiveCall {
+            op: CollectiveOp::Barrier,
+            reduce_op: None,
+            root: None,
+            dtype: None,
+            numel: 0,
+            ..call
+        };
         assert_eq!(barrier.describe(), "barrier()");
+    }
+
+    #[test]
+    fn sends_and_receives_are_the_point_to_point_calls() {
+        let p2p: Vec<CollectiveOp> =
+            CollectiveOp::ALL.iter().copied().filter(|op| op.is_point_to_point()).collect();
+        assert_eq!(p2p, [CollectiveOp::Send, CollectiveOp::Recv]);
+        assert_eq!(CollectiveOp::AllGatherIntoTensor.to_string(), "all_gather_into_tensor");
     }
 }

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tch::{Device, Tensor};
 
 use crate::c_args::{cstring, duration_ms};
+use crate::debug::CollectiveOp;
 use crate::error::{check, DistError, ErrorKind, Result};
 use crate::ffi;
 use crate::reduce_op::ReduceOp;
@@ -345,7 +346,7 @@ impl ProcessGroup {
     pub fn all_reduce_async(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<Work> {
         self.check_tensor(tensor, "all_reduce")?;
         self.check_op(op, "all_reduce")?;
-        let span = self.observe("all_reduce", Some(op), None, Some(tensor));
+        let span = self.observe(CollectiveOp::AllReduce, Some(op), None, Some(tensor));
         let ptrs = [tensor.as_mut_ptr() as *mut c_void];
         self.start("all_reduce", span, |out, err| unsafe {
             ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, op.raw(), out, err)
@@ -364,7 +365,7 @@ impl ProcessGroup {
         self.check_tensor(tensor, "reduce")?;
         self.check_op(op, "reduce")?;
         self.check_peer(dst, "reduce", "destination")?;
-        let span = self.observe("reduce", Some(op), Some(dst), Some(tensor));
+        let span = self.observe(CollectiveOp::Reduce, Some(op), Some(dst), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start("reduce", span, |out, err| unsafe {
             ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, op.raw(), out, err)
@@ -382,7 +383,7 @@ impl ProcessGroup {
     pub fn broadcast_async(&self, tensor: &mut Tensor, src: usize) -> Result<Work> {
         self.check_tensor(tensor, "broadcast")?;
         self.check_peer(src, "broadcast", "source")?;
-        let span = self.observe("broadcast", None, Some(src), Some(tensor));
+        let span = self.observe(CollectiveOp::Broadcast, None, Some(src), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start("broadcast", span, |out, err| unsafe {
             ffi::tchd_broadcast(self.raw.as_ptr(), ptr, src as i32, out, err)
@@ -421,7 +422,7 @@ impl ProcessGroup {
                 )));
             }
         }
-        let span = self.observe("all_gather", None, None, Some(input));
+        let span = self.observe(CollectiveOp::AllGather, None, None, Some(input));
         let ptrs: Vec<*mut c_void> = outputs.iter_mut().map(|t| t.as_mut_ptr() as *mut c_void).collect();
         // c10d only reads the input; the shim's signature is not const-correct.
         let input_ptr = input.as_ptr() as *mut c_void;
@@ -465,11 +466,12 @@ impl ProcessGroup {
     /// [`ProcessGroup::all_gather_into_tensor`] without waiting: [`Work::wait`] finishes it.
     #[track_caller]
     pub fn all_gather_into_tensor_async(&self, output: &mut Tensor, input: &Tensor) -> Result<Work> {
-        const WHAT: &str = "all_gather_into_tensor";
+        const OP: CollectiveOp = CollectiveOp::AllGatherIntoTensor;
+        const WHAT: &str = OP.name();
         self.check_tensor(input, WHAT)?;
         self.check_tensor(output, WHAT)?;
         self.check_scattered(output, "output", input, "input", WHAT)?;
-        let span = self.observe(WHAT, None, None, Some(input));
+        let span = self.observe(OP, None, None, Some(input));
         // Flat views of the same memory: Gloo wants the output as the inputs concatenated
         // along dim 0, and this accepts the stacked form (and scalars) as PyTorch does.
         let (mut flat_out, flat_in) = (output.view([-1]), input.view([-1]));
@@ -501,12 +503,13 @@ impl ProcessGroup {
         input: &Tensor,
         op: ReduceOp,
     ) -> Result<Work> {
-        const WHAT: &str = "reduce_scatter_tensor";
+        const OP: CollectiveOp = CollectiveOp::ReduceScatterTensor;
+        const WHAT: &str = OP.name();
         self.check_tensor(input, WHAT)?;
         self.check_tensor(output, WHAT)?;
         self.check_op(op, WHAT)?;
         self.check_scattered(input, "input", output, "output", WHAT)?;
-        let span = self.observe(WHAT, Some(op), None, Some(input));
+        let span = self.observe(OP, Some(op), None, Some(input));
         // Flat views, as in all_gather_into_tensor: any shapes of the right sizes.
         let (mut flat_out, flat_in) = (output.view([-1]), input.view([-1]));
         let (out_ptr, in_ptr) = (flat_out.as_mut_ptr() as *mut c_void, flat_in.as_ptr() as *mut c_void);
@@ -531,10 +534,11 @@ impl ProcessGroup {
     /// not change until [`Work::wait`] returned.
     #[track_caller]
     pub fn isend(&self, tensor: &Tensor, dst: usize, tag: i32) -> Result<Work> {
-        const WHAT: &str = "send";
+        const OP: CollectiveOp = CollectiveOp::Send;
+        const WHAT: &str = OP.name();
         self.check_tensor(tensor, WHAT)?;
         self.check_point_to_point(dst, tag, WHAT, "destination")?;
-        let span = self.observe_point_to_point(WHAT, dst, tensor);
+        let span = self.observe_point_to_point(OP, dst, tensor);
         // c10d only reads what it sends; the shim's signature is not const-correct.
         let ptr = tensor.as_ptr() as *mut c_void;
         self.start(WHAT, span, |out, err| unsafe {
@@ -553,10 +557,11 @@ impl ProcessGroup {
     /// holds the data once [`Work::wait`] returned.
     #[track_caller]
     pub fn irecv(&self, tensor: &mut Tensor, src: usize, tag: i32) -> Result<Work> {
-        const WHAT: &str = "recv";
+        const OP: CollectiveOp = CollectiveOp::Recv;
+        const WHAT: &str = OP.name();
         self.check_tensor(tensor, WHAT)?;
         self.check_point_to_point(src, tag, WHAT, "source")?;
-        let span = self.observe_point_to_point(WHAT, src, tensor);
+        let span = self.observe_point_to_point(OP, src, tensor);
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start(WHAT, span, |out, err| unsafe {
             ffi::tchd_recv(self.raw.as_ptr(), ptr, src as i32, tag, out, err)
@@ -568,7 +573,8 @@ impl ProcessGroup {
     /// receive from any source.
     #[track_caller]
     pub fn recv_any_source(&self, tensor: &mut Tensor, tag: i32) -> Result<usize> {
-        const WHAT: &str = "recv";
+        const OP: CollectiveOp = CollectiveOp::Recv;
+        const WHAT: &str = OP.name();
         self.check_tensor(tensor, WHAT)?;
         check_tag(tag, WHAT)?;
         if self.backend == Backend::Nccl {
@@ -579,7 +585,7 @@ impl ProcessGroup {
         }
         let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
         let span =
-            self.describe_call(WHAT, None, None, std::slice::from_ref(tensor), seq, Some(Location::caller()));
+            self.describe_call(OP, None, None, std::slice::from_ref(tensor), seq, Some(Location::caller()));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         let work = self.start(WHAT, span, |out, err| unsafe {
             ffi::tchd_recv(self.raw.as_ptr(), ptr, -1, tag, out, err)
@@ -596,7 +602,7 @@ impl ProcessGroup {
     /// [`ProcessGroup::barrier`] without waiting: [`Work::wait`] finishes it.
     #[track_caller]
     pub fn barrier_async(&self) -> Result<Work> {
-        let span = self.observe("barrier", None, None, None);
+        let span = self.observe(CollectiveOp::Barrier, None, None, None);
         self.start("barrier", span, |out, err| unsafe { ffi::tchd_barrier(self.raw.as_ptr(), out, err) })
     }
 
@@ -632,7 +638,7 @@ impl ProcessGroup {
     #[track_caller]
     fn observe(
         &self,
-        op: &'static str,
+        op: CollectiveOp,
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         input: Option<&Tensor>,
@@ -646,7 +652,7 @@ impl ProcessGroup {
     /// broadcast): their total element count, the first one's dtype; values only of one.
     pub(crate) fn observe_tensors(
         &self,
-        op: &'static str,
+        op: CollectiveOp,
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         tensors: &[Tensor],
@@ -658,14 +664,14 @@ impl ProcessGroup {
     /// [`observe`](Self::observe) for a send or a receive: `peer` is the other rank, and
     /// the number is the group's count of sends and receives, not of collectives.
     #[track_caller]
-    fn observe_point_to_point(&self, op: &'static str, peer: usize, tensor: &Tensor) -> spans::Span {
+    fn observe_point_to_point(&self, op: CollectiveOp, peer: usize, tensor: &Tensor) -> spans::Span {
         let seq = self.p2p_issued.fetch_add(1, Ordering::SeqCst);
         self.describe_call(op, None, Some(peer), std::slice::from_ref(tensor), seq, Some(Location::caller()))
     }
 
     fn describe_call(
         &self,
-        op: &'static str,
+        op: CollectiveOp,
         reduce_op: Option<ReduceOp>,
         root: Option<usize>,
         tensors: &[Tensor],
@@ -674,7 +680,7 @@ impl ProcessGroup {
     ) -> spans::Span {
         let numel: i64 = tensors.iter().map(|t| t.numel() as i64).sum();
         let bytes: i64 = tensors.iter().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
-        let mut span = spans::span(op, "collective", spans::Lane::Collectives);
+        let mut span = spans::span(op.name(), "collective", spans::Lane::Collectives);
         if span.is_timed() {
             span = span
                 .arg("seq", spans::Arg::Int(seq as i64))
@@ -682,10 +688,10 @@ impl ProcessGroup {
                 .arg("numel", spans::Arg::Int(numel))
                 .arg("bytes", spans::Arg::Int(bytes));
             if let Some(op) = reduce_op {
-                span = span.arg("reduce_op", spans::Arg::Text(crate::debug::reduce_op_name(op).into()));
+                span = span.arg("reduce_op", spans::Arg::Text(op.name().into()));
             }
             if let Some(root) = root {
-                let key = if crate::debug::is_point_to_point(op) { "peer" } else { "root" };
+                let key = if op.is_point_to_point() { "peer" } else { "root" };
                 span = span.arg(key, spans::Arg::Int(root as i64));
             }
         }

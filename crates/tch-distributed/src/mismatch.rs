@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn a_call_is_described_with_its_line() {
         let call = CollectiveCall {
-            op: "reduce",
+            op: crate::debug::CollectiveOp::Reduce,
             reduce_op: Some(ReduceOp::Sum),
             root: Some(0),
             dtype: Some(tch::Kind::Double),

@@ -364,14 +364,10 @@ fn point_to_point_scenario() {
     // The observer: the two barriers are collectives #0 and #1 whatever was sent
     // between them; sends and receives have their own numbers, with the other rank.
     let seen = seen.lock().unwrap();
-    let collectives: Vec<(u64, String)> = seen
-        .iter()
-        .filter(|c| !dist::debug::is_point_to_point(c.op))
-        .map(|c| (c.seq, c.describe()))
-        .collect();
+    let collectives: Vec<(u64, String)> =
+        seen.iter().filter(|c| !c.op.is_point_to_point()).map(|c| (c.seq, c.describe())).collect();
     assert_eq!(collectives, [(0, "barrier()".to_string()), (1, "barrier()".to_string())]);
-    let p2p: Vec<&dist::debug::CollectiveCall> =
-        seen.iter().filter(|c| dist::debug::is_point_to_point(c.op)).collect();
+    let p2p: Vec<&dist::debug::CollectiveCall> = seen.iter().filter(|c| c.op.is_point_to_point()).collect();
     assert_eq!(p2p.iter().map(|c| c.seq).collect::<Vec<_>>(), (0..p2p.len() as u64).collect::<Vec<_>>());
     assert_eq!(p2p[0].describe(), format!("send(dst={next}) Float[3]"));
     assert_eq!(p2p[1].describe(), format!("recv(src={prev}) Float[3]"));

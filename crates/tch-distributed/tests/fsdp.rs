@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
-use tch_distributed::debug::CollectiveCall;
+use tch_distributed::debug::{CollectiveCall, CollectiveOp};
 use tch_distributed::{self as dist, DdpOptions, DistributedDataParallel, FsdpOptions, FullyShard};
 
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -257,10 +257,10 @@ fn fsdp_vs_ddp_scenario() {
     );
 
     // The collectives of the training steps, in order, with their sizes.
-    let calls: Vec<(String, i64)> =
-        seen.lock().unwrap()[before_steps..].iter().map(|c| (c.op.to_string(), c.numel)).collect();
-    let ag = |unit: &str| ("all_gather_into_tensor".to_string(), numel_of(unit));
-    let rs = |unit: &str| ("reduce_scatter_tensor".to_string(), numel_of(unit) * world);
+    let calls: Vec<(CollectiveOp, i64)> =
+        seen.lock().unwrap()[before_steps..].iter().map(|c| (c.op, c.numel)).collect();
+    let ag = |unit: &str| (CollectiveOp::AllGatherIntoTensor, numel_of(unit));
+    let rs = |unit: &str| (CollectiveOp::ReduceScatterTensor, numel_of(unit) * world);
     let one_step = vec![
         // Forward: the root, then each block just before it runs.
         ag("root"),
@@ -277,9 +277,12 @@ fn fsdp_vs_ddp_scenario() {
         rs("block1"),
         rs("root"),
     ];
-    let want: Vec<(String, i64)> = (0..STEPS).flat_map(|_| one_step.clone()).collect();
+    let want: Vec<(CollectiveOp, i64)> = (0..STEPS).flat_map(|_| one_step.clone()).collect();
     assert_eq!(calls, want, "rank {rank}: FSDP's collectives");
-    assert!(!calls.iter().any(|(op, _)| op == "all_reduce"), "FSDP must not all-reduce the model");
+    assert!(
+        !calls.iter().any(|(op, _)| *op == CollectiveOp::AllReduce),
+        "FSDP must not all-reduce the model"
+    );
 
     // The weights gathered on rank 0 equal DDP's after the same steps.
     let state = fsdp.full_state_dict().unwrap();

@@ -93,18 +93,19 @@ impl std::fmt::Display for DatasetKind {
     }
 }
 
-/// What [`ensure_dataset`] had to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DatasetAction {
-    /// All four files were already there and intact.
-    Present,
-    /// The system's copy (Debian's `dataset-fashion-mnist`) is used in place.
-    SystemCopy,
-    /// At least one file was downloaded.
-    Downloaded,
-    /// The stand-in was generated.
-    Generated,
+/// The trace's name of the kind: the same three, by the same names.
+impl From<DatasetKind> for lab_trace::DatasetKind {
+    fn from(kind: DatasetKind) -> lab_trace::DatasetKind {
+        match kind {
+            DatasetKind::Real => lab_trace::DatasetKind::Real,
+            DatasetKind::Generated => lab_trace::DatasetKind::Generated,
+            DatasetKind::Auto => lab_trace::DatasetKind::Auto,
+        }
+    }
 }
+
+/// What [`ensure_dataset`] had to do: the trace's own enum, recorded as it is.
+pub use lab_trace::DatasetAction;
 
 /// Where the data is and how it got there.
 #[derive(Debug, Clone)]
@@ -340,5 +341,19 @@ fn generated_is_complete(dir: &Path) -> bool {
     match Manifest::read(&dir.join(MANIFEST_FILE)) {
         Ok(m) => m.is_generated() && FILES.iter().all(|f| m.file_is_valid(dir, f)),
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trace names a kind as `--dataset` does, so a recorded `prepare_dataset` reads
+    /// as the option that was given.
+    #[test]
+    fn the_trace_names_each_kind_as_the_command_line_does() {
+        for &kind in <DatasetKind as clap::ValueEnum>::value_variants() {
+            assert_eq!(lab_trace::DatasetKind::from(kind).name(), kind.to_string());
+        }
     }
 }
