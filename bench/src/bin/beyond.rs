@@ -510,16 +510,8 @@ fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) ->
             (read_all(Box::new(out)), read_all(Box::new(err)))
         })
         .collect();
-    let watched = child_process::watch(&mut children, &child_process::Watch::default());
-    if let child_process::WatchEnd::CannotWait { error, .. } = watched.end {
-        return Err(error.into());
-    }
     // One rank failed: the others would only wait for it until the timeout.
-    let statuses = children
-        .iter_mut()
-        .zip(watched.statuses)
-        .map(|(child, status)| status.map_or_else(|| child.kill(), Ok))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    let statuses = child_process::watch_then_kill(&mut children, &child_process::Watch::default())?;
     let mut ranks = Vec::new();
     let mut worst: f64 = 0.0;
     for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {

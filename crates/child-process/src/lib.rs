@@ -40,6 +40,6 @@ pub use describe::{describe, signal_name};
 pub use groups::{group_alive, kill_group};
 pub use ports::{free_port, free_ports};
 pub use procs::{processes_with_env, wait_until_no_process_with_env};
-pub use ranks::{watch, Poll, Watch, WatchEnd, Watched};
+pub use ranks::{watch, watch_then_kill, Poll, Watch, WatchEnd, Watched};
 pub use signals::{stop_children_on_signals, StopSignals, STOP_SIGNALS};
 pub use spawn::{die_with_parent, output, spawn, status};

@@ -156,6 +156,20 @@ pub fn watch<P: Poll>(processes: &mut [P], how: &Watch<'_>) -> Watched {
     }
 }
 
+/// [`watch`], then kills (and reaps) every process still running, as a launcher that
+/// only needs its ranks' ends does: each one's exit status, in order.
+pub fn watch_then_kill(processes: &mut [Child], how: &Watch<'_>) -> io::Result<Vec<ExitStatus>> {
+    let watched = watch(processes, how);
+    if let WatchEnd::CannotWait { error, .. } = watched.end {
+        return Err(error);
+    }
+    processes
+        .iter_mut()
+        .zip(watched.statuses)
+        .map(|(child, status)| status.map_or_else(|| child.kill(), Ok))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::process::Command;
@@ -214,6 +228,14 @@ mod tests {
         let watched = watch(&mut ranks, &how);
         assert!(matches!(watched.end, WatchEnd::AllEnded), "{:?}", watched.end);
         assert!(watched.statuses[1].is_some_and(|s| s.success()));
+    }
+
+    #[test]
+    fn watch_then_kill_gives_every_status_the_killed_ones_included() {
+        let mut ranks = vec![sh("sleep 30"), sh("exit 5")];
+        let statuses = watch_then_kill(&mut ranks, &Watch::default()).unwrap();
+        assert_eq!(statuses[1].code(), Some(5));
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&statuses[0]), Some(libc::SIGKILL));
     }
 
     #[test]
