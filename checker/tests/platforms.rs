@@ -210,7 +210,11 @@ fn github_classrooms_runner_results_earn_the_points_of_each_check() {
         // What the reporter adds up for GitHub Classroom: the tests' scores of max_score.
         let earned: f64 =
             result["tests"].as_array().unwrap().iter().map(|t| t["score"].as_f64().unwrap()).sum();
-        assert_eq!((earned, &result["max_score"], &result["status"]), (points, &10.0.into(), &status.into()));
+        assert_eq!(
+            (earned, &result["max_score"], &result["status"]),
+            (points, &10.0.into(), &status.into()),
+            "{id}: {result:#}"
+        );
     }
 }
 
