@@ -79,3 +79,61 @@ fn the_constant_is_the_last_of_the_steps() {
     assert_eq!(usize::from(coursegen::LAST_STEP) + 1, coursegen::STEPS.len());
     assert_eq!(coursegen::Version::all().count(), 2 * coursegen::STEPS.len());
 }
+
+/// The words for the numbers the prose uses.
+fn in_words(n: usize) -> &'static str {
+    [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+        "twelve",
+    ]
+    .get(n)
+    .copied()
+    .unwrap_or("?")
+}
+
+/// The counts README.md and the guide write out in prose (a paragraph reads better with
+/// "twelve steps" than with a reference) agree with coursegen's constants: the DLI lab's
+/// steps, the steps beyond it, the generated crates, `grade all`'s points.
+#[test]
+fn the_counts_in_readme_and_the_guide_are_coursegens() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lab_steps = usize::from(coursegen::LAB_LAST_STEP) + 1;
+    let beyond = coursegen::STEPS.len() - lab_steps;
+    let crates = coursegen::Version::all().count();
+    let count = Regex::new(r"\b(\w+) steps \(0-(\d+)\)|\b(\w+) more (?:beyond|\()|\b(\d+) (?:step and solution )?crates\b|\b(\d+) points in all")
+        .unwrap();
+    let mut pages = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("lab-guide/src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") && !path.ends_with("figures.md") {
+                // figures.md records what was measured then, counts of that day included.
+                pages.push(path);
+            }
+        }
+    }
+    let (mut seen, mut wrong) = (0, Vec::new());
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap().replace('\n', " ");
+        for c in count.captures_iter(&text) {
+            seen += 1;
+            let right = if let (Some(word), Some(last)) = (c.get(1), c.get(2)) {
+                word.as_str() == in_words(lab_steps) && last.as_str() == coursegen::LAB_LAST_STEP.to_string()
+            } else if let Some(word) = c.get(3) {
+                word.as_str() == in_words(beyond)
+            } else if let Some(n) = c.get(4) {
+                n.as_str() == crates.to_string()
+            } else {
+                c[5] == (10 * lab_steps).to_string()
+            };
+            if !right {
+                wrong.push(format!("{}: {:?}", page.display(), &c[0]));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "counts that are no longer coursegen's:\n{}", wrong.join("\n"));
+    assert!(seen >= 5, "the pattern still finds the counts ({seen} found)");
+}
