@@ -12,7 +12,7 @@ use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
 use crate::grade::{Confinement, Grade, Graded, StepGrade};
 use crate::handed_in::{self, Refusal};
-use crate::pipeline::{build_all, run_step, StepRun, StepRunOptions, Subject};
+use crate::verify::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
 use crate::{autograder, classroom, grade, gradebook, sandbox, watch, Failure};
 

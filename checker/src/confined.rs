@@ -59,7 +59,7 @@ const PASSED_ENV_PREFIXES: [&str; 4] = ["DDP_LAB_", "NCCL_", "GLOO_", "TORCH_"];
 
 /// How the ranks of a verification are confined.
 #[derive(Clone)]
-pub struct Confinement {
+pub struct JobSandbox {
     pub sandbox: Sandbox,
     /// Paths a job reads: the shared data, libtorch, the repository's `.libtorch`.
     pub read_only: Vec<PathBuf>,
@@ -69,9 +69,9 @@ pub struct Confinement {
     pub devices: Vec<PathBuf>,
 }
 
-impl Confinement {
+impl JobSandbox {
     /// The confinement of a verification in repository `root`, reading `data`.
-    pub fn new(sandbox: Sandbox, root: &Path, data: &Path) -> Confinement {
+    pub fn new(sandbox: Sandbox, root: &Path, data: &Path) -> JobSandbox {
         let mut read_only = vec![data.to_path_buf(), root.join(".libtorch")];
         // The installed torch's directory holds libtorch and the CUDA libraries it
         // links (the binaries' run path points there).
@@ -90,7 +90,7 @@ impl Confinement {
         if !devices.is_empty() {
             read_only.push("/sys".into());
         }
-        Confinement { sandbox, read_only, mirror_port: None, devices }
+        JobSandbox { sandbox, read_only, mirror_port: None, devices }
     }
 }
 
@@ -217,7 +217,7 @@ struct EndedInside {
 /// sandbox; their files land in `dir` afterwards. The files under `carry` (directories
 /// of `dir`, relative to it) go in as the checker has them, and come back whole.
 pub fn run_all(
-    confine: &Confinement,
+    confine: &JobSandbox,
     bin: &Path,
     launches: &[Launch],
     dir: &Path,
@@ -235,7 +235,7 @@ pub fn run_all(
 }
 
 fn run_confined(
-    confine: &Confinement,
+    confine: &JobSandbox,
     bin: &Path,
     launches: &[Launch],
     dir: &Path,

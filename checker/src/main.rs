@@ -18,7 +18,7 @@ mod gradebook;
 mod handed_in;
 mod job;
 mod observe;
-mod pipeline;
+mod verify;
 mod prebuilt;
 mod progress;
 mod report;
@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::{one_step, parse_target, repo_root, Cli, Command, Platform};
-use pipeline::Subject;
+use verify::Subject;
 
 /// Why a command did not succeed. [`Failure::exit_code`] is the checker's one table of
 /// exit codes, so the same failure ends every subcommand the same way.
@@ -67,7 +67,7 @@ impl Failure {
     }
 }
 
-// Messages of the verification pipeline (`run_step`, `standalone`, ...) say why it cannot run.
+// Messages of a verification (`run_step`, `standalone`, ...) say why it cannot run.
 impl From<String> for Failure {
     fn from(message: String) -> Failure {
         Failure::CannotRun(message)

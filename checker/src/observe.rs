@@ -32,7 +32,7 @@ pub struct Setup {
     pub mirror: Option<(String, PathBuf)>,
     pub limit: Duration,
     /// The sandbox every run of the step goes into; `None`: the checker's own rights.
-    pub confine: Option<crate::confined::Confinement>,
+    pub confine: Option<crate::confined::JobSandbox>,
 }
 
 /// Runs the step's program as the step needs and gathers the observation.

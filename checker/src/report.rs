@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::checks::{self, CheckResult, Verdict};
 use crate::color;
-use crate::pipeline::StepRun;
+use crate::verify::StepRun;
 
 /// `verify`: one step's full report; true when every check passed.
 pub fn print_run(root: &Path, step: u8, seed: u64, run: &StepRun) -> bool {

@@ -10,7 +10,7 @@ use lab_trace::Trace;
 use super::command_line::{common_args, rendezvous_env, rendezvous_port, Stop};
 use super::placement::{gpus, node_gpus, placement, visible_devices};
 use super::{RankProcess, Setup, Variation};
-use crate::confined::{self, Confinement};
+use crate::confined::{self, JobSandbox};
 use crate::job::{self, Ended, Launch};
 
 /// `--help` and `--num-gpus two`, both at once: neither touches the network or the
@@ -240,7 +240,7 @@ pub(super) fn run_all(
     dir: &Path,
     limit: Duration,
     grace: Duration,
-    confine: Option<&Confinement>,
+    confine: Option<&JobSandbox>,
 ) -> Vec<Ended> {
     run_carrying(bin, launches, dir, &[], limit, grace, confine)
 }
@@ -256,7 +256,7 @@ pub(super) fn run_carrying(
     carry: &[&str],
     limit: Duration,
     grace: Duration,
-    confine: Option<&Confinement>,
+    confine: Option<&JobSandbox>,
 ) -> Vec<Ended> {
     match confine {
         Some(confine) => confined::run_all(confine, bin, launches, dir, carry, limit, grace),

@@ -1,4 +1,4 @@
-//! The verification pipeline: build a step's crate, run it on several ranks (`observe`),
+//! One verification: build a step's crate, run it on several ranks (`observe`),
 //! judge what happened (`checks`) and record the student's progress. It prints nothing
 //! but progress; the report is `report`'s job.
 use std::path::{Path, PathBuf};
@@ -132,7 +132,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
                 .map_err(|e| format!("cannot start the local mirror for {}: {e}", served.display()))?;
             let manifest = served.join(labkit::data::MANIFEST_FILE);
             let confine = sandbox.map(|sandbox| {
-                let mut confine = confined::Confinement::new(sandbox.clone(), root, &shared_data);
+                let mut confine = confined::JobSandbox::new(sandbox.clone(), root, &shared_data);
                 confine.mirror_port = Some(mirror.port());
                 confine
             });
