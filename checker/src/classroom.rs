@@ -123,8 +123,10 @@ pub fn step_id(step: u8) -> String {
 /// sandbox would protect nothing there, and Ubuntu 24.04's runners refuse bubblewrap
 /// the user namespaces it needs.
 pub fn step_command(step: u8) -> String {
+    let starter = coursegen::Version::Starter(step).crate_dir();
     format!(
-        "ws=$PWD && cd {GRADER_DIR} && cargo checker verify step {step} --crate \"$ws/{SUBMISSION_DIR}/steps/step_{step:02}\" --unsandboxed"
+        "ws=$PWD && cd {GRADER_DIR} && cargo checker verify step {step} --crate \"$ws/{SUBMISSION_DIR}/{}\" --unsandboxed",
+        starter.display()
     )
 }
 
@@ -134,9 +136,11 @@ pub fn step_command(step: u8) -> String {
 /// the reporter still counts the step's 10 points as possible.
 pub fn runner_command(step: u8) -> String {
     let id = step_id(step);
+    let starter = coursegen::Version::Starter(step).crate_dir();
+    let starter = starter.display();
     format!(
         "ws=$PWD && result=\"$ws/{id}.json\" && (cd {GRADER_DIR} && cargo checker grade step {step} \
-         --crate \"$ws/{SUBMISSION_DIR}/steps/step_{step:02}\" --unsandboxed --classroom \"$result\") || true\n\
+         --crate \"$ws/{SUBMISSION_DIR}/{starter}\" --unsandboxed --classroom \"$result\") || true\n\
          [ -s \"$result\" ] || printf '%s' '{{\"version\": 1, \"status\": \"error\", \"max_score\": {STEP_POINTS}, \
          \"tests\": [{{\"name\": \"step {step}\", \"status\": \"error\", \"score\": 0, \
          \"message\": \"the checker could not grade this step: its error is in this step'\"'\"'s log\"}}]}}' >\"$result\"\n\

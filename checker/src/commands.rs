@@ -12,8 +12,8 @@ use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
 use crate::grade::{Confinement, Grade, Graded, StepGrade};
 use crate::handed_in::{self, Refusal};
-use crate::verify::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::report::print_run;
+use crate::verify::{build_all, run_step, StepRun, StepRunOptions, Subject};
 use crate::{autograder, classroom, grade, gradebook, sandbox, watch, Failure};
 
 /// What `checker verify` was asked.
@@ -98,7 +98,7 @@ pub fn watch_step(
     let root = repo_root();
     let crate_dir = match krate {
         Some(dir) => dir.to_path_buf(),
-        None => root.join(format!("steps/step_{step:02}")),
+        None => root.join(coursegen::Version::Starter(step).crate_dir()),
     };
     let src = crate_dir.join("src");
     if !src.join("main.rs").is_file() {
@@ -473,7 +473,8 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
     };
     match step_reset::reset(&root, step, &mut confirm).map_err(|e| e.to_string())? {
         step_reset::ResetOutcome::AlreadyPristine => {
-            println!("steps/step_{step:02} is already the untouched starter; nothing to do");
+            let dir = coursegen::Version::Starter(step).crate_dir();
+            println!("{} is already the untouched starter; nothing to do", dir.display());
             Ok(())
         }
         step_reset::ResetOutcome::Declined => {
@@ -482,8 +483,9 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
         }
         step_reset::ResetOutcome::Reset { backup, files } => {
             println!(
-                "restored {} file(s) of steps/step_{step:02}; your version is in {}",
+                "restored {} file(s) of {}; your version is in {}",
                 files.len(),
+                coursegen::Version::Starter(step).crate_dir().display(),
                 backup.display()
             );
             Ok(())

@@ -18,13 +18,13 @@ mod gradebook;
 mod handed_in;
 mod job;
 mod observe;
-mod verify;
 mod prebuilt;
 mod progress;
 mod report;
 mod sandbox;
 mod spinner;
 mod standalone;
+mod verify;
 mod watch;
 
 use std::path::PathBuf;

@@ -25,7 +25,7 @@ pub struct Standalone {
 /// a `.zip`: see `handed_in`) as step `step`'s program.
 pub fn prepare(root: &Path, step: u8, given: &Path) -> Result<Standalone, String> {
     let source = handed_in::find(given, step).map_err(|refusal| refusal.message().to_string())?.source;
-    let step_dir = root.join(format!("steps/step_{step:02}"));
+    let step_dir = root.join(coursegen::Version::Starter(step).crate_dir());
     let manifest = std::fs::read_to_string(step_dir.join("Cargo.toml"))
         .map_err(|e| format!("cannot read {}/Cargo.toml: {e}", step_dir.display()))?;
     let build_rs = std::fs::read_to_string(step_dir.join("build.rs"))
@@ -80,7 +80,7 @@ fn standalone_manifest(
     step: u8,
     package: &str,
 ) -> Result<String, String> {
-    let step_dir = root.join(format!("steps/step_{step:02}"));
+    let step_dir = root.join(coursegen::Version::Starter(step).crate_dir());
     let mut doc = manifest.parse::<DocumentMut>().map_err(|e| {
         format!(
             "{}/Cargo.toml is not valid TOML, so handed-in code cannot be built with it: {e}\

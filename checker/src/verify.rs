@@ -85,9 +85,12 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
         })
     };
     let (package, source, manifest_dir) = match subject {
-        Subject::Step => (format!("step_{step:02}"), read(root.join(format!("steps/step_{step:02}")))?, None),
-        Subject::Solution => {
-            (format!("solution_{step:02}"), read(root.join(format!("solutions/step_{step:02}")))?, None)
+        Subject::Step | Subject::Solution => {
+            let version = match subject {
+                Subject::Step => coursegen::Version::Starter(step),
+                _ => coursegen::Version::Solution(step),
+            };
+            (version.package_name(), read(root.join(version.crate_dir()))?, None)
         }
         Subject::Elsewhere(dir) => {
             let crate_ = standalone::prepare(root, step, dir)?;

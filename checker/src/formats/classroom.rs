@@ -54,7 +54,11 @@ pub fn render(grade: &Grade) -> RunnerResult {
                 message: keep_end(c.message.as_deref().unwrap_or(&c.observed), MESSAGE_LIMIT),
                 score: c.points,
                 test_code: s.repeat_command(grade.seed),
-                filename: format!("steps/step_{:02}/src/main.rs", s.step),
+                filename: coursegen::Version::Starter(s.step)
+                    .crate_dir()
+                    .join("src/main.rs")
+                    .display()
+                    .to_string(),
                 line_no: 0,
                 duration: 0,
             })
