@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{self, Ended, Launch};
+use crate::job::{self, Ended, Job, Launch};
 use crate::sandbox::{JobCgroup, Mount, Sandbox};
 
 /// The hidden subcommand the sandbox runs.
@@ -213,36 +213,22 @@ struct EndedInside {
     err_cut: bool,
 }
 
-/// Runs `launches` of `bin` as [`job::run_plain`] does, but all of them inside one
+/// Runs a job's launches as [`job::run_plain`] does, but all of them inside one
 /// sandbox; their files land in `dir` afterwards. The files under `carry` (directories
 /// of `dir`, relative to it) go in as the checker has them, and come back whole.
-pub fn run_all(
-    confine: &JobSandbox,
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    carry: &[&str],
-    limit: Duration,
-    grace: Duration,
-) -> Vec<Ended> {
-    match run_confined(confine, bin, launches, dir, carry, limit, grace) {
+pub fn run_all(confine: &JobSandbox, job: &Job<'_>) -> Vec<Ended> {
+    match run_confined(confine, job) {
         Ok(ended) => ended,
-        Err(e) => launches
+        Err(e) => job
+            .launches
             .iter()
             .map(|l| Ended::not_started(&l.name, format!("could not run it in the sandbox: {e}")))
             .collect(),
     }
 }
 
-fn run_confined(
-    confine: &JobSandbox,
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    carry: &[&str],
-    limit: Duration,
-    grace: Duration,
-) -> std::io::Result<Vec<Ended>> {
+fn run_confined(confine: &JobSandbox, job: &Job<'_>) -> std::io::Result<Vec<Ended>> {
+    let Job { bin, launches, dir, carry, limit, grace } = *job;
     let sandbox = &confine.sandbox;
     std::fs::create_dir_all(dir)?;
     let checker = supervisor_binary(dir.parent().unwrap_or(dir))?;
@@ -578,7 +564,14 @@ pub fn supervise() -> std::process::ExitCode {
             not_carried.push(format!("{rel} could not be carried into the job's work directory: {e}"));
         }
     }
-    let ended = job::run_supervised(&spec.bin, &spec.launches, &spec.dir, limit, grace);
+    let ended = job::run_supervised(&Job {
+        bin: &spec.bin,
+        launches: &spec.launches,
+        dir: &spec.dir,
+        carry: &[],
+        limit,
+        grace,
+    });
     let mut files = BTreeMap::new();
     let mut cut = BTreeMap::new();
     collect_files(&spec.dir, &spec.dir, cap, &mut files, &mut cut);

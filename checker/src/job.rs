@@ -3,7 +3,7 @@
 //! leads its own process group, so that a timeout or a failure kills everything it
 //! started (spawned ranks included), and it dies with the checker, however the checker
 //! ends. The checker runs a job here itself, or its supervisor does inside a sandbox
-//! ([`crate::confined`]); which one, `run_all` chooses (in [`crate::observe`]).
+//! ([`crate::confined`]); which one, `run_processes` chooses (in [`crate::observe`]).
 use std::fs::File;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
@@ -75,38 +75,40 @@ impl Ended {
     }
 }
 
-/// A job's processes run with the checker's own rights (`run_all` in [`crate::observe`]
+/// One job: every process of one run of a program (a launch per node), started
+/// together and waited for together.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    /// The program each launch runs.
+    pub bin: &'a Path,
+    pub launches: &'a [Launch],
+    /// Their working directory, where their output lands.
+    pub dir: &'a Path,
+    /// Directories of `dir` whose files a sandboxed job carries in from an earlier job
+    /// and out to a later one ([`crate::confined`]); without a sandbox all jobs share
+    /// `dir` and nothing needs carrying.
+    pub carry: &'a [&'a str],
+    /// The longest the job may take.
+    pub limit: Duration,
+    /// After one process fails, how long the others get to end on their own (a
+    /// distributed program should notice a dead peer) before they are killed too.
+    pub grace: Duration,
+}
+
+/// A job's processes run with the checker's own rights (`run_processes` in [`crate::observe`]
 /// without a sandbox; and inside the sandbox, by its supervisor).
-pub fn run_plain(
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    limit: Duration,
-    grace: Duration,
-) -> Vec<Ended> {
-    run_processes(bin, launches, dir, limit, grace, false)
+pub fn run_plain(job: &Job<'_>) -> Vec<Ended> {
+    run_processes(job, false)
 }
 
 /// [`run_plain`] inside a sandbox: each process is the kernel's first choice when the
 /// job runs out of memory, before the supervisor that reports how they ended.
-pub fn run_supervised(
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    limit: Duration,
-    grace: Duration,
-) -> Vec<Ended> {
-    run_processes(bin, launches, dir, limit, grace, true)
+pub fn run_supervised(job: &Job<'_>) -> Vec<Ended> {
+    run_processes(job, true)
 }
 
-fn run_processes(
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    limit: Duration,
-    grace: Duration,
-    oom_first: bool,
-) -> Vec<Ended> {
+fn run_processes(job: &Job<'_>, oom_first: bool) -> Vec<Ended> {
+    let Job { bin, launches, dir, limit, grace, .. } = *job;
     let start = Instant::now();
     // The launches that started: their index, process and output files.
     let (mut started, mut children) = (Vec::new(), Vec::new());

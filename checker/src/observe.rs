@@ -19,7 +19,7 @@ use std::time::Duration;
 pub use build_errors::{build, BuildFailure};
 use command_line::checkpoint_args;
 pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns};
-use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, Job};
+use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, WhichRun};
 pub use variation::{Variation, FSDP_STEPS};
 
 /// Where the verification runs and what it may use.
@@ -72,7 +72,7 @@ fn observe_runs(
 ) -> Observation {
     phase(&format!("running {} rank(s)", v.world_size()));
     let main_args = if step >= 12 { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
-    let (processes, trace, port) = run_job(step, bin, v, setup, Job::Main, &main_args);
+    let (processes, trace, port) = run_job(step, bin, v, setup, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
     // initial weights, dropout off and statistics over the global batch.
     let equivalence = (step >= 7).then(|| {
@@ -81,8 +81,9 @@ fn observe_runs(
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
         // Independent jobs on their own ports: run them side by side.
         let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
-            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, Job::Equivalence("many"), &[]));
-            let one_run = run_job(step, bin, &one, setup, Job::Equivalence("one"), &[]);
+            let many_job =
+                scope.spawn(|| run_job(step, bin, &many, setup, WhichRun::Equivalence("many"), &[]));
+            let one_run = run_job(step, bin, &one, setup, WhichRun::Equivalence("one"), &[]);
             (many_job.join().expect("the comparison's run thread"), one_run)
         });
         Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
@@ -150,11 +151,12 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
     let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
     let ((pipelined, pipelined_trace, _), (cut, cut_trace, _), (uncut, uncut_trace, _)) =
         std::thread::scope(|scope| {
-            let pipelined = scope
-                .spawn(|| run_job(step, bin, &settings, setup, Job::Pipeline("pipelined"), &pipelined_args));
-            let cut =
-                scope.spawn(|| run_job(step, bin, &step_settings, setup, Job::Pipeline("cut"), &cut_args));
-            let uncut = run_job(step, bin, &uncut_settings, setup, Job::Pipeline("uncut"), &[]);
+            let pipelined = scope.spawn(|| {
+                run_job(step, bin, &settings, setup, WhichRun::Pipeline("pipelined"), &pipelined_args)
+            });
+            let cut = scope
+                .spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Pipeline("cut"), &cut_args));
+            let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Pipeline("uncut"), &[]);
             (
                 pipelined.join().expect("the pipelined run's thread"),
                 cut.join().expect("the cut run's thread"),
@@ -179,8 +181,8 @@ fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
     let settings = v.for_fsdp();
     let ((fsdp, fsdp_trace, _), (ddp, ddp_trace, _)) = std::thread::scope(|scope| {
         let fsdp =
-            scope.spawn(|| run_job(step, bin, &settings, setup, Job::Fsdp("fsdp"), &["--fsdp".into()]));
-        let ddp = run_job(step, bin, &settings, setup, Job::Fsdp("ddp"), &[]);
+            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Fsdp("fsdp"), &["--fsdp".into()]));
+        let ddp = run_job(step, bin, &settings, setup, WhichRun::Fsdp("ddp"), &[]);
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });
     FsdpRuns { settings, fsdp, fsdp_trace, ddp, ddp_trace }
@@ -205,21 +207,21 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
     let ((whole, whole_trace, _), (stopped, _, _)) = std::thread::scope(|scope| {
-        let whole =
-            scope.spawn(|| run_job(step, bin, &settings, setup, Job::Resume("uninterrupted"), &whole_args));
+        let whole = scope
+            .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Resume("uninterrupted"), &whole_args));
         let stopped = run_job_carrying(
             step,
             bin,
             &stopped_settings,
             setup,
-            Job::Resume("stopped"),
+            WhichRun::Resume("stopped"),
             &stopped_args,
             &carry,
         );
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
     let (resumed, resumed_trace, _) =
-        run_job_carrying(step, bin, &settings, setup, Job::Resume("resumed"), &resumed_args, &carry);
+        run_job_carrying(step, bin, &settings, setup, WhichRun::Resume("resumed"), &resumed_args, &carry);
     ResumeRuns {
         settings,
         stopped_after,

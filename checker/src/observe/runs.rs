@@ -11,7 +11,7 @@ use super::command_line::{common_args, rendezvous_env, rendezvous_port, Stop};
 use super::placement::{gpus, node_gpus, placement, visible_devices};
 use super::{RankProcess, Setup, Variation};
 use crate::confined::{self, JobSandbox};
-use crate::job::{self, Ended, Launch};
+use crate::job::{Ended, Job, Launch};
 
 /// `--help` and `--num-gpus two`, both at once: neither touches the network or the
 /// other's files.
@@ -25,14 +25,10 @@ pub(super) fn help_and_bad_value(
         args: args.iter().map(|s| s.to_string()).collect(),
         env: vec![],
     };
-    let mut ended = run_all(
-        bin,
-        &[launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])],
-        &setup.work,
-        Duration::from_secs(60),
-        grace,
-        setup.confine.as_ref(),
-    );
+    let launches = [launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])];
+    let job =
+        Job { bin, launches: &launches, dir: &setup.work, carry: &[], limit: Duration::from_secs(60), grace };
+    let mut ended = run_processes(&job, setup.confine.as_ref());
     let bad = ended.pop();
     (ended.pop(), bad)
 }
@@ -45,7 +41,15 @@ pub(super) fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setu
     let mut env = vec![(labkit::FAIL_RANK_ENV.into(), "1".into())];
     env.extend(rendezvous_env());
     let launch = Launch { name: "failing-rank".into(), args, env };
-    run_all(bin, &[launch], &setup.work, Duration::from_secs(120), grace, setup.confine.as_ref()).remove(0)
+    let job = Job {
+        bin,
+        launches: &[launch],
+        dir: &setup.work,
+        carry: &[],
+        limit: Duration::from_secs(120),
+        grace,
+    };
+    run_processes(&job, setup.confine.as_ref()).remove(0)
 }
 
 /// The quick evaluation the checker judges `target-reached` on: the finished lab on the
@@ -70,12 +74,20 @@ pub(super) fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> En
     args.extend(placement(1, 2, gpus()).options());
     args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
     let launch = Launch { name: "quick-evaluation".into(), args, env: rendezvous_env() };
-    run_all(bin, &[launch], &setup.work, Duration::from_secs(400), grace, setup.confine.as_ref()).remove(0)
+    let job = Job {
+        bin,
+        launches: &[launch],
+        dir: &setup.work,
+        carry: &[],
+        limit: Duration::from_secs(400),
+        grace,
+    };
+    run_processes(&job, setup.confine.as_ref()).remove(0)
 }
 
 /// Which run of a verification.
 #[derive(Clone, Copy)]
-pub(super) enum Job {
+pub(super) enum WhichRun {
     /// The run most checks judge: hidden variations, a late rank from step 8,
     /// downloads from the mirror from step 5, the early stop from step 11.
     Main,
@@ -91,18 +103,18 @@ pub(super) enum Job {
     Pipeline(&'static str),
 }
 
-impl Job {
+impl WhichRun {
     /// Dropout off: the comparisons (the pipelined run of step 13 trains as students run
     /// it; step 14's runs keep dropout on, both drawing the same masks from the same seeds).
     fn dropout_off(self) -> bool {
-        !matches!(self, Job::Main | Job::Fsdp(_) | Job::Pipeline("pipelined"))
+        !matches!(self, WhichRun::Main | WhichRun::Fsdp(_) | WhichRun::Pipeline("pipelined"))
     }
 
     /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),
     /// so that DDP must broadcast rank 0's weights; not in step 13's runs, whose stages
     /// must start from the uncut model's weights (`--seed` alone).
     fn ranks_seeded_apart(self) -> bool {
-        !matches!(self, Job::Pipeline(_))
+        !matches!(self, WhichRun::Pipeline(_))
     }
 }
 
@@ -114,29 +126,29 @@ pub(super) fn run_job(
     bin: &Path,
     v: &Variation,
     setup: &Setup,
-    job: Job,
+    job: WhichRun,
     extra: &[String],
 ) -> (Vec<RankProcess>, Trace, Option<u16>) {
     run_job_carrying(step, bin, v, setup, job, extra, &[])
 }
 
 /// [`run_job`], the files under the directories `carry` names (of the work directory)
-/// carried in from an earlier job and out to a later one ([`run_carrying`]).
+/// carried in from an earlier job and out to a later one ([`Job::carry`]).
 pub(super) fn run_job_carrying(
     step: u8,
     bin: &Path,
     v: &Variation,
     setup: &Setup,
-    job: Job,
+    job: WhichRun,
     extra: &[String],
     carry: &[&str],
 ) -> (Vec<RankProcess>, Trace, Option<u16>) {
     let prefix = match job {
-        Job::Main => String::new(),
-        Job::Equivalence(name) => format!("equivalence-{name}-"),
-        Job::Resume(name) => format!("{name}-"),
-        Job::Pipeline(name) => format!("pipeline-{name}-"),
-        Job::Fsdp(name) => format!("{name}-"),
+        WhichRun::Main => String::new(),
+        WhichRun::Equivalence(name) => format!("equivalence-{name}-"),
+        WhichRun::Resume(name) => format!("{name}-"),
+        WhichRun::Pipeline(name) => format!("pipeline-{name}-"),
+        WhichRun::Fsdp(name) => format!("{name}-"),
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
@@ -145,7 +157,7 @@ pub(super) fn run_job_carrying(
     let mut placement = Vec::new();
     // From step 11 (the finished lab, its early stop) the main run stops early, on
     // every rank alike when the program is right.
-    let stop = if matches!(job, Job::Main) && step >= 11 { Stop::Early } else { Stop::AtTheLastEpoch };
+    let stop = if matches!(job, WhichRun::Main) && step >= 11 { Stop::Early } else { Stop::AtTheLastEpoch };
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node, stop);
         args.extend(["--seed".into(), v.program_seed.to_string()]);
@@ -169,7 +181,7 @@ pub(super) fn run_job_carrying(
                 env.push((tch_distributed::MASTER_PORT_ENV.into(), String::new()));
             }
         }
-        let main = matches!(job, Job::Main);
+        let main = matches!(job, WhichRun::Main);
         if main && step >= 5 {
             // A rank that does not wait for its node's data then always reads too early.
             env.push((labkit::SLOW_PREPARE_ENV.into(), "1".into()));
@@ -213,15 +225,15 @@ pub(super) fn run_job_carrying(
             }
         }
     }
-    let ended = run_carrying(
+    let job = Job {
         bin,
-        &launches,
-        &setup.work,
+        launches: &launches,
+        dir: &setup.work,
         carry,
-        setup.limit,
-        Duration::from_secs(45),
-        setup.confine.as_ref(),
-    );
+        limit: setup.limit,
+        grace: Duration::from_secs(45),
+    };
+    let ended = run_processes(&job, setup.confine.as_ref());
     let processes = placement
         .into_iter()
         .zip(ended)
@@ -230,36 +242,15 @@ pub(super) fn run_job_carrying(
     (processes, Trace::read(&trace_dir), port)
 }
 
-/// Starts every process, waits for all of them up to `limit`, and kills the process
-/// groups of those still running then. When one process fails, the others get
-/// `grace` to end on their own (a distributed program should notice a dead peer)
-/// before they are killed too. With `confine`, all of them run in one sandbox.
-pub(super) fn run_all(
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    limit: Duration,
-    grace: Duration,
-    confine: Option<&JobSandbox>,
-) -> Vec<Ended> {
-    run_carrying(bin, launches, dir, &[], limit, grace, confine)
-}
-
-/// [`run_all`] for a job that leaves files to a later job, or finds an earlier job's:
-/// `carry` names their directories, relative to `dir`. Without a sandbox every job
-/// shares `dir` and nothing needs carrying; in one, each job's `dir` is a tmpfs of its
-/// own, and only the files under `carry` (binary included) go in and come back whole.
-pub(super) fn run_carrying(
-    bin: &Path,
-    launches: &[Launch],
-    dir: &Path,
-    carry: &[&str],
-    limit: Duration,
-    grace: Duration,
-    confine: Option<&JobSandbox>,
-) -> Vec<Ended> {
+/// Starts every process of `job`, waits for all of them up to its limit, and kills the
+/// process groups of those still running then. When one process fails, the others get
+/// the job's grace to end on their own (a distributed program should notice a dead
+/// peer) before they are killed too. With `confine`, all of them run in one sandbox,
+/// where each job's directory is a tmpfs of its own and only the files under the job's
+/// `carry` (binary included) go in and come back whole.
+pub(super) fn run_processes(job: &Job<'_>, confine: Option<&JobSandbox>) -> Vec<Ended> {
     match confine {
-        Some(confine) => confined::run_all(confine, bin, launches, dir, carry, limit, grace),
-        None => job::run_plain(bin, launches, dir, limit, grace),
+        Some(confine) => confined::run_all(confine, job),
+        None => crate::job::run_plain(job),
     }
 }
