@@ -89,3 +89,21 @@ fn ids_in_parentheses_are_explanations() {
     let cell = "`options-listed` (in `--help`, defaults 1/1/0), `options-typed` (`--num-gpus two`)";
     assert_eq!(ids_outside_parentheses(cell), ["options-listed", "options-typed"]);
 }
+
+/// Each step's page says what each of its checks looks at: a bullet "- `id`: …" per
+/// check of the registry, so that a check added or renamed without its page fails here.
+#[test]
+fn each_step_page_explains_each_of_its_checks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut missing = Vec::new();
+    for (step, ids) in registry() {
+        let page = format!("lab-guide/src/steps/step-{step:02}.md");
+        let text = std::fs::read_to_string(root.join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        for id in ids {
+            if !text.lines().any(|l| l.trim_start().starts_with(&format!("- `{id}`"))) {
+                missing.push(format!("{page}: no bullet \"- `{id}`: …\""));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "checks the step pages do not explain:\n{}", missing.join("\n"));
+}
