@@ -54,26 +54,11 @@ struct Ran {
     output: String,
 }
 
-/// The checker the scripts run: a copy of the one cargo built for these tests. The
-/// classroom test below runs the workflow's setup, whose `cargo build -p checker` (no
-/// dev-dependencies, so other features) replaces the workspace's checker binary while
-/// the Slurm test grades with it.
-fn checker_copy() -> &'static Path {
-    static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    COPY.get_or_init(|| {
-        let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join("class-test-checker");
-        let partial = copy.with_extension("partial");
-        std::fs::copy(env!("CARGO_BIN_EXE_checker"), &partial).unwrap();
-        std::fs::rename(&partial, &copy).unwrap();
-        copy
-    })
-}
-
 /// `bash script args` from the repository, as sbatch would run it there, with `env`.
 fn bash(script: &str, args: &[&Path], env: &[(&str, &str)]) -> Ran {
     let mut cmd = Command::new("bash");
     cmd.current_dir(repo()).arg(script).args(args);
-    cmd.env("DDP_LAB_CHECKER", checker_copy());
+    cmd.env("DDP_LAB_CHECKER", common::checker_binary());
     cmd.env(checker::PROGRESS_FILE_ENV, std::env::temp_dir().join("class-test-progress.json"));
     cmd.envs(env.iter().copied());
     let out = child_process::output(cmd, Some(Duration::from_secs(900))).expect("run bash");

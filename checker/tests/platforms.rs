@@ -46,7 +46,7 @@ fn script(program: &str, args: &[&Path], dir: &Path, env: &[(&str, &Path)]) -> S
     cmd.args(args)
         .current_dir(dir)
         .env(COURSE_ENV, repo())
-        .env(CHECKER_ENV, env!("CARGO_BIN_EXE_checker"))
+        .env(CHECKER_ENV, common::checker_binary())
         .env(PROGRESS_FILE_ENV, &progress)
         .envs(env.iter().copied());
     let out = child_process::output(cmd, None).expect("run the platform's script");
@@ -162,8 +162,8 @@ fn codegrades_unit_test_step_writes_junit_where_it_is_told() {
 
 /// GitHub Classroom's default workflow (points per check): a step's `run` as GitHub runs it (`bash -e`,
 /// from the workspace with the submission and the grader side by side), its `result`
-/// output decoded as the grading reporter decodes it, on a starter and a program that
-/// does not compile.
+/// output decoded as the grading reporter decodes it, on step 0's solution, its starter
+/// and a program that does not compile.
 #[test]
 fn github_classrooms_runner_results_earn_the_points_of_each_check() {
     use base64::Engine;
@@ -177,20 +177,21 @@ fn github_classrooms_runner_results_earn_the_points_of_each_check() {
     let text = std::fs::read_to_string(out.join(".github/workflows/classroom.yml")).unwrap();
     let workflow: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     let steps = workflow["jobs"]["run-autograding-tests"]["steps"].as_sequence().unwrap().clone();
-    let ws = fresh("classroom-workspace");
-    std::os::unix::fs::symlink(repo().canonicalize().unwrap(), ws.join("grader")).unwrap();
-    let [_, (_, starter, _), (_, broken, _)] = programs();
-    for (step, source) in [(0u8, starter), (1, broken)] {
-        let dir = ws.join(format!("submission/steps/step_{step:02}/src"));
+    let step = steps.iter().find(|s| s["id"].as_str() == Some("step00")).unwrap();
+    for ((what, source, points), status) in programs().into_iter().zip(["pass", "fail", "error"]) {
+        // A workspace per program: the submission and the grader side by side.
+        let ws = fresh(&format!("classroom-workspace-{}", what.replace(' ', "-")));
+        std::os::unix::fs::symlink(repo().canonicalize().unwrap(), ws.join("grader")).unwrap();
+        let dir = ws.join("submission/steps/step_00/src");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("main.rs"), source).unwrap();
-    }
-    for (id, points, status) in [("step00", 5.0, "fail"), ("step01", 0.0, "error")] {
-        let step = steps.iter().find(|s| s["id"].as_str() == Some(id)).unwrap();
-        let output = ws.join(format!("{id}.output"));
+        let id = what;
+        let output = ws.join("step00.output");
         std::fs::write(ws.join("run.sh"), step["run"].as_str().unwrap()).unwrap();
         // Only what a runner's shell has (a toolchain, a home), not cargo test's own
-        // variables: those would make `cargo checker` rebuild the checker.
+        // variables. Its `cargo checker` builds the checker as `-p checker` builds it,
+        // which replaces the test build's binary: the other tests run a copy
+        // (`common::checker_binary`).
         let mut cmd = Command::new("bash");
         cmd.args(["-e", "run.sh"]).current_dir(&ws).env_clear();
         for key in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "CARGO_TARGET_DIR"] {

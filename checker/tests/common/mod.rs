@@ -73,9 +73,28 @@ pub fn checker_timed(args: &[&str]) -> Verdict {
     checker_env(args, &[], &[(checker::TIMINGS_ENV, Path::new("1"))])
 }
 
+/// The checker these tests run: a copy, made once per test binary, of the one cargo
+/// built for them. Some tests run what a platform runs, `cargo build -p checker` or
+/// `cargo checker` included, and such a build (no dev-dependencies, so other features)
+/// replaces the workspace's checker binary while the other tests of the binary start it.
+pub fn checker_binary() -> &'static Path {
+    static COPY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        // Named for the test binary (without cargo's hash), so that runs reuse one file.
+        let me = std::env::current_exe().unwrap();
+        let stem = me.file_stem().unwrap().to_string_lossy().into_owned();
+        let name = stem.rsplit_once('-').map_or(stem.as_str(), |(name, _)| name).to_string();
+        let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("checker-for-{name}"));
+        let partial = copy.with_extension("partial");
+        std::fs::copy(env!("CARGO_BIN_EXE_checker"), &partial).unwrap();
+        std::fs::rename(&partial, &copy).unwrap();
+        copy
+    })
+}
+
 fn checker_env(args: &[&str], paths: &[&Path], env: &[(&str, &Path)]) -> Verdict {
     let progress = std::env::temp_dir().join(format!("checker-test-progress-{}.json", std::process::id()));
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
+    let mut cmd = Command::new(checker_binary());
     cmd.current_dir(repo()).args(args).args(paths).env(checker::PROGRESS_FILE_ENV, &progress);
     cmd.envs(env.iter().copied());
     // Through the launcher: a test binary that dies takes the checker and its ranks along.
