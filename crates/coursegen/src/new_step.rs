@@ -100,39 +100,49 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
     let last = LAST_STEP;
     let new = Scaffold { step, title, id: &id };
 
-    // New files first: a step whose module or page exists is not scaffolded again.
+    // Whatever of the step is there already, before anything else: a step half
+    // scaffolded is named as such, not as a tree coursegen was not built from.
     for path in [checks_module(step), guide_page(step)] {
         if root.join(&path).exists() {
             return Err(NewStepError::Exists { step, what: format!("{} exists", path.display()) });
         }
     }
-
-    let lib = Text::read(root, LIB)?;
-    let found = lib.steps_listed()?;
-    if found != STEPS.len() {
-        return Err(NewStepError::OutOfStep { found, built: STEPS.len() });
-    }
-    let lib = lib.insert_before_end_of("pub const STEPS: &[&str] = &[", "];", &format!("    {title:?},"))?;
-
-    let master = Text::read(root, MASTER)?;
+    let (lib, master, registry, summary, checker_page) = (
+        Text::read(root, LIB)?,
+        Text::read(root, MASTER)?,
+        Text::read(root, REGISTRY)?,
+        Text::read(root, SUMMARY)?,
+        Text::read(root, CHECKER_PAGE)?,
+    );
     let opener = format!("//@ step {step}");
-    if master.text.lines().any(|l| l.trim() == opener) {
-        return Err(NewStepError::Exists { step, what: format!("{MASTER} has a `{opener}` block") });
-    }
-    let master = master.append(&new.master_block());
-
-    let registry = Text::read(root, REGISTRY)?;
-    for (there, what) in [
-        (format!("mod step_{step:02};"), "the module"),
-        (format!("step_{step:02}::CHECKS,"), "the registry line"),
-    ] {
-        if registry.text.lines().any(|l| l.trim() == there) {
-            return Err(NewStepError::Exists { step, what: format!("{REGISTRY} has {what} `{there}`") });
-        }
+    let page_link = format!("(steps/step-{step:02}.md)");
+    let row = |n: u8| format!("| {n} |");
+    let there = [
+        (master.has_line(&opener), format!("{MASTER} has a `{opener}` block")),
+        (registry.has_line(&format!("mod step_{step:02};")), format!("{REGISTRY} has `mod step_{step:02};`")),
+        (
+            registry.has_line(&format!("step_{step:02}::CHECKS,")),
+            format!("{REGISTRY}'s registry has `step_{step:02}::CHECKS`"),
+        ),
+        (summary.text.contains(&page_link), format!("{SUMMARY} links to {page_link}")),
+        (
+            checker_page.text.lines().any(|l| l.starts_with(&row(step))),
+            format!("{CHECKER_PAGE}'s table has a row `{} ...`", row(step)),
+        ),
+    ];
+    if let Some((_, what)) = there.into_iter().find(|(there, _)| *there) {
+        return Err(NewStepError::Exists { step, what });
     }
     if registry.text.contains(&format!("&str = {id:?};")) {
         return Err(NewStepError::CheckIdTaken { id });
     }
+    let found = lib.steps_listed()?;
+    if found != STEPS.len() {
+        return Err(NewStepError::OutOfStep { found, built: STEPS.len() });
+    }
+
+    let lib = lib.insert_before_end_of("pub const STEPS: &[&str] = &[", "];", &format!("    {title:?},"))?;
+    let master = master.append(&new.master_block());
     let registry = registry
         .insert_after_line(&format!("mod step_{last:02};"), &format!("mod step_{step:02};"))?
         .insert_after_line(&format!("step_{last:02}::CHECKS,"), &format!("    step_{step:02}::CHECKS,"))?
@@ -141,25 +151,10 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
             "}",
             &format!("    pub const {}: &str = {id:?};", new.id_const()),
         )?;
-
-    let summary = Text::read(root, SUMMARY)?;
-    let page_link = format!("(steps/step-{step:02}.md)");
-    if summary.text.contains(&page_link) {
-        return Err(NewStepError::Exists { step, what: format!("{SUMMARY} links to {page_link}") });
-    }
     let summary = summary.insert_after_line_containing(
         &format!("(steps/step-{last:02}.md)"),
         &format!("- [Step {step}: {title}](steps/step-{step:02}.md)"),
     )?;
-
-    let checker_page = Text::read(root, CHECKER_PAGE)?;
-    let row = |n: u8| format!("| {n} |");
-    if checker_page.text.lines().any(|l| l.starts_with(&row(step))) {
-        return Err(NewStepError::Exists {
-            step,
-            what: format!("{CHECKER_PAGE}'s table has a row `{} ...`", row(step)),
-        });
-    }
     let checker_page = checker_page
         .insert_after_line_starting(&row(last), &format!("{} `{id}` (not judged yet) |", row(step)))?;
 
@@ -197,6 +192,11 @@ impl Text {
         let full = root.join(path);
         let text = fs::read_to_string(&full).map_err(|source| NewStepError::Io { path: full, source })?;
         Ok(Text { path, text })
+    }
+
+    /// Whether a line of the file is `line`, trimmed.
+    fn has_line(&self, line: &str) -> bool {
+        self.text.lines().any(|l| l.trim() == line)
     }
 
     fn missing(&self, anchor: String) -> NewStepError {

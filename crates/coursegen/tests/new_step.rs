@@ -174,6 +174,28 @@ fn a_second_run_refuses_and_changes_nothing() {
     assert_eq!(tree.files(), once);
 }
 
+/// A step whose new files went but whose edits stayed is named as there, not scaffolded
+/// a second time.
+#[test]
+fn a_step_partly_there_is_refused() {
+    let tree = Tree::new("partly");
+    assert!(tree.new_step(&[]).status.success());
+    let step = LAST_STEP + 1;
+    std::fs::remove_file(tree.0.join(checks_module(step))).unwrap();
+    std::fs::remove_file(tree.0.join(guide_page(step))).unwrap();
+    let before = tree.files();
+    let out = tree.new_step(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let message = stderr(&out);
+    assert!(
+        message.contains(&format!(
+            "step {step} is already (partly) there: {MASTER} has a `//@ step {step}` block"
+        )),
+        "{message}"
+    );
+    assert_eq!(tree.files(), before);
+}
+
 #[test]
 fn a_missing_anchor_refuses_naming_file_and_anchor_and_writes_nothing() {
     let tree = Tree::new("anchor");
@@ -217,5 +239,20 @@ fn a_check_id_taken_is_refused() {
     let out = tree.new_step(&["--check", "equals-ddp"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("`equals-ddp` is already"), "{}", stderr(&out));
+    assert_eq!(tree.files(), before);
+}
+
+/// A tree whose STEPS lists another number of steps than this coursegen was built with
+/// would get a step numbered wrong: refused, with the way out (rebuild).
+#[test]
+fn a_tree_coursegen_was_not_built_from_is_refused() {
+    let tree = Tree::new("other");
+    let last_title = format!("    {:?},", coursegen::STEPS[usize::from(LAST_STEP)]);
+    let lib = tree.read(LIB).replacen(&last_title, &format!("{last_title}\n    \"one more\","), 1);
+    std::fs::write(tree.0.join(LIB), lib).unwrap();
+    let before = tree.files();
+    let out = tree.new_step(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("rebuild"), "{}", stderr(&out));
     assert_eq!(tree.files(), before);
 }
