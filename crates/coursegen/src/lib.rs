@@ -9,6 +9,7 @@
 pub mod files;
 mod format;
 pub mod markers;
+pub mod new_step;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -33,6 +33,22 @@ enum Command {
     Check,
     /// Print one version's src/main.rs
     Render(RenderArgs),
+    /// Scaffold the step after the last: its title in STEPS, a block in the master, a
+    /// checks module whose check is not judged yet, the registry line, a guide page, the
+    /// SUMMARY line and the checker page's row (exit 2, nothing written, if it cannot)
+    NewStep(NewStepArgs),
+}
+
+#[derive(Args)]
+struct NewStepArgs {
+    /// The step's title, as the crates' headers and the guide show it
+    title: String,
+    /// The id of the step's first check [default: the title's words, joined by `-`]
+    #[arg(long, value_name = "ID")]
+    check: Option<String>,
+    /// Print the files it would create and edit, and write nothing
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Args)]
@@ -53,6 +69,9 @@ fn main() -> ExitCode {
     // clap exits 2 on usage errors by itself.
     let cli = Cli::parse();
     let root = cli.root.unwrap_or_else(find_root);
+    if let Command::NewStep(args) = cli.command {
+        return new_step(&root, &args);
+    }
     match run(&root, cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -104,7 +123,44 @@ fn run(root: &Path, command: Command) -> Result<ExitCode, CourseError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::NewStep(_) => unreachable!("main runs new-step itself"),
     }
+}
+
+/// `new-step`: exit 2 when it refuses (the step is there, an anchor is not), as for a
+/// usage error, since nothing was done.
+fn new_step(root: &Path, args: &NewStepArgs) -> ExitCode {
+    use coursegen::new_step;
+    let step = new_step::next_step();
+    let changes = match new_step::plan(root, &args.title, args.check.as_deref()) {
+        Ok(changes) => changes,
+        Err(e) => {
+            eprintln!("coursegen new-step: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let verb = |created: bool| match (args.dry_run, created) {
+        (true, true) => "would create",
+        (true, false) => "would edit",
+        (false, true) => "created",
+        (false, false) => "edited",
+    };
+    if !args.dry_run {
+        if let Err(e) = new_step::write(root, &changes) {
+            eprintln!("coursegen new-step: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    for change in &changes {
+        println!("{} {}", verb(change.created), change.path.display());
+    }
+    if !args.dry_run {
+        println!(
+            "step {step} scaffolded: write its blocks in {MASTER}, its checks and its page, then \
+             `cargo run -p coursegen -- write` (see lab-guide/src/maintainers/coursegen.md)"
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 /// The nearest ancestor of the working directory holding the master, else the

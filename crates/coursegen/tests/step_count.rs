@@ -18,6 +18,8 @@ const READ_THE_CONSTANT: &[&str] = &[
     "crates/coursegen/src/lib.rs",
     "crates/coursegen/src/main.rs",
     "crates/coursegen/src/markers.rs",
+    "crates/coursegen/src/new_step.rs",
+    "crates/coursegen/tests/new_step.rs",
     "crates/coursegen/tests/solutions.rs",
     "crates/guide-hints/src/lib.rs",
     "crates/guide-hints/tests/hint.rs",
