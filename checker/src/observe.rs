@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub use build_errors::{build, BuildFailure};
 use command_line::checkpoint_args;
-pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns};
+pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run};
 use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, WhichRun};
 pub use variation::{Variation, FSDP_STEPS};
 
@@ -72,7 +72,7 @@ fn observe_runs(
 ) -> Observation {
     phase(&format!("running {} rank(s)", v.world_size()));
     let main_args = if step >= 12 { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
-    let (processes, trace, port) = run_job(step, bin, v, setup, WhichRun::Main, &main_args);
+    let (main, port) = run_job(step, bin, v, setup, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
     // initial weights, dropout off and statistics over the global batch.
     let equivalence = (step >= 7).then(|| {
@@ -80,13 +80,13 @@ fn observe_runs(
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
         // Independent jobs on their own ports: run them side by side.
-        let ((many_p, many_t, _), (one_p, one_t, _)) = std::thread::scope(|scope| {
+        let ((many_run, _), (one_run, _)) = std::thread::scope(|scope| {
             let many_job =
                 scope.spawn(|| run_job(step, bin, &many, setup, WhichRun::Equivalence("many"), &[]));
             let one_run = run_job(step, bin, &one, setup, WhichRun::Equivalence("one"), &[]);
             (many_job.join().expect("the comparison's run thread"), one_run)
         });
-        Equivalence { settings: many, many: many_p, many_trace: many_t, one: one_p, one_trace: one_t }
+        Equivalence { settings: many, many: many_run, one: one_run }
     });
     // Step 13's runs beside step 12's (their own ports and directories): most of each
     // run is start-up and rendezvous, which overlap well.
@@ -121,8 +121,7 @@ fn observe_runs(
         step,
         variation: v.clone(),
         source,
-        processes,
-        trace,
+        main,
         port,
         help,
         bad_value,
@@ -149,43 +148,31 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
         vec!["--pipeline".into(), "--micro-batches".into(), micro_batches.to_string()]
     };
     let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
-    let ((pipelined, pipelined_trace, _), (cut, cut_trace, _), (uncut, uncut_trace, _)) =
-        std::thread::scope(|scope| {
-            let pipelined = scope.spawn(|| {
-                run_job(step, bin, &settings, setup, WhichRun::Pipeline("pipelined"), &pipelined_args)
-            });
-            let cut = scope
-                .spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Pipeline("cut"), &cut_args));
-            let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Pipeline("uncut"), &[]);
-            (
-                pipelined.join().expect("the pipelined run's thread"),
-                cut.join().expect("the cut run's thread"),
-                uncut,
-            )
-        });
-    PipelineRuns {
-        settings,
-        micro_batches: PIPELINE_MICRO_BATCHES,
-        pipelined,
-        pipelined_trace,
-        step_settings,
-        cut,
-        cut_trace,
-        uncut,
-        uncut_trace,
-    }
+    let ((pipelined, _), (cut, _), (uncut, _)) = std::thread::scope(|scope| {
+        let pipelined = scope
+            .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Pipeline("pipelined"), &pipelined_args));
+        let cut =
+            scope.spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Pipeline("cut"), &cut_args));
+        let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Pipeline("uncut"), &[]);
+        (
+            pipelined.join().expect("the pipelined run's thread"),
+            cut.join().expect("the cut run's thread"),
+            uncut,
+        )
+    });
+    PipelineRuns { settings, micro_batches: PIPELINE_MICRO_BATCHES, pipelined, step_settings, cut, uncut }
 }
 
 /// Step 14's runs ([`Variation::for_fsdp`]), on their own ports, side by side.
 fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
     let settings = v.for_fsdp();
-    let ((fsdp, fsdp_trace, _), (ddp, ddp_trace, _)) = std::thread::scope(|scope| {
+    let ((fsdp, _), (ddp, _)) = std::thread::scope(|scope| {
         let fsdp =
             scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Fsdp("fsdp"), &["--fsdp".into()]));
         let ddp = run_job(step, bin, &settings, setup, WhichRun::Fsdp("ddp"), &[]);
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });
-    FsdpRuns { settings, fsdp, fsdp_trace, ddp, ddp_trace }
+    FsdpRuns { settings, fsdp, ddp }
 }
 
 /// Step 12's comparison: the main run's data on 2 ranks of one node for two epochs,
@@ -206,7 +193,7 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     // In the sandbox each job's work directory is its own: the checkpoint crosses over.
     let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
-    let ((whole, whole_trace, _), (stopped, _, _)) = std::thread::scope(|scope| {
+    let ((uninterrupted, _), (stopped, _)) = std::thread::scope(|scope| {
         let whole = scope
             .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Resume("uninterrupted"), &whole_args));
         let stopped = run_job_carrying(
@@ -220,15 +207,7 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
         );
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
-    let (resumed, resumed_trace, _) =
+    let (resumed, _) =
         run_job_carrying(step, bin, &settings, setup, WhichRun::Resume("resumed"), &resumed_args, &carry);
-    ResumeRuns {
-        settings,
-        stopped_after,
-        uninterrupted: whole,
-        uninterrupted_trace: whole_trace,
-        stopped,
-        resumed,
-        resumed_trace,
-    }
+    ResumeRuns { settings, stopped_after, uninterrupted, stopped, resumed }
 }

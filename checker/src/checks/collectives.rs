@@ -408,9 +408,9 @@ impl Divergence {
 /// the one step's), if the ranks' collectives part ways in it.
 pub fn divergence(obs: &Observation, run: Run) -> Option<Divergence> {
     let traces: Vec<&Trace> = match run {
-        Run::Main => vec![&obs.trace],
-        Run::Pipeline => obs.pipeline.iter().flat_map(|p| [&p.pipelined_trace, &p.cut_trace]).collect(),
-        Run::Fsdp => obs.fsdp.iter().map(|f| &f.fsdp_trace).collect(),
+        Run::Main => vec![&obs.main.trace],
+        Run::Pipeline => obs.pipeline.iter().flat_map(|p| [&p.pipelined.trace, &p.cut.trace]).collect(),
+        Run::Fsdp => obs.fsdp.iter().map(|f| &f.fsdp.trace).collect(),
     };
     traces.into_iter().find_map(|trace| Divergence::find(&trace.records, obs.step, run))
 }

@@ -155,15 +155,50 @@ fn recorded_trace_values_read_typed_and_write_back_the_same() {
     assert!(typed > 10_000, "only {typed} typed values in {} recorded lines", lines.len());
 }
 
+/// Each recording reads as an [`Observation`] and writes back as the same JSON: the
+/// fixtures are what the checker records now (`RECORD_OBSERVATION_ENV`), every run a
+/// `{"processes", "trace"}` pair, and no field is dropped or added on the way.
+#[test]
+fn recorded_observations_write_back_as_recorded() {
+    for case in cases() {
+        let path = fixtures().join(&case.name).join("observation.json");
+        let recorded = std::fs::read_to_string(&path).unwrap();
+        // Values, not text: serde_json's default parser may round a float's last digit
+        // otherwise than the recording wrote it, on both sides alike.
+        let value: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+        let written = serde_json::to_value(&case.observation).unwrap();
+        assert!(written == value, "{}: written back otherwise than recorded", case.name);
+        let obs = &case.observation;
+        let runs = 1
+            + 2 * usize::from(obs.equivalence.is_some())
+            + 3 * usize::from(obs.resume.is_some())
+            + 3 * usize::from(obs.pipeline.is_some())
+            + 2 * usize::from(obs.fsdp.is_some());
+        assert_eq!(run_count(&value), runs, "{}: runs recorded as a processes/trace pair", case.name);
+    }
+}
+
+/// The objects that are a run (exactly `processes` and `trace`) in a recording.
+fn run_count(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Object(map) => {
+            let is_run = map.len() == 2 && map.contains_key("processes") && map.contains_key("trace");
+            usize::from(is_run) + map.values().map(run_count).sum::<usize>()
+        }
+        serde_json::Value::Array(items) => items.iter().map(run_count).sum(),
+        _ => 0,
+    }
+}
+
 /// How the processes of a recorded observation ended by a crash: a signal (SIGSEGV,
 /// SIGABRT, ...) or, for ranks `dist::spawn` started, their launcher's or libtorch's
 /// words for one. The fail run's rank is killed on purpose and is left out.
 fn crashes(obs: &Observation) -> Vec<String> {
     use std::os::unix::process::ExitStatusExt;
-    let mut ended: Vec<&crate::job::Ended> = obs.processes.iter().map(|p| &p.ended).collect();
+    let mut ended: Vec<&crate::job::Ended> = obs.main.processes.iter().map(|p| &p.ended).collect();
     ended.extend(obs.quick_run.iter());
     if let Some(eq) = &obs.equivalence {
-        ended.extend(eq.many.iter().chain(&eq.one).map(|p| &p.ended));
+        ended.extend(eq.processes().map(|p| &p.ended));
     }
     if let Some(runs) = &obs.resume {
         ended.extend(runs.processes().map(|p| &p.ended));

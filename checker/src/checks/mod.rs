@@ -281,9 +281,9 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
 fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
     let processes: Vec<&crate::job::Ended> = match needs {
         Needs::Nothing => return None,
-        Needs::Main => obs.processes.iter().map(|p| &p.ended).collect(),
+        Needs::Main => obs.main.processes.iter().map(|p| &p.ended).collect(),
         Needs::Equivalence => match &obs.equivalence {
-            Some(eq) => eq.many.iter().chain(&eq.one).map(|p| &p.ended).collect(),
+            Some(eq) => eq.processes().map(|p| &p.ended).collect(),
             None => return Some("the comparison did not run".into()),
         },
         Needs::QuickRun => obs.quick_run.iter().collect(),
@@ -313,7 +313,7 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
                 why.push_str(&format!("\nthe ranks' collectives part ways ({owner}): {sentence}"))
             }
             None => {
-                if let Some(desync) = collectives::desync(&obs.trace.records) {
+                if let Some(desync) = collectives::desync(&obs.main.trace.records) {
                     why.push_str(&format!("\n{desync}"));
                 }
             }
@@ -337,7 +337,7 @@ pub fn last_error_line(stderr: &str) -> Option<&str> {
 
 /// The finding for a trace with a line labkit's trace types cannot read: the judge
 /// says so instead of judging without the event that line held. A judge that reads
-/// the trace starts `let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };`.
+/// the trace starts `let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };`.
 fn malformed(trace: &Trace) -> Option<Finding> {
     let first = trace.malformed.first()?;
     let more = match trace.malformed.len() {
@@ -367,7 +367,7 @@ fn by_rank<E: EventKind>(trace: &[Record]) -> BTreeMap<usize, Vec<&E>> {
 }
 
 fn all_stdout(obs: &Observation) -> String {
-    obs.processes.iter().map(|p| p.ended.stdout.as_str()).collect::<Vec<_>>().join("\n")
+    obs.main.processes.iter().map(|p| p.ended.stdout.as_str()).collect::<Vec<_>>().join("\n")
 }
 
 /// The epoch lines every process printed.
@@ -386,7 +386,7 @@ mod tests {
 
     use super::*;
     use crate::job::Ended;
-    use crate::observe::Variation;
+    use crate::observe::{Run, Variation};
 
     fn not_started() -> Ended {
         Ended::not_started("nothing", "")
@@ -398,8 +398,7 @@ mod tests {
             step,
             variation: Variation::for_step(step, 1),
             source: String::new(),
-            processes: Vec::new(),
-            trace: Trace::default(),
+            main: Run { processes: Vec::new(), trace: Trace::default() },
             port: None,
             help: (step >= 1).then(not_started),
             bad_value: (step >= 1).then(not_started),
@@ -595,7 +594,7 @@ mod tests {
             "time": 1.0, "op": "all_to_all", "reduce_op": null, "root": null, "dtype": null,
             "numel": 4, "seq": 0, "group": 0, "values": null,
         });
-        obs.trace = serde_json::from_value(serde_json::json!([line])).unwrap();
+        obs.main.trace = serde_json::from_value(serde_json::json!([line])).unwrap();
         let results = judge(&obs);
         let reduced = results.iter().find(|r| r.id == id::THROUGHPUT_REDUCED).unwrap();
         assert!(reduced.failed(), "{reduced:?}");
@@ -615,7 +614,7 @@ mod tests {
         crashed.name = "node0-rank1".into();
         crashed.status = Some(std::os::unix::process::ExitStatusExt::from_raw(2 << 8));
         crashed.stderr = "loading...\nerror: reduce destination rank 3 is out of range\n".into();
-        obs.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: crashed });
+        obs.main.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: crashed });
         let results = judge(&obs);
         let metrics = results.iter().find(|r| r.id == id::METRICS_AVERAGED).unwrap();
         assert_eq!(metrics.verdict, Verdict::CouldNotJudge, "{metrics:?}");

@@ -52,6 +52,7 @@ fn imports_dist(obs: &Observation) -> Option<Finding> {
 /// A crash is this check's own property: it fails, never "could not judge".
 fn trains(obs: &Observation) -> Option<Finding> {
     let failures: Vec<String> = obs
+        .main
         .processes
         .iter()
         .filter(|p| !p.ended.success())
@@ -66,7 +67,7 @@ fn trains(obs: &Observation) -> Option<Finding> {
     let malformed = lines.iter().find(|l| !labkit::EpochReport::is_epoch_line(l));
     let observed = if !failures.is_empty() {
         let mut text = format!("{} process(es) failed:\n  {}", failures.len(), failures.join("\n  "));
-        if let Some(desync) = super::collectives::desync(&obs.trace.records) {
+        if let Some(desync) = super::collectives::desync(&obs.main.trace.records) {
             text.push_str(&format!("\n{desync}"));
         }
         text
@@ -80,7 +81,7 @@ fn trains(obs: &Observation) -> Option<Finding> {
     let expected = "every process exits 0 and epoch lines are printed in the lab's format";
     // From step 5 on, a rank that read the data before it was ready dies of it: the
     // report blames step 5's barrier, which names the mistake, not this check.
-    let early_read = obs.trace.checked().ok().and_then(super::step_05::early_reads);
+    let early_read = obs.main.trace.checked().ok().and_then(super::step_05::early_reads);
     if let (false, true, Some(early)) = (failures.is_empty(), obs.step >= 5, early_read) {
         return Some(Finding {
             evidence: Evidence::Consequence,

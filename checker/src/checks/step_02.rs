@@ -28,7 +28,7 @@ pub const CHECKS: &[Check] = &[
 fn world_size(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let worlds = events::<World>(trace);
     let expected = format!("world size {ws} ({} node(s) x {} GPU(s))", v.nodes, v.ranks_per_node);
     if worlds.is_empty() {
@@ -43,7 +43,7 @@ fn rendezvous(obs: &Observation) -> Option<Finding> {
         Some(p) => format!("127.0.0.1:{p} (env://)"),
         None => "localhost:9956".to_string(),
     };
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let worlds = events::<World>(trace);
     if worlds.is_empty() {
         return Finding::missing("no world announced (labkit::announce_world was not called)", expected);

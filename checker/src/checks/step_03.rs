@@ -17,7 +17,7 @@ pub const CHECKS: &[Check] = &[Check {
 
 fn worker_per_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let workers = events::<Worker>(trace);
     let mut seen: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (record, w) in &workers {
@@ -32,7 +32,7 @@ fn worker_per_rank(obs: &Observation) -> Option<Finding> {
         return Finding::missing("no worker entered", expected);
     }
     let once_each = seen.values().all(|v| v.len() == 1);
-    let launched_right = obs.processes.iter().all(|p| match p.local_rank {
+    let launched_right = obs.main.processes.iter().all(|p| match p.local_rank {
         Some(l) => workers.iter().any(|(record, w)| record.pid == p.ended.pid && w.worker_local_rank == l),
         None => true,
     });

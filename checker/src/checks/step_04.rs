@@ -32,9 +32,9 @@ pub const CHECKS: &[Check] = &[
 /// (A rank that crashed before joining any group says nothing of step 4.)
 pub(super) fn group_formed_wrongly(obs: &Observation) -> bool {
     let v = &obs.variation;
-    let Ok(trace) = obs.trace.checked() else { return false };
+    let Ok(trace) = obs.main.trace.checked() else { return false };
     let sizes: BTreeSet<usize> = trace.iter().filter_map(|r| r.world_size).collect();
-    let wrong_rank = obs.processes.iter().any(|p| {
+    let wrong_rank = obs.main.processes.iter().any(|p| {
         let Some(local) = p.local_rank else { return false };
         let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
         got.is_some_and(|rank| rank != p.node * v.ranks_per_node + local)
@@ -45,9 +45,9 @@ pub(super) fn group_formed_wrongly(obs: &Observation) -> bool {
 pub(super) fn global_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let mut wrong = Vec::new();
-    for p in &obs.processes {
+    for p in &obs.main.processes {
         let Some(local) = p.local_rank else { continue };
         let expect = p.node * v.ranks_per_node + local;
         let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
@@ -76,7 +76,7 @@ pub(super) fn global_rank(obs: &Observation) -> Option<Finding> {
 }
 
 fn rank0_prints(obs: &Observation) -> Option<Finding> {
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let printed = events::<Printed>(trace);
     let lines = epoch_lines(obs);
     let expected = "only global rank 0 prints the epoch lines";

@@ -39,7 +39,7 @@ pub const CHECKS: &[Check] = &[
 
 fn prepare_once_per_node(obs: &Observation) -> Option<Finding> {
     let nodes = obs.variation.nodes;
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let prepares = events::<PrepareDataset>(trace);
     let expected = format!("{nodes} (one per node, by local rank 0), then a barrier before anyone reads");
     if prepares.is_empty() {
@@ -76,7 +76,7 @@ fn data_barrier(obs: &Observation) -> Option<Finding> {
     if let Some(mine) = collectives::owned(obs, Run::Main, id::DATA_BARRIER, DATA_BARRIER_EXPECTED) {
         return Some(mine);
     }
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let reads = events::<LoadDataset>(trace);
     if reads.is_empty() {
         return Finding::missing("no rank began reading the data set", DATA_BARRIER_EXPECTED);
@@ -168,7 +168,7 @@ mod tests {
 
     fn barrier_of(records: Vec<Record>) -> (crate::checks::Evidence, String) {
         let mut obs = nothing(5);
-        obs.trace = Trace { records, malformed: vec![] };
+        obs.main.trace = Trace { records, malformed: vec![] };
         let finding = data_barrier(&obs).unwrap();
         (finding.evidence, finding.observed)
     }
@@ -224,13 +224,13 @@ mod tests {
         let mut records = prepared(10, 1.0, 2.0, "/w/d").to_vec();
         records.push(read(1.1, 11, 1, "/w/d"));
         records.sort_by(|a, b| a.time.total_cmp(&b.time));
-        obs.trace = Trace { records, malformed: vec![] };
+        obs.main.trace = Trace { records, malformed: vec![] };
         let mut died = crate::job::Ended::not_started(
             "node0-rank1",
             "error: /w/d/train-images-idx3-ubyte.gz is missing.",
         );
         died.status = Some(std::os::unix::process::ExitStatusExt::from_raw(2 << 8));
-        obs.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: died });
+        obs.main.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: died });
         let results = judge(&obs);
         let verdict = |id: &str| results.iter().find(|r| r.id == id).unwrap();
         assert_eq!(verdict(id::DATA_BARRIER).verdict, Verdict::Fail);
@@ -254,7 +254,7 @@ mod tests {
         let mut obs = nothing(5);
         let mut bad = read(1.0, 11, 1, "/w/d").to_value();
         bad.as_object_mut().unwrap().remove("dir");
-        obs.trace = serde_json::from_value(serde_json::json!([bad])).unwrap();
+        obs.main.trace = serde_json::from_value(serde_json::json!([bad])).unwrap();
         let finding = data_barrier(&obs).unwrap();
         assert_eq!(finding.evidence, crate::checks::Evidence::Missing);
         assert_eq!(

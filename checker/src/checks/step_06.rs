@@ -28,7 +28,7 @@ fn sampler_shares(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
     let expected = "each rank iterates DistributedSampler(len, world size, rank)'s indices (PyTorch's), disjoint shares covering the set";
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let train = by_rank::<TrainIndices>(trace);
     let (mut problems, mut absent) = (Vec::new(), Vec::new());
     for rank in 0..ws {
@@ -72,7 +72,7 @@ fn sampler_shares(obs: &Observation) -> Option<Finding> {
 }
 
 fn sampler_set_epoch(obs: &Observation) -> Option<Finding> {
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let rank0 = by_rank::<TrainIndices>(trace).remove(&0).unwrap_or_default();
     let expected = "a different order in every epoch";
     if rank0.len() < 2 {

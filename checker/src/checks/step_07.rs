@@ -35,7 +35,7 @@ pub const EQUIVALENCE_TOLERANCE: f64 = 0.05;
 
 fn weights_synchronized(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let weights = events::<Weights>(trace);
     let mut per_epoch: BTreeMap<usize, BTreeSet<&str>> = BTreeMap::new();
     for (_, w) in &weights {
@@ -74,16 +74,14 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
     );
     let Some(eq) = &obs.equivalence else { return Finding::missing("the comparison did not run", expected) };
     let failed: Vec<String> = eq
-        .many
-        .iter()
-        .chain(&eq.one)
+        .processes()
         .filter(|p| !p.ended.success())
         .map(|p| format!("{}: {}", p.ended.name, p.ended.describe()))
         .collect();
     if !failed.is_empty() {
         return Finding::missing(format!("a run of the comparison failed: {}", failed.join(", ")), expected);
     }
-    for trace in [&eq.many_trace, &eq.one_trace] {
+    for trace in [&eq.many.trace, &eq.one.trace] {
         if trace.checked().is_err() {
             return malformed(trace);
         }
@@ -109,9 +107,9 @@ fn judge_equivalence(eq: &Equivalence) -> Option<(bool, String)> {
             .find(|w| w.epoch == 0)?;
         Some(w.projection)
     };
-    let many = first_epoch(&eq.many_trace.records)?;
-    let one = first_epoch(&eq.one_trace.records)?;
-    let start = rank0::<InitialWeights>(&eq.one_trace.records)?.projection;
+    let many = first_epoch(&eq.many.trace.records)?;
+    let one = first_epoch(&eq.one.trace.records)?;
+    let start = rank0::<InitialWeights>(&eq.one.trace.records)?.projection;
     // Relative to how far one epoch moved the weights: the starting point is shared,
     // so only the updates can differ.
     let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())).max(1e-12);

@@ -48,7 +48,7 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
     if let Some(mine) = collectives::owned(obs, Run::Main, id::THROUGHPUT_REDUCED, expected) {
         return Some(mine);
     }
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let printed = events::<Printed>(trace);
     if printed.is_empty() {
         return Finding::missing("no epoch line printed", expected);
@@ -116,7 +116,7 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
     if let Some(mine) = collectives::owned(obs, Run::Main, id::EPOCH_BARRIER, &expected) {
         return Some(mine);
     }
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let mut per_epoch: BTreeMap<usize, Vec<(usize, f64)>> = BTreeMap::new();
     for (r, evs) in by_rank::<EpochReport>(trace) {
         for e in evs {

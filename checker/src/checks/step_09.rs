@@ -37,7 +37,7 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
     if let Some(mine) = collectives::owned(obs, Run::Main, id::METRICS_AVERAGED, expected) {
         return Some(mine);
     }
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let raw = by_rank::<Validation>(trace);
     let reports = by_rank::<EpochReport>(trace);
     let mut off = Vec::new();

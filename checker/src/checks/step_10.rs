@@ -27,16 +27,16 @@ pub const CHECKS: &[Check] = &[
 
 fn self_spawn(obs: &Observation) -> Option<Finding> {
     let n = obs.variation.ranks_per_node;
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let workers = events::<Worker>(trace);
-    let parent = obs.processes.first().map(|p| i64::from(p.ended.pid));
+    let parent = obs.main.processes.first().map(|p| i64::from(p.ended.pid));
     let children: BTreeSet<u32> = workers
         .iter()
         .filter(|(record, _)| Some(record.ppid) == parent)
         .map(|(record, _)| record.pid)
         .collect();
     Finding::shown(
-        obs.processes.len() == 1 && children.len() == n && workers.len() == n,
+        obs.main.processes.len() == 1 && children.len() == n && workers.len() == n,
         format!(
             "one invocation; {} worker(s) in child processes of it, {} in all",
             children.len(),

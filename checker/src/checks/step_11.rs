@@ -122,7 +122,7 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
         "every rank leaves the training loop after the same epoch, having run the same number of steps (asked to stop early: after epoch {})",
         v.epochs.saturating_sub(1)
     );
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let ends = ends(trace, v.batch_size);
     if ends.is_empty() {
         return Finding::missing("no rank began an epoch of training", expected);
@@ -168,7 +168,7 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
         return Finding::shown(false, observed, expected);
     }
     let together = ends.len() == ws && grouped.len() == 1 && grouped[0].1.finished;
-    let succeeded = obs.processes.iter().all(|p| p.ended.success());
+    let succeeded = obs.main.processes.iter().all(|p| p.ended.success());
     if !(together && succeeded) {
         // A rank that crashed (its peers then killed or stuck) is no decision to stop.
         return Finding::missing(format!("{} (of {ws} ranks)", described.join("; ")), expected);
@@ -203,7 +203,7 @@ mod tests {
         obs.variation.nodes = 1;
         obs.variation.ranks_per_node = 2;
         obs.variation.batch_size = 16;
-        obs.trace = Trace { records, malformed: vec![] };
+        obs.main.trace = Trace { records, malformed: vec![] };
         let finding = ranks_stop_together(&obs).unwrap();
         (finding.evidence, finding.observed)
     }

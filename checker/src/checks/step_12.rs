@@ -66,7 +66,7 @@ fn who(record: &Record) -> String {
 const ONE_WRITER_EXPECTED: &str = "global rank 0, and only it, writes the checkpoint after each epoch";
 
 fn one_writer(obs: &Observation) -> Option<Finding> {
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let writes = events::<SaveCheckpoint>(trace);
     if writes.is_empty() {
         return Finding::missing(
@@ -106,7 +106,7 @@ fn read_after_whole(obs: &Observation) -> Option<Finding> {
     if let Some(mine) = collectives::owned(obs, Run::Main, id::READ_AFTER_WHOLE, READ_AFTER_WHOLE_EXPECTED) {
         return Some(mine);
     }
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let reads = events::<LoadCheckpoint>(trace);
     if reads.is_empty() {
         return Finding::missing(
@@ -167,11 +167,11 @@ fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
     let Some(runs) = obs.resume.as_ref() else {
         return Finding::missing("the stopped and resumed runs did not run", RESUME_EXPECTED);
     };
-    let (Ok(whole), Ok(resumed)) = (runs.uninterrupted_trace.checked(), runs.resumed_trace.checked()) else {
-        let bad = if runs.uninterrupted_trace.checked().is_err() {
-            &runs.uninterrupted_trace
+    let (Ok(whole), Ok(resumed)) = (runs.uninterrupted.trace.checked(), runs.resumed.trace.checked()) else {
+        let bad = if runs.uninterrupted.trace.checked().is_err() {
+            &runs.uninterrupted.trace
         } else {
-            &runs.resumed_trace
+            &runs.resumed.trace
         };
         return malformed(bad);
     };
@@ -215,7 +215,7 @@ const DEVICE_MAPPING_EXPECTED: &str =
 /// `None` (does not apply) when no rank loaded onto a GPU model: on the CPU a mapping
 /// cannot show, and a run without loads is `read-after-whole`'s to report.
 fn device_mapping(obs: &Observation) -> Option<Finding> {
-    let Ok(trace) = obs.trace.checked() else { return malformed(&obs.trace) };
+    let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let loads = events::<LoadCheckpoint>(trace);
     if loads.iter().all(|(_, load)| load.model_device == "cpu") {
         return None;
@@ -260,7 +260,7 @@ mod device_mapping_tests {
 
     fn judged(records: Vec<Record>) -> Option<Finding> {
         let mut obs = nothing(12);
-        obs.trace = Trace { records, malformed: Vec::new() };
+        obs.main.trace = Trace { records, malformed: Vec::new() };
         device_mapping(&obs)
     }
 

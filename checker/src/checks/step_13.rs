@@ -112,7 +112,7 @@ fn own_stage(obs: &Observation) -> Option<Finding> {
         Ok(runs) => runs,
         Err(finding) => return finding,
     };
-    let trace = match records(&runs.pipelined_trace) {
+    let trace = match records(&runs.pipelined.trace) {
         Ok(trace) => trace,
         Err(finding) => return finding,
     };
@@ -157,7 +157,7 @@ fn equals_uncut(obs: &Observation) -> Option<Finding> {
         Ok(runs) => runs,
         Err(finding) => return finding,
     };
-    let (cut, uncut) = match (records(&runs.cut_trace), records(&runs.uncut_trace)) {
+    let (cut, uncut) = match (records(&runs.cut.trace), records(&runs.uncut.trace)) {
         (Ok(cut), Ok(uncut)) => (first_steps(cut), first_steps(uncut)),
         (Err(finding), _) | (_, Err(finding)) => return finding,
     };
@@ -211,7 +211,7 @@ fn bubble_reported(obs: &Observation) -> Option<Finding> {
         Ok(runs) => runs,
         Err(finding) => return finding,
     };
-    let trace = match records(&runs.pipelined_trace) {
+    let trace = match records(&runs.pipelined.trace) {
         Ok(trace) => trace,
         Err(finding) => return finding,
     };
@@ -242,7 +242,8 @@ fn bubble_reported(obs: &Observation) -> Option<Finding> {
         }
     }
     let ranks_measured = epochs.len() == stages;
-    let printed = stdout_lines(&runs.pipelined).iter().filter(|l| l.starts_with("Pipeline: ")).count();
+    let printed =
+        stdout_lines(&runs.pipelined.processes).iter().filter(|l| l.starts_with("Pipeline: ")).count();
     let trained_epochs = epochs.values().map(Vec::len).max().unwrap_or(0);
     let observed = format!(
         "{} rank(s) measured bubbles {} ({stages} stages x {m} micro-batches: GPipe's {:.0}%); {printed} bubble line(s) printed for {trained_epochs} epoch(s){}",
@@ -315,14 +316,13 @@ fn metrics_from_last_stage(obs: &Observation) -> Option<Finding> {
     let world = runs.settings.world_size();
     let mut off = Vec::new();
     let mut epochs = 0;
-    for (name, trace, processes) in
-        [("pipelined", &runs.pipelined_trace, &runs.pipelined), ("one-step", &runs.cut_trace, &runs.cut)]
-    {
-        let trace = match records(trace) {
+    for (name, run) in [("pipelined", &runs.pipelined), ("one-step", &runs.cut)] {
+        let trace = match records(&run.trace) {
             Ok(trace) => trace,
             Err(finding) => return finding,
         };
-        let Some((differences, compared)) = metrics_against_last_stage(name, trace, processes, world) else {
+        let Some((differences, compared)) = metrics_against_last_stage(name, trace, &run.processes, world)
+        else {
             return Finding::missing(
                 format!("the {name} run: no validation measured by the last stage (labkit::test_pipeline records it), or epoch reports from fewer than {world} ranks"),
                 expected,
@@ -360,7 +360,7 @@ mod tests {
         let holds = metrics_from_last_stage(&obs).unwrap();
         assert_eq!(holds.evidence, Evidence::Holds, "{}", holds.observed);
         let runs = obs.pipeline.as_mut().unwrap();
-        for record in runs.pipelined_trace.records.iter_mut().filter(|r| r.rank == Some(0)) {
+        for record in runs.pipelined.trace.records.iter_mut().filter(|r| r.rank == Some(0)) {
             if let lab_trace::Event::EpochReport(report) = &mut record.event {
                 (report.validation_accuracy, report.validation_loss) = (0.0, 0.0);
             }
@@ -374,7 +374,7 @@ mod tests {
         );
         // What rank 0 printed is read too.
         let mut obs = solution_13();
-        let rank0 = &mut obs.pipeline.as_mut().unwrap().pipelined[0].ended;
+        let rank0 = &mut obs.pipeline.as_mut().unwrap().pipelined.processes[0].ended;
         rank0.stdout = rank0.stdout.replace("Validation Accuracy = 0.096", "Validation Accuracy = 0.000");
         let broken = metrics_from_last_stage(&obs).unwrap();
         assert_eq!(broken.evidence, Evidence::Broken);

@@ -64,7 +64,7 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
         Ok(runs) => runs,
         Err(finding) => return finding,
     };
-    let Ok(trace) = runs.fsdp_trace.checked() else { return malformed(&runs.fsdp_trace) };
+    let Ok(trace) = runs.fsdp.trace.checked() else { return malformed(&runs.fsdp.trace) };
     let world = runs.settings.world_size();
     let held = last_held(trace);
     if held.is_empty() {
@@ -165,8 +165,8 @@ fn equals_ddp(obs: &Observation) -> Option<Finding> {
         Ok(runs) => runs,
         Err(finding) => return finding,
     };
-    let (Ok(fsdp), Ok(ddp)) = (runs.fsdp_trace.checked(), runs.ddp_trace.checked()) else {
-        let bad = if runs.fsdp_trace.checked().is_err() { &runs.fsdp_trace } else { &runs.ddp_trace };
+    let (Ok(fsdp), Ok(ddp)) = (runs.fsdp.trace.checked(), runs.ddp.trace.checked()) else {
+        let bad = if runs.fsdp.trace.checked().is_err() { &runs.fsdp.trace } else { &runs.ddp.trace };
         return malformed(bad);
     };
     let Some(reference) = last_values(ddp) else {
@@ -236,7 +236,7 @@ fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
         Ok(runs) => runs,
         Err(finding) => return finding,
     };
-    let Ok(trace) = runs.fsdp_trace.checked() else { return malformed(&runs.fsdp_trace) };
+    let Ok(trace) = runs.fsdp.trace.checked() else { return malformed(&runs.fsdp.trace) };
     let world = runs.settings.world_size() as i64;
     let held = last_held(trace);
     let mut ranks: Vec<usize> = trace.iter().filter_map(|r| r.rank).collect();

@@ -1,5 +1,5 @@
-//! What a verification observed, the checks' input: the processes of each run, how
-//! each ended, the traces. Serde-derived, so that a recorded observation is a fixture.
+//! What a verification observed, the checks' input: each [`Run`], its processes (how
+//! each ended) and its trace. Serde-derived, so that a recorded observation is a fixture.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::Variation;
 use crate::job::Ended;
 
-/// A process of the main run and what it was.
+/// A process of a [`Run`], where it ran and how it ended.
 #[derive(Serialize, Deserialize)]
 pub struct RankProcess {
     pub node: usize,
@@ -18,14 +18,21 @@ pub struct RankProcess {
     pub ended: Ended,
 }
 
+/// One job of the program: its processes and the trace its ranks wrote.
+#[derive(Serialize, Deserialize)]
+pub struct Run {
+    pub processes: Vec<RankProcess>,
+    pub trace: Trace,
+}
+
 /// Everything one verification observed.
 #[derive(Serialize, Deserialize)]
 pub struct Observation {
     pub step: u8,
     pub variation: Variation,
     pub source: String,
-    pub processes: Vec<RankProcess>,
-    pub trace: Trace,
+    /// The run most checks judge.
+    pub main: Run,
     pub port: Option<u16>,
     pub help: Option<Ended>,
     pub bad_value: Option<Ended>,
@@ -56,20 +63,17 @@ pub struct PipelineRuns {
     pub settings: Variation,
     /// Its `--micro-batches`.
     pub micro_batches: usize,
-    pub pipelined: Vec<RankProcess>,
-    pub pipelined_trace: Trace,
+    pub pipelined: Run,
     /// The one-step comparison's settings (its world is the main run's).
     pub step_settings: Variation,
-    pub cut: Vec<RankProcess>,
-    pub cut_trace: Trace,
-    pub uncut: Vec<RankProcess>,
-    pub uncut_trace: Trace,
+    pub cut: Run,
+    pub uncut: Run,
 }
 
 impl PipelineRuns {
     /// Every process of the three runs.
     pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
-        self.pipelined.iter().chain(&self.cut).chain(&self.uncut)
+        [&self.pipelined, &self.cut, &self.uncut].into_iter().flat_map(|run| &run.processes)
     }
 }
 
@@ -79,16 +83,14 @@ impl PipelineRuns {
 pub struct FsdpRuns {
     /// Their settings ([`Variation::for_fsdp`]).
     pub settings: Variation,
-    pub fsdp: Vec<RankProcess>,
-    pub fsdp_trace: Trace,
-    pub ddp: Vec<RankProcess>,
-    pub ddp_trace: Trace,
+    pub fsdp: Run,
+    pub ddp: Run,
 }
 
 impl FsdpRuns {
     /// Every process of both runs.
     pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
-        self.fsdp.iter().chain(&self.ddp)
+        [&self.fsdp, &self.ddp].into_iter().flat_map(|run| &run.processes)
     }
 }
 
@@ -100,17 +102,17 @@ pub struct ResumeRuns {
     pub settings: Variation,
     /// The last epoch the stopped run trained.
     pub stopped_after: usize,
-    pub uninterrupted: Vec<RankProcess>,
-    pub uninterrupted_trace: Trace,
-    pub stopped: Vec<RankProcess>,
-    pub resumed: Vec<RankProcess>,
-    pub resumed_trace: Trace,
+    pub uninterrupted: Run,
+    /// Its trace is recorded like the others', though no check reads it (the resumed
+    /// run's is the one compared); the fixtures recorded before hold an empty one.
+    pub stopped: Run,
+    pub resumed: Run,
 }
 
 impl ResumeRuns {
     /// Every process of the three runs.
     pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
-        self.uninterrupted.iter().chain(&self.stopped).chain(&self.resumed)
+        [&self.uninterrupted, &self.stopped, &self.resumed].into_iter().flat_map(|run| &run.processes)
     }
 }
 
@@ -119,10 +121,15 @@ impl ResumeRuns {
 pub struct Equivalence {
     /// The N-rank run's settings.
     pub settings: Variation,
-    pub many: Vec<RankProcess>,
-    pub many_trace: Trace,
-    pub one: Vec<RankProcess>,
-    pub one_trace: Trace,
+    pub many: Run,
+    pub one: Run,
+}
+
+impl Equivalence {
+    /// Every process of both runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        [&self.many, &self.one].into_iter().flat_map(|run| &run.processes)
+    }
 }
 
 impl Observation {
@@ -140,6 +147,10 @@ impl Observation {
 
     /// The first process's stdout and stderr: what a student would see running it.
     pub fn first_output(&self) -> String {
-        self.processes.first().map(|p| format!("{}{}", p.ended.stdout, p.ended.stderr)).unwrap_or_default()
+        self.main
+            .processes
+            .first()
+            .map(|p| format!("{}{}", p.ended.stdout, p.ended.stderr))
+            .unwrap_or_default()
     }
 }

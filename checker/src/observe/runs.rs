@@ -9,7 +9,7 @@ use lab_trace::Trace;
 
 use super::command_line::{common_args, rendezvous_env, rendezvous_port, Stop};
 use super::placement::{gpus, node_gpus, placement, visible_devices};
-use super::{RankProcess, Setup, Variation};
+use super::{RankProcess, Run, Setup, Variation};
 use crate::confined::{self, JobSandbox};
 use crate::job::{Ended, Job, Launch};
 
@@ -120,7 +120,7 @@ impl WhichRun {
 
 /// Starts the program as step `step` needs (one process per rank before step 10, one
 /// invocation per node from step 10) and gathers what its processes did.
-/// Returns the processes, the trace, and the rendezvous port given (if any).
+/// Returns the run (its processes and trace) and the rendezvous port given (if any).
 pub(super) fn run_job(
     step: u8,
     bin: &Path,
@@ -128,7 +128,7 @@ pub(super) fn run_job(
     setup: &Setup,
     job: WhichRun,
     extra: &[String],
-) -> (Vec<RankProcess>, Trace, Option<u16>) {
+) -> (Run, Option<u16>) {
     run_job_carrying(step, bin, v, setup, job, extra, &[])
 }
 
@@ -142,7 +142,7 @@ pub(super) fn run_job_carrying(
     job: WhichRun,
     extra: &[String],
     carry: &[&str],
-) -> (Vec<RankProcess>, Trace, Option<u16>) {
+) -> (Run, Option<u16>) {
     let prefix = match job {
         WhichRun::Main => String::new(),
         WhichRun::Equivalence(name) => format!("equivalence-{name}-"),
@@ -239,7 +239,7 @@ pub(super) fn run_job_carrying(
         .zip(ended)
         .map(|((node, local_rank), ended)| RankProcess { node, local_rank, ended })
         .collect();
-    (processes, Trace::read(&trace_dir), port)
+    (Run { processes, trace: Trace::read(&trace_dir) }, port)
 }
 
 /// Starts every process of `job`, waits for all of them up to its limit, and kills the

@@ -110,3 +110,20 @@ impl Variation {
 
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::Variation;
+
+    /// An observation recorded before `program_seed` had its name still reads (the
+    /// fixtures are all re-written with the new name).
+    #[test]
+    fn an_init_seed_reads_as_the_program_seed() {
+        let mut recorded = serde_json::to_value(Variation::for_step(3, 7)).unwrap();
+        let map = recorded.as_object_mut().unwrap();
+        let seed = map.remove("program_seed").unwrap();
+        map.insert("init_seed".into(), seed.clone());
+        let read: Variation = serde_json::from_value(recorded).unwrap();
+        assert_eq!(serde_json::json!(read.program_seed), seed);
+    }
+}
