@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tch::Device;
 
-use super::Backend;
+use super::backend::Backend;
 
 /// Options for [`ProcessGroup::new`]: everything but the store, the rank and the
 /// world size, which every group needs.
