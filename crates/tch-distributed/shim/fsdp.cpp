@@ -1,4 +1,4 @@
-// FSDP2's unshard and reshard for tch (src/fsdp.rs holds the logic and issues the
+// FSDP2's unshard and reshard for tch (src/fsdp/ holds the logic and issues the
 // collectives; these are the autograd and storage pieces Rust cannot reach).
 //
 // How a block's full parameters are freed after forward and brought back for backward
