@@ -43,9 +43,9 @@ pub const STEPS: &[&str] = &[
 /// graded each on its own (`grade step N`); `verify all` runs every step.
 pub const LAB_LAST_STEP: u8 = 11;
 
-/// The lab's last step, whose solution is the finished lab: the one number of steps
-/// that the checker, coursegen and the guide's tools read (a step is added to
-/// [`STEPS`], nowhere else).
+/// The course's last step (beyond the DLI lab, whose last is [`LAB_LAST_STEP`] and whose
+/// solution is the finished lab): the one number of steps that the checker, coursegen
+/// and the guide's tools read (a step is added to [`STEPS`], nowhere else).
 pub const LAST_STEP: u8 = STEPS.len() as u8 - 1;
 
 /// Where the master program lives, relative to the repository root.
