@@ -308,32 +308,14 @@ impl Scaffold<'_> {
 
     fn checks_module(&self) -> String {
         let Scaffold { step, title, id } = self;
-        let id_const = self.id_const();
-        format!(
-            "//! Step {step}: {title}. Scaffolded by `coursegen new-step`: its check is not judged
-//! yet, and fails until it is written.
-use super::{{id, Check, Finding, Needs}};
-use crate::observe::Observation;
-
-pub const CHECKS: &[Check] = &[Check {{
-    id: id::{id_const},
-    step: {step},
-    observes: \"nothing yet: the check is not written\",
-    needs: Needs::Nothing,
-    hint: \"step {step}'s checks are not written yet (guide: step {step})\",
-    judge: not_judged_yet,
-}}];
-
-/// Missing evidence, never a pass: with nothing needed, the verdict is a failure, so a
-/// step scaffolded but not finished cannot be passed.
-fn not_judged_yet(_obs: &Observation) -> Option<Finding> {{
-    Finding::missing(
-        \"not judged yet: `{id}` is not written (checker/src/checks/step_{step:02}.rs)\",
-        \"what `{id}` checks, once it is written\",
-    )
-}}
-"
-        )
+        // A template file, not Rust source: its `use crate::…` lines belong to the
+        // checker, and the module graph reads every `.rs` file of this crate as its own.
+        include_str!("../templates/step_checks.rs.in")
+            .replace("@STEP02@", &format!("{step:02}"))
+            .replace("@STEP@", &step.to_string())
+            .replace("@TITLE@", title)
+            .replace("@ID_CONST@", &self.id_const())
+            .replace("@ID@", id)
     }
 
     fn guide_page(&self) -> String {
