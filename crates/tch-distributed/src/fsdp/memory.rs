@@ -16,7 +16,7 @@ pub struct ShardMemory {
     /// Bytes of full (unsharded) parameters allocated now, from their storages.
     pub unsharded_bytes: i64,
     /// The most full-parameter bytes allocated at once since the last
-    /// [`FullyShard::reset_peak`] (measured at every all-gather and free).
+    /// [`FullyShard::reset_peak`](super::FullyShard::reset_peak) (measured at every all-gather and free).
     pub peak_unsharded_bytes: i64,
 }
 

@@ -9,7 +9,7 @@ use tch::Tensor;
 use super::unit::{lock, Unit};
 use crate::error::Result;
 
-/// A module whose parameters [`FullyShard::fully_shard`] sharded: its forward
+/// A module whose parameters [`FullyShard::fully_shard`](super::FullyShard::fully_shard) sharded: its forward
 /// all-gathers them first and frees them after, and sets up the backward pass.
 pub struct FsdpModule<M> {
     pub(super) module: M,

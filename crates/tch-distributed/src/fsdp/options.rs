@@ -1,6 +1,6 @@
 //! `FsdpOptions`: what `fully_shard` is asked to do (FSDP2's `fully_shard` arguments,
 //! as in `_fully_shard/_fsdp_api.py`).
-/// Options of [`FullyShard`].
+/// Options of [`FullyShard`](super::FullyShard).
 #[derive(Debug, Clone)]
 pub struct FsdpOptions {
     /// Free a block's full parameters after its forward and all-gather them again for

@@ -6,7 +6,7 @@ use tch::Device;
 
 use super::backend::Backend;
 
-/// Options for [`ProcessGroup::new`]: everything but the store, the rank and the
+/// Options for [`ProcessGroup::new`](super::ProcessGroup::new): everything but the store, the rank and the
 /// world size, which every group needs.
 ///
 /// ```
