@@ -24,7 +24,7 @@ For the lab (scripts/main.sh, cargo checker):
   - the real Fashion-MNIST (Debian's dataset-fashion-mnist; needs root or sudo).
 --for-tests (what scripts/test.sh runs) adds the test tools:
   mdBook (compiled into the cache, no root), and with root or sudo: Chromium,
-  bubblewrap, iproute2.
+  bubblewrap, iproute2, make and python3 (the grading platforms' scripts).
 What cannot be installed is skipped, and setup says what is lost without it.
 
 Environment:

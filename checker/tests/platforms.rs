@@ -49,7 +49,9 @@ fn script(program: &str, args: &[&Path], dir: &Path, env: &[(&str, &Path)]) -> S
         .env(CHECKER_ENV, common::checker_binary())
         .env(PROGRESS_FILE_ENV, &progress)
         .envs(env.iter().copied());
-    let out = child_process::output(cmd, None).expect("run the platform's script");
+    let out = child_process::output(cmd, None).unwrap_or_else(|e| {
+        panic!("cannot start {program} ({e}): 'bash scripts/setup.sh --for-tests' installs it")
+    });
     assert_eq!(out.status.code(), Some(0), "{program} {args:?} exits 0:\n{}{}", out.stdout, out.stderr);
     out.stdout
 }
@@ -246,7 +248,8 @@ fn the_scripts_leave_a_result_when_the_checker_cannot_grade_and_bad_input_is_ref
     std::fs::write(job.join("main.rs"), "fn main() {}\n").unwrap();
     let mut cmd = Command::new("make");
     cmd.current_dir(&job).env(COURSE_ENV, repo()).env(CHECKER_ENV, nowhere);
-    let out = child_process::output(cmd, None).unwrap();
+    let out = child_process::output(cmd, None)
+        .unwrap_or_else(|e| panic!("cannot start make ({e}): 'bash scripts/setup.sh --for-tests' installs it"));
     assert!(formats::autolab(&out.stdout).is_empty(), "{}", out.stdout);
     assert!(out.stdout.ends_with("{\"scores\": {\"step 0\": 0}}\n"), "{}", out.stdout);
 

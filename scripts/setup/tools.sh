@@ -31,6 +31,14 @@ test_tools_setup() {
     command -v bwrap >/dev/null ||
         apt_install "bubblewrap (the grading sandbox, under 100 kB)" \
             "'checker grade' and '--crate' refuse unless given --unsandboxed, and the sandbox tests fail under scripts/test.sh" bubblewrap || true
+    # checker/tests/platforms.rs runs each platform's files as the platform does:
+    # Autolab's Makefile under make, CodeRunner's template under python3.
+    command -v make >/dev/null ||
+        apt_install "make (runs Autolab's Makefile, under 1 MB)" \
+            "checker/tests/platforms.rs's Autolab test fails under scripts/test.sh" make || true
+    command -v python3 >/dev/null ||
+        apt_install "python3 (runs CodeRunner's template)" \
+            "checker/tests/platforms.rs's CodeRunner test fails under scripts/test.sh" python3-minimal || true
     mdbook_setup
 }
 
