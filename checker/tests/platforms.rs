@@ -248,8 +248,9 @@ fn the_scripts_leave_a_result_when_the_checker_cannot_grade_and_bad_input_is_ref
     std::fs::write(job.join("main.rs"), "fn main() {}\n").unwrap();
     let mut cmd = Command::new("make");
     cmd.current_dir(&job).env(COURSE_ENV, repo()).env(CHECKER_ENV, nowhere);
-    let out = child_process::output(cmd, None)
-        .unwrap_or_else(|e| panic!("cannot start make ({e}): 'bash scripts/setup.sh --for-tests' installs it"));
+    let out = child_process::output(cmd, None).unwrap_or_else(|e| {
+        panic!("cannot start make ({e}): 'bash scripts/setup.sh --for-tests' installs it")
+    });
     assert!(formats::autolab(&out.stdout).is_empty(), "{}", out.stdout);
     assert!(out.stdout.ends_with("{\"scores\": {\"step 0\": 0}}\n"), "{}", out.stdout);
 
