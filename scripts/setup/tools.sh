@@ -21,7 +21,7 @@ test_tools_setup() {
     # The two-node reliability test builds network namespaces with `ip`.
     command -v ip >/dev/null ||
         apt_install "iproute2 (ip netns)" "the two-node reliability test is skipped" iproute2 || true
-    # The lab guide's browser test (crates/bookcheck/tests/browser.rs) loads every
+    # The lab guide's browser test (tools/bookcheck/tests/browser.rs) loads every
     # page of the built book in headless Chromium.
     command -v chromium >/dev/null ||
         apt_install "Chromium (Debian's chromium, about 270 MB)" \

@@ -1,0 +1,142 @@
+use std::path::{Path, PathBuf};
+
+use coursegen::CourseError;
+use guide_hints::{book_location, book_page, check_hint_for, hint, HintError, BOOK_DIR};
+use tempfile::tempdir;
+
+/// The repository this crate lives in.
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in tools/")
+}
+
+#[test]
+fn every_step_of_the_real_guide_has_a_hint() {
+    for step in 0..=coursegen::LAST_STEP {
+        let text = hint(&repo_root(), step).unwrap_or_else(|e| panic!("step {step}: {e}"));
+        let change = text.find("## What to change").expect("the first section");
+        let mistakes = text.find("## Common mistakes").expect("the second section");
+        assert!(change == 0 && change < mistakes, "step {step}: sections in order:\n{text}");
+        assert!(!text.contains("## Why") && !text.contains("## Goal"), "step {step}: only two sections");
+        let last = text.lines().last().unwrap();
+        assert_eq!(last, format!("Full page: lab-guide/src/steps/step-{step:02}.md"));
+    }
+}
+
+#[test]
+fn the_guide_has_a_page_for_each_step_and_no_other() {
+    // The guide's step pages follow coursegen's list of steps: adding a step to it
+    // without a page (or leaving a page behind) fails here.
+    let mut pages: Vec<String> = std::fs::read_dir(repo_root().join("lab-guide/src/steps"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("step-") && name.ends_with(".md"))
+        .collect();
+    pages.sort();
+    let expected: Vec<String> = (0..=coursegen::LAST_STEP).map(|s| format!("step-{s:02}.md")).collect();
+    assert_eq!(pages, expected);
+}
+
+#[test]
+fn hint_quotes_the_sections_trimmed() {
+    let root = tempdir().unwrap();
+    let steps = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    let page = "# Step 2\n\n## What to change\n\n\nEdit `main`.\n\n## Why\n\nBecause.\n\n\
+                ## Common mistakes\n\n- Forgetting it.\n\n";
+    std::fs::write(steps.join("step-02.md"), page).unwrap();
+    assert_eq!(
+        hint(root.path(), 2).unwrap(),
+        "## What to change\n\nEdit `main`.\n\n## Common mistakes\n\n- Forgetting it.\n\n\
+         Full page: lab-guide/src/steps/step-02.md"
+    );
+}
+
+#[test]
+fn hint_errors_name_the_problem() {
+    let root = tempdir().unwrap();
+    let after_the_last = coursegen::LAST_STEP + 1;
+    let err = hint(root.path(), after_the_last).unwrap_err();
+    assert!(matches!(err, HintError::NoSuchStep(CourseError::NoSuchStep { step }) if step == after_the_last));
+    assert!(err.to_string().contains(&format!("0 to {}", coursegen::LAST_STEP)), "{err}");
+
+    let err = hint(root.path(), 4).unwrap_err();
+    assert!(matches!(err, HintError::GuideMissing { .. }), "{err:?}");
+    assert!(err.to_string().contains("lab-guide/src/steps/step-04.md"), "{err}");
+
+    let steps = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    std::fs::write(steps.join("step-04.md"), "## What to change\n\nThis.\n").unwrap();
+    let err = hint(root.path(), 4).unwrap_err();
+    assert!(matches!(err, HintError::SectionMissing { section: "## Common mistakes", .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("step-04.md") && message.contains("Common mistakes"), "{message}");
+}
+
+#[test]
+fn check_hints_come_from_the_bullet_naming_the_check() {
+    let root = tempdir().unwrap();
+    let steps = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    let page = "## What to change\n\nSee `sampler-order` below.\n\n## What the checker will test\n\n\
+                - Per rank, the indices (`sampler-disjoint`): disjoint between\n  ranks.\n\
+                - The order changes each epoch (`sampler-order`).\n\n## Common mistakes\n\n- `x-y`.\n";
+    std::fs::write(steps.join("step-06.md"), page).unwrap();
+    let root = root.path();
+    assert_eq!(
+        check_hint_for(root, 6, "sampler-disjoint").as_deref(),
+        Some("Per rank, the indices (`sampler-disjoint`): disjoint between ranks.")
+    );
+    assert_eq!(
+        check_hint_for(root, 6, "sampler-order").as_deref(),
+        Some("The order changes each epoch (`sampler-order`).")
+    );
+    // Only whole backticked ids, and only in that section.
+    assert_eq!(check_hint_for(root, 6, "sampler"), None);
+    assert_eq!(check_hint_for(root, 6, "x-y"), None);
+    assert_eq!(check_hint_for(root, 5, "sampler-order"), None);
+    assert_eq!(check_hint_for(root, 40, "sampler-order"), None);
+}
+
+#[test]
+fn the_real_guide_has_no_check_ids_yet_and_that_is_fine() {
+    assert_eq!(check_hint_for(&repo_root(), 6, "no-such-check"), None);
+}
+
+#[test]
+fn a_failed_check_points_into_the_built_book() {
+    let root = tempdir().unwrap();
+    assert_eq!(book_page(7), "target/book/steps/step-07.html#what-the-checker-will-test");
+    assert_eq!(
+        book_location(root.path(), 7),
+        "target/book/steps/step-07.html#what-the-checker-will-test (not built yet: bash scripts/book.sh build)"
+    );
+    let steps = root.path().join("target/book/steps");
+    std::fs::create_dir_all(&steps).unwrap();
+    std::fs::write(steps.join("step-07.html"), "<h2 id=\"what-the-checker-will-test\">").unwrap();
+    assert_eq!(book_location(root.path(), 7), book_page(7));
+}
+
+/// The real book, as `scripts/book.sh build` made it, has every page and section a
+/// report points at. Skipped without a built book, except under scripts/test.sh, which
+/// builds it first and sets DDP_LAB_REQUIRE_BOOK.
+#[test]
+fn the_built_book_has_every_page_a_report_points_at() {
+    let root = repo_root();
+    let book = root.join(BOOK_DIR);
+    if !book.join("index.html").is_file() {
+        assert!(
+            std::env::var_os("DDP_LAB_REQUIRE_BOOK").is_none(),
+            "{} has no built book although DDP_LAB_REQUIRE_BOOK is set: run bash scripts/book.sh build",
+            book.display()
+        );
+        eprintln!("SKIPPED: no book built in {} (bash scripts/book.sh build)", book.display());
+        return;
+    }
+    for step in 0..coursegen::STEPS.len() as u8 {
+        let link = book_page(step);
+        let (file, id) = link.split_once('#').unwrap();
+        let html = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(html.contains(&format!(" id=\"{id}\"")), "{file} has no section with id {id}");
+        assert_eq!(book_location(&root, step), link);
+    }
+}
