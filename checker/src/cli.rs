@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 use coursegen::{LAB_LAST_STEP, LAST_STEP};
 
+use crate::formats::Reports;
 use crate::grade::Graded;
 use crate::{sandbox, Failure};
 
@@ -72,41 +73,8 @@ pub enum Command {
         solutions: bool,
         #[command(flatten)]
         runs: RunArgs,
-        /// Write exercism's test-runner results (version 3) here: a status, and per check
-        /// its status, message, the program's output (its last 500 characters) and the
-        /// command that repeats it.
-        #[arg(long, value_name = "PATH")]
-        json: Option<PathBuf>,
-        /// Write JUnit XML here: one testsuite per step, one testcase per check.
-        #[arg(long, value_name = "PATH")]
-        junit: Option<PathBuf>,
-        /// Write Gradescope's results.json here: the score, and per check a test with its
-        /// score, status and output.
-        #[arg(long, value_name = "PATH")]
-        gradescope: Option<PathBuf>,
-        /// Write PrairieLearn's external-grader results.json here: a score from 0 to 1,
-        /// a test per check, and `gradable: false` when nothing could be run.
-        #[arg(long, value_name = "PATH")]
-        prairielearn: Option<PathBuf>,
-        /// Write Autolab's autoresult here, one line: {"scores": {"step N": points}, "scoreboard": [total]}.
-        #[arg(long, value_name = "PATH")]
-        autolab: Option<PathBuf>,
-        /// Write what a Moodle CodeRunner combinator template grader prints here: the
-        /// fraction, and a row per check.
-        #[arg(long, value_name = "PATH")]
-        coderunner: Option<PathBuf>,
-        /// Write a GitHub Classroom grader's runner result here (JSON, version 1): a test
-        /// per check with its score, for the grading reporter to sum.
-        #[arg(long, value_name = "PATH")]
-        classroom: Option<PathBuf>,
-        /// Write JUnit XML for CodeGrade's AutoTest here (its $CG_JUNIT_XML_LOCATION): no
-        /// properties, only the checks that carry points.
-        #[arg(long, value_name = "PATH")]
-        codegrade: Option<PathBuf>,
-        /// Checks students see only after the due date (Gradescope), or never (hidden
-        /// rows in CodeRunner): their ids, e.g. `--hidden-until-due epoch-barrier,trains`.
-        #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = check_id)]
-        hidden_until_due: Vec<String>,
+        #[command(flatten)]
+        reports: Reports,
         /// Grade a handed-in program as one step's (`grade step 7 --crate PATH`): a crate
         /// folder (src/main.rs), a main.rs, a folder holding one crate, or a .zip of any;
         /// only the main.rs is taken, built with the step's own manifest, in a sandbox.
@@ -233,23 +201,11 @@ pub enum Platform {
     /// results/results.json; in a sandbox where bubblewrap can make one, else
     /// unsandboxed, which the results say.
     Gradescope {
-        #[arg(
-            long,
-            value_name = "N|all",
-            value_parser = graded_program,
-            help = format!(
-                "The step whose program students hand in (0 to {LAST_STEP}), graded on that step's \
-                 checks; or `all`: the finished program, graded on every check of the DLI lab's steps \
-                 0-{LAB_LAST_STEP} (a step after it is graded on its own)"
-            )
-        )]
-        step: Graded,
-        /// Where to write autograder.zip, and its setup.sh and run_autograder beside it to read.
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
+        #[command(flatten)]
+        graded: GradedStep,
         /// Checks whose tests students see only after the due date: their ids,
         /// e.g. `--hidden-until-due epoch-barrier,trains`.
-        #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = check_id)]
+        #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = crate::checks::check_id)]
         hidden_until_due: Vec<String>,
     },
     /// PrairieLearn's external grader: DIR/Dockerfile (the grading image: the course
@@ -293,9 +249,9 @@ pub enum Platform {
     },
 }
 
-/// What `autograder prairielearn|autolab|coderunner|codegrade` are told.
+/// Every platform's `autograder`: the step graded and where its files go.
 #[derive(clap::Args, Debug)]
-pub struct PlatformArgs {
+pub struct GradedStep {
     #[arg(
         long,
         value_name = "N|all",
@@ -303,13 +259,21 @@ pub struct PlatformArgs {
         help = format!(
             "The step whose program students hand in (0 to {LAST_STEP}), graded on that step's \
              checks; or `all`: the finished program, graded on every check of the DLI lab's steps \
-             0-{LAB_LAST_STEP}"
+             0-{LAB_LAST_STEP} (a step after it is graded on its own)"
         )
     )]
     pub step: Graded,
-    /// Where to write the platform's files.
+    /// Where to write the platform's files (Gradescope's: autograder.zip, with its
+    /// setup.sh and run_autograder beside it to read).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
+}
+
+/// What `autograder prairielearn|autolab|coderunner|codegrade` are told.
+#[derive(clap::Args, Debug)]
+pub struct PlatformArgs {
+    #[command(flatten)]
+    pub graded: GradedStep,
     /// The grading image's name, as the platform pulls it (default ddp-lab-grader:step-NN).
     #[arg(long, value_name = "NAME")]
     pub image: Option<String>,
@@ -466,16 +430,6 @@ fn graded_program(value: &str) -> Result<Graded, String> {
         _ => Err(format!(
             "{value:?} is not a step: write a step from 0 to {LAST_STEP}, or `all` for the finished program"
         )),
-    }
-}
-
-/// `--hidden-until-due`'s values: ids of checks in the registry.
-fn check_id(value: &str) -> Result<String, String> {
-    let value = value.trim();
-    if crate::checks::REGISTRY.iter().flat_map(|c| c.iter()).any(|c| c.id == value) {
-        Ok(value.to_string())
-    } else {
-        Err(format!("there is no check `{value}`: `cargo checker list --checks` lists every check's id"))
     }
 }
 

@@ -399,7 +399,13 @@ pub fn autograder_platform(
     platform: autograder::Platform,
     args: &crate::cli::PlatformArgs,
 ) -> Result<(), Failure> {
-    let written = autograder::platform(&repo_root(), args.step, platform, args.image.as_deref(), &args.out)?;
+    let written = autograder::platform(
+        &repo_root(),
+        args.graded.step,
+        platform,
+        args.image.as_deref(),
+        &args.graded.out,
+    )?;
     println!("{written}");
     Ok(())
 }

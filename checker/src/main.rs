@@ -138,24 +138,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             commands::grade_batch(&batch, (sandbox.as_ref(), why_none))
         }
         Command::Gradebook { results, crates } => commands::gradebook(&results, crates.as_deref()),
-        Command::Grade {
-            target,
-            solutions,
-            runs,
-            json,
-            junit,
-            gradescope,
-            prairielearn,
-            autolab,
-            coderunner,
-            classroom,
-            codegrade,
-            hidden_until_due,
-            krate,
-            crates: None,
-            prebuilt,
-            ..
-        } => {
+        Command::Grade { target, solutions, runs, reports, krate, crates: None, prebuilt, .. } => {
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
                 (None, true) => Subject::Solution,
@@ -170,23 +153,12 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             }
             // Grading is for handed-in work: sandboxed unless told otherwise.
             let (sandbox, why_none) = runs.sandbox_or_why(true)?;
-            let reports = formats::Reports {
-                json,
-                junit,
-                gradescope,
-                prairielearn,
-                autolab,
-                coderunner,
-                classroom,
-                codegrade,
-                hidden_until_due,
-            };
             let confinement = (sandbox.as_ref(), why_none);
             let program = (subject, prebuilt.as_deref());
             commands::grade(&target, program, runs.seed(), runs.limit(), &reports, confinement)
         }
-        Command::Autograder { platform: Platform::Gradescope { step, out, hidden_until_due } } => {
-            commands::autograder_gradescope(step, &hidden_until_due, &out)
+        Command::Autograder { platform: Platform::Gradescope { graded, hidden_until_due } } => {
+            commands::autograder_gradescope(graded.step, &hidden_until_due, &graded.out)
         }
         Command::Autograder { platform: Platform::Prairielearn(args) } => {
             commands::autograder_platform(autograder::Platform::Prairielearn, &args)

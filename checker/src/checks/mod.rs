@@ -227,6 +227,16 @@ pub static REGISTRY: [&[Check]; coursegen::STEPS.len()] = [
 ];
 
 /// The ids of the checks step `step` introduces.
+/// A check's id as the command line names it (`--hidden-until-due`): one of the registry's.
+pub fn check_id(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    if REGISTRY.iter().flat_map(|c| c.iter()).any(|c| c.id == value) {
+        Ok(value.to_string())
+    } else {
+        Err(format!("there is no check `{value}`: `cargo checker list --checks` lists every check's id"))
+    }
+}
+
 pub fn ids(step: u8) -> Vec<&'static str> {
     REGISTRY[usize::from(step)].iter().map(|c| c.id).collect()
 }

@@ -18,19 +18,44 @@ pub mod gradescope;
 pub mod junit;
 pub mod prairielearn;
 
-/// Where the reports go; each is optional.
-#[derive(Debug, Clone, Default)]
+/// Where the reports go; each is optional. `grade`'s report options, as the command line
+/// spells them.
+#[derive(clap::Args, Debug, Clone, Default)]
 pub struct Reports {
+    /// Write exercism's test-runner results (version 3) here: a status, and per check
+    /// its status, message, the program's output (its last 500 characters) and the
+    /// command that repeats it.
+    #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Write JUnit XML here: one testsuite per step, one testcase per check.
+    #[arg(long, value_name = "PATH")]
     pub junit: Option<PathBuf>,
+    /// Write Gradescope's results.json here: the score, and per check a test with its
+    /// score, status and output.
+    #[arg(long, value_name = "PATH")]
     pub gradescope: Option<PathBuf>,
+    /// Write PrairieLearn's external-grader results.json here: a score from 0 to 1,
+    /// a test per check, and `gradable: false` when nothing could be run.
+    #[arg(long, value_name = "PATH")]
     pub prairielearn: Option<PathBuf>,
+    /// Write Autolab's autoresult here, one line: {"scores": {"step N": points}, "scoreboard": [total]}.
+    #[arg(long, value_name = "PATH")]
     pub autolab: Option<PathBuf>,
+    /// Write what a Moodle CodeRunner combinator template grader prints here: the
+    /// fraction, and a row per check.
+    #[arg(long, value_name = "PATH")]
     pub coderunner: Option<PathBuf>,
+    /// Write a GitHub Classroom grader's runner result here (JSON, version 1): a test
+    /// per check with its score, for the grading reporter to sum.
+    #[arg(long, value_name = "PATH")]
     pub classroom: Option<PathBuf>,
+    /// Write JUnit XML for CodeGrade's AutoTest here (its $CG_JUNIT_XML_LOCATION): no
+    /// properties, only the checks that carry points.
+    #[arg(long, value_name = "PATH")]
     pub codegrade: Option<PathBuf>,
-    /// Checks whose results students see only after the due date (`--hidden-until-due`):
-    /// Gradescope's `after_due_date`, CodeRunner's hidden rows.
+    /// Checks students see only after the due date (Gradescope), or never (hidden
+    /// rows in CodeRunner): their ids, e.g. `--hidden-until-due epoch-barrier,trains`.
+    #[arg(long, value_name = "CHECK,...", value_delimiter = ',', value_parser = crate::checks::check_id)]
     pub hidden_until_due: Vec<String>,
 }
 
