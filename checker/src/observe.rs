@@ -11,6 +11,7 @@ mod command_line;
 mod observation;
 mod placement;
 mod runs;
+pub mod since;
 mod variation;
 
 use std::path::{Path, PathBuf};
@@ -50,7 +51,8 @@ pub fn observe(
     // runs mostly wait (start-up, rendezvous, the late rank): it runs beside them, on its
     // own port and in its own sandbox, and is joined last.
     std::thread::scope(|scope| {
-        let quick_run = (step >= 11).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
+        let quick_run =
+            (step >= since::QUICK_EVALUATION).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
         let mut observation = observe_runs(step, bin, source, v, setup, phase, grace);
         observation.quick_run = quick_run.map(|run| {
             phase("finishing the quick evaluation (it started with the first run)");
@@ -71,11 +73,12 @@ fn observe_runs(
     grace: Duration,
 ) -> Observation {
     phase(&format!("running {} rank(s)", v.world_size()));
-    let main_args = if step >= 12 { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
+    let main_args =
+        if step >= since::CHECKPOINTS { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
     let (main, port) = run_job(step, bin, v, setup, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
     // initial weights, dropout off and statistics over the global batch.
-    let equivalence = (step >= 7).then(|| {
+    let equivalence = (step >= since::DDP).then(|| {
         phase("comparing with one rank and the whole batch");
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
@@ -91,8 +94,8 @@ fn observe_runs(
     // Step 13's runs beside step 12's (their own ports and directories): most of each
     // run is start-up and rendezvous, which overlap well.
     let (resume, pipeline) = std::thread::scope(|scope| {
-        let pipeline = (step >= 13).then(|| scope.spawn(|| pipeline_runs(step, bin, v, setup)));
-        let resume = (step >= 12).then(|| {
+        let pipeline = (step >= since::PIPELINE).then(|| scope.spawn(|| pipeline_runs(step, bin, v, setup)));
+        let resume = (step >= since::CHECKPOINTS).then(|| {
             phase(
                 "stopping a run after epoch 0 and resuming it (and, from step 13, the model cut into stages)",
             );
@@ -104,16 +107,17 @@ fn observe_runs(
         });
         (resume, pipeline)
     });
-    let fsdp = (step >= 14).then(|| {
+    let fsdp = (step >= since::FSDP).then(|| {
         phase("training with --fsdp and with DDP on the same data");
         fsdp_runs(step, bin, v, setup)
     });
 
-    if step >= 1 {
+    if step >= since::NODE_OPTIONS {
         phase("checking --help and a bad option value");
     }
-    let (help, bad_value) = if step >= 1 { help_and_bad_value(bin, setup, grace) } else { (None, None) };
-    let fail_run = (step >= 10).then(|| {
+    let (help, bad_value) =
+        if step >= since::NODE_OPTIONS { help_and_bad_value(bin, setup, grace) } else { (None, None) };
+    let fail_run = (step >= since::SPAWNS_ITS_RANKS).then(|| {
         phase("running with a failing rank");
         failing_rank_run(step, bin, v, setup, grace)
     });

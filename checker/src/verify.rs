@@ -147,7 +147,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
                 confine,
             };
             let mut obs = observe::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
-            if step >= 5 {
+            if step >= observe::since::DATA_ONCE_PER_NODE {
                 obs.downloads = Some(mirror.downloads());
             }
             obs.record_if_asked();

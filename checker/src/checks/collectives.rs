@@ -7,7 +7,7 @@ use lab_trace::event::{Collective, EpochReport, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Dtype, Record, ReduceOp, Trace};
 
 use super::{Evidence, Finding};
-use crate::observe::Observation;
+use crate::observe::{since, Observation};
 
 /// One `collective` event of a rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -490,7 +490,9 @@ fn owner_of(call: &Call, place: Place, step: u8, run: Run) -> Option<(u8, &'stat
             Place::BeforeTraining => Some((5, id::DATA_BARRIER)),
             // After the epoch's report, from step 12 on: the barrier between rank 0's
             // checkpoint and every rank's load.
-            Place::Epoch { phase: Phase::Reported, .. } if step >= 12 => Some((12, id::READ_AFTER_WHOLE)),
+            Place::Epoch { phase: Phase::Reported, .. } if step >= since::CHECKPOINTS => {
+                Some((12, id::READ_AFTER_WHOLE))
+            }
             Place::Epoch { .. } => Some((8, id::EPOCH_BARRIER)),
         },
         (Run::Main, Op::Reduce) => Some((8, id::THROUGHPUT_REDUCED)),

@@ -396,7 +396,7 @@ mod tests {
 
     use super::*;
     use crate::job::Ended;
-    use crate::observe::{Run, Variation};
+    use crate::observe::{since, Run, Variation};
 
     fn not_started() -> Ended {
         Ended::not_started("nothing", "")
@@ -410,15 +410,15 @@ mod tests {
             source: String::new(),
             main: Run { processes: Vec::new(), trace: Trace::default() },
             port: None,
-            help: (step >= 1).then(not_started),
-            bad_value: (step >= 1).then(not_started),
-            fail_run: (step >= 10).then(not_started),
-            quick_run: (step >= 11).then(not_started),
+            help: (step >= since::NODE_OPTIONS).then(not_started),
+            bad_value: (step >= since::NODE_OPTIONS).then(not_started),
+            fail_run: (step >= since::SPAWNS_ITS_RANKS).then(not_started),
+            quick_run: (step >= since::QUICK_EVALUATION).then(not_started),
             equivalence: None,
             resume: None,
             pipeline: None,
             fsdp: None,
-            downloads: (step >= 5).then(BTreeMap::new),
+            downloads: (step >= since::DATA_ONCE_PER_NODE).then(BTreeMap::new),
         }
     }
 

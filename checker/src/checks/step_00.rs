@@ -1,6 +1,6 @@
 //! Step 0: the single-GPU program, with the distributed module imported.
 use super::{epoch_lines, id, Check, CheckResult, Evidence, Finding, Needs, Verdict};
-use crate::observe::{BuildFailure, Observation};
+use crate::observe::{since, BuildFailure, Observation};
 
 pub const CHECKS: &[Check] = &[
     Check {
@@ -82,7 +82,9 @@ fn trains(obs: &Observation) -> Option<Finding> {
     // From step 5 on, a rank that read the data before it was ready dies of it: the
     // report blames step 5's barrier, which names the mistake, not this check.
     let early_read = obs.main.trace.checked().ok().and_then(super::step_05::early_reads);
-    if let (false, true, Some(early)) = (failures.is_empty(), obs.step >= 5, early_read) {
+    if let (false, true, Some(early)) =
+        (failures.is_empty(), obs.step >= since::DATA_ONCE_PER_NODE, early_read)
+    {
         return Some(Finding {
             evidence: Evidence::Consequence,
             observed: format!(
@@ -95,7 +97,7 @@ fn trains(obs: &Observation) -> Option<Finding> {
     // From step 4 on, ranks that did not all join one group of the world size (a world
     // size or rank computed wrongly, refused by init_process_group) fail for it: the
     // report blames step 4's ranks, which names the mistake.
-    if obs.step >= 4 && !failures.is_empty() && super::step_04::group_formed_wrongly(obs) {
+    if obs.step >= since::PROCESS_GROUP && !failures.is_empty() && super::step_04::group_formed_wrongly(obs) {
         let ranks = super::step_04::global_rank(obs).filter(|f| f.evidence == Evidence::Broken);
         if let Some(ranks) = ranks {
             return Some(Finding {

@@ -1,7 +1,7 @@
 //! The program's command line and environment for a run: the lab's options for a
 //! variation, checkpoints, a rendezvous of its own.
 use super::placement::{gpus, placement};
-use super::{Setup, Variation};
+use super::{since, Setup, Variation};
 
 /// A free port for a run's rendezvous; the lab's default port if none can be found.
 pub(super) fn rendezvous_port() -> u16 {
@@ -48,7 +48,7 @@ pub(super) fn common_args(step: u8, v: &Variation, node: usize, stop: Stop) -> V
         args.extend(["--target-accuracy".into(), "0".into()]);
     }
     args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
-    if step >= 1 {
+    if step >= since::NODE_OPTIONS {
         args.extend([
             "--num-nodes".into(),
             v.nodes.to_string(),

@@ -9,7 +9,7 @@ use lab_trace::Trace;
 
 use super::command_line::{common_args, rendezvous_env, rendezvous_port, Stop};
 use super::placement::{gpus, node_gpus, placement, visible_devices};
-use super::{RankProcess, Run, Setup, Variation};
+use super::{since, RankProcess, Run, Setup, Variation};
 use crate::confined::{self, JobSandbox};
 use crate::job::{Ended, Job, Launch};
 
@@ -152,12 +152,16 @@ pub(super) fn run_job_carrying(
     };
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
-    let port = (step >= 4).then(rendezvous_port);
+    let port = (step >= since::PROCESS_GROUP).then(rendezvous_port);
     let mut launches = Vec::new();
     let mut placement = Vec::new();
     // From step 11 (the finished lab, its early stop) the main run stops early, on
     // every rank alike when the program is right.
-    let stop = if matches!(job, WhichRun::Main) && step >= 11 { Stop::Early } else { Stop::AtTheLastEpoch };
+    let stop = if matches!(job, WhichRun::Main) && step >= since::QUICK_EVALUATION {
+        Stop::Early
+    } else {
+        Stop::AtTheLastEpoch
+    };
     for node in 0..v.nodes {
         let mut args = common_args(step, v, node, stop);
         args.extend(["--seed".into(), v.program_seed.to_string()]);
@@ -182,21 +186,21 @@ pub(super) fn run_job_carrying(
             }
         }
         let main = matches!(job, WhichRun::Main);
-        if main && step >= 5 {
+        if main && step >= since::DATA_ONCE_PER_NODE {
             // A rank that does not wait for its node's data then always reads too early.
             env.push((labkit::SLOW_PREPARE_ENV.into(), "1".into()));
         }
-        if main && step >= 8 && v.world_size() > 1 {
+        if main && step >= since::THROUGHPUT_BARRIER && v.world_size() > 1 {
             env.push((labkit::SLOW_RANK_ENV.into(), (v.world_size() - 1).to_string()));
         }
-        if main && step >= 12 {
+        if main && step >= since::CHECKPOINTS {
             // A rank that loads without waiting for rank 0's write then always reads too early.
             env.push((labkit::SLOW_SAVE_ENV.into(), "1".into()));
         }
         if job.dropout_off() {
             env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
         }
-        match (&setup.mirror, step >= 5 && main) {
+        match (&setup.mirror, step >= since::DATA_ONCE_PER_NODE && main) {
             (Some((url, manifest)), true) => {
                 let dir = setup.work.join(format!("data-node{node}"));
                 args.extend(["--dataset".into(), "real".into(), "--mirror".into(), url.clone()]);
@@ -208,7 +212,7 @@ pub(super) fn run_job_carrying(
                 args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);
             }
         }
-        if step >= 10 {
+        if step >= since::SPAWNS_ITS_RANKS {
             launches.push(Launch { name: format!("{prefix}node{node}"), args, env });
             placement.push((node, None));
         } else {
