@@ -22,7 +22,7 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
-/// Builds all twelve solutions once (one cargo call) and returns the binaries' folder.
+/// Builds every solution once (one cargo call) and returns the binaries' folder.
 fn solutions_built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
