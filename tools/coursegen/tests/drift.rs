@@ -22,9 +22,13 @@ fn generated_crates_match_the_master() {
 #[test]
 fn the_master_is_a_workspace_member_built_from_main_rs() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let members = workspace.lines().find(|l| l.starts_with("members")).expect("a members line");
-    assert!(members.contains("\"course/lab\""), "course/lab is not a workspace member: {members}");
+    let workspace: toml_edit::DocumentMut =
+        std::fs::read_to_string(root.join("Cargo.toml")).unwrap().parse().expect("Cargo.toml is TOML");
+    let members = workspace["workspace"]["members"].as_array().expect("workspace.members, a list");
+    assert!(
+        members.iter().any(|m| m.as_str() == Some("course/lab")),
+        "course/lab is not a workspace member: {members}"
+    );
     let manifest = std::fs::read_to_string(root.join("course/lab/Cargo.toml")).unwrap();
     assert!(manifest.contains("path = \"main.rs\""), "course/lab/Cargo.toml must build main.rs:\n{manifest}");
     assert!(
