@@ -38,7 +38,7 @@ test_tools_setup() {
             "checker/tests/platforms.rs's Autolab test fails under scripts/test.sh" make || true
     command -v python3 >/dev/null ||
         apt_install "python3 (runs CodeRunner's template)" \
-            "checker/tests/platforms.rs's CodeRunner test fails under scripts/test.sh" python3-minimal || true
+            "checker/tests/platforms.rs's CodeRunner test fails under scripts/test.sh" python3 || true
     mdbook_setup
 }
 
