@@ -11,7 +11,7 @@
 //! trait and its items, method, and trait implemented (auto traits included: a type
 //! that stops being `Send` breaks its users). A line removed or changed is a breaking
 //! change; a line added is an addition.
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -78,7 +78,8 @@ fn the_public_api_changes_only_with_the_version_semver_asks_for() {
 
 /// rustdoc's JSON of the crate, built as docs.rs builds it (`doc-only`: no libtorch, no
 /// gloo headers), in a target directory of its own so that the workspace's builds are
-/// not disturbed.
+/// not disturbed (and not package.rs's doc-only one either: RUSTC_BOOTSTRAP makes cargo
+/// rebuild the dependencies there each time the two alternate).
 fn rustdoc_json(crate_dir: &Path) -> PathBuf {
     let root = crate_dir.join("../..").canonicalize().unwrap();
     // This test is <target>/<profile>/deps/public_api-<hash>.
@@ -255,9 +256,9 @@ impl<'a> Reader<'a> {
         let root = krate["root"].to_string();
         let mut public = BTreeMap::new();
         let mut queue = VecDeque::from([(root.clone(), index[&root]["name"].as_str().unwrap().to_string())]);
-        let mut seen: HashMap<String, ()> = HashMap::new();
+        let mut seen = HashSet::new();
         while let Some((id, path)) = queue.pop_front() {
-            if seen.insert(id.clone(), ()).is_some() {
+            if !seen.insert(id.clone()) {
                 continue;
             }
             let Some(item) = index.get(&id) else { continue };
