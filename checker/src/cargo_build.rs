@@ -142,6 +142,25 @@ pub fn binary_path(root: &Path, package: &str) -> PathBuf {
     target_dir(root).join("debug").join(package)
 }
 
+/// True when no step has been built in this target directory yet: the build then
+/// compiles tch, libtorch's bindings and the lab's libraries first (minutes, not the
+/// seconds of a step's own crate), and the progress says so.
+pub fn first_build(root: &Path) -> bool {
+    nothing_built_in(&target_dir(root))
+}
+
+fn nothing_built_in(target: &Path) -> bool {
+    let deps = target.join("debug").join("deps");
+    let labkit_built = std::fs::read_dir(deps).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("liblabkit-") && name.ends_with(".rlib")
+        })
+    });
+    !labkit_built
+}
+
 /// Builds several packages of the workspace in one cargo run (one dependency check
 /// instead of one per package). False when any of them fails: each is then built on
 /// its own, so that the failure is reported with its step.
@@ -157,6 +176,18 @@ pub fn build_all(root: &Path, packages: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_build_is_one_without_the_labs_libraries_built() {
+        let target = tempfile::tempdir().unwrap();
+        assert!(nothing_built_in(target.path()), "no target directory at all");
+        let deps = target.path().join("debug/deps");
+        std::fs::create_dir_all(&deps).unwrap();
+        std::fs::write(deps.join("liblabkit-0123abcd.rmeta"), "").unwrap();
+        assert!(nothing_built_in(target.path()), "metadata alone (cargo check) is not a build");
+        std::fs::write(deps.join("liblabkit-0123abcd.rlib"), "").unwrap();
+        assert!(!nothing_built_in(target.path()));
+    }
 
     #[test]
     fn the_sandboxed_build_sees_the_gloo_headers_setup_found_without_root() {

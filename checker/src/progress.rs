@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use checker::PROGRESS_FILE_ENV;
 use serde::{Deserialize, Serialize};
 
+use crate::checks::CheckResult;
+
 /// Where a step stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
@@ -78,12 +80,37 @@ pub fn load(root: &Path) -> Result<BTreeMap<u8, Status>, String> {
         .collect())
 }
 
-/// Records a verdict, atomically (a temp file renamed over the old one). A file that
-/// cannot be read is left as it is, and the error says why.
-pub fn record(root: &Path, step: u8, passed: bool) -> Result<(), String> {
+/// The verdicts one `verify` of step `step` gives: the step itself is done when every
+/// check passed and failing otherwise; an earlier step is done when this run judged its
+/// checks and all of them passed (a step-9 program that passes steps 0-8's checks has
+/// done them, whichever crate it is). An earlier step with a check not passed keeps
+/// what its own crate's last `verify` said: that crate is what "failing" is about.
+pub fn verdicts(step: u8, results: &[CheckResult]) -> Vec<(u8, bool)> {
+    let mut verdicts: Vec<(u8, bool)> = (0..step)
+        .filter(|earlier| {
+            let mut of_it = results.iter().filter(|r| r.step == *earlier).peekable();
+            of_it.peek().is_some() && of_it.all(CheckResult::passed)
+        })
+        .map(|earlier| (earlier, true))
+        .collect();
+    verdicts.push((step, !results.is_empty() && results.iter().all(CheckResult::passed)));
+    verdicts
+}
+
+/// Records the verdicts of one `verify` of step `step` ([`verdicts`]), atomically (a
+/// temp file renamed over the old one). A file that cannot be read is left as it is,
+/// and the error says why.
+pub fn record_run(root: &Path, step: u8, results: &[CheckResult]) -> Result<(), String> {
+    record(root, &verdicts(step, results))
+}
+
+/// Records verdicts (step, passed), all at once.
+fn record(root: &Path, verdicts: &[(u8, bool)]) -> Result<(), String> {
     let path = file(root);
     let mut kept = read(&path)?;
-    kept.insert(key(step), if passed { Kept::Done } else { Kept::Failing });
+    for (step, passed) in verdicts {
+        kept.insert(key(*step), if *passed { Kept::Done } else { Kept::Failing });
+    }
     let text = serde_json::to_string_pretty(&kept).map_err(|e| e.to_string())? + "\n";
     let write = |path: &Path| -> std::io::Result<()> {
         std::fs::create_dir_all(path.parent().expect("a parent"))?;
@@ -114,16 +141,17 @@ pub fn render(statuses: &BTreeMap<u8, Status>, titles: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::Verdict;
 
     #[test]
     fn verdicts_are_kept_and_listed() {
         let root = std::env::temp_dir().join(format!("checker-progress-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         assert!(load(&root).unwrap().values().all(|s| *s == Status::NotTried));
-        record(&root, 3, false).unwrap();
-        record(&root, 0, true).unwrap();
-        record(&root, 3, true).unwrap();
-        record(&root, 7, false).unwrap();
+        record(&root, &[(3, false)]).unwrap();
+        record(&root, &[(0, true)]).unwrap();
+        record(&root, &[(3, true)]).unwrap();
+        record(&root, &[(7, false)]).unwrap();
         let statuses = load(&root).unwrap();
         assert_eq!(statuses[&0], Status::Done);
         assert_eq!(statuses[&3], Status::Done);
@@ -143,6 +171,45 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    fn result(step: u8, verdict: Verdict) -> CheckResult {
+        CheckResult {
+            id: "some-check",
+            step,
+            verdict,
+            observed: String::new(),
+            expected: String::new(),
+            hint: "",
+        }
+    }
+
+    /// A step-9 run that passed steps 0-8's checks credits them, whichever crate ran;
+    /// an earlier step with a check not passed (failed or not judged) is left as its own
+    /// crate's last verify left it; step 9 itself is failing if any check was not passed.
+    #[test]
+    fn a_later_steps_run_credits_every_earlier_step_whose_checks_all_passed() {
+        use Verdict::{CouldNotJudge, Fail, Pass};
+        let mut results: Vec<CheckResult> = (0..=9).map(|step| result(step, Pass)).collect();
+        results.push(result(4, Pass));
+        assert_eq!(verdicts(9, &results), (0..=9).map(|s| (s, true)).collect::<Vec<_>>());
+        results.push(result(4, Fail));
+        results.push(result(6, CouldNotJudge));
+        results.push(result(9, Fail));
+        let expected: Vec<(u8, bool)> =
+            [0, 1, 2, 3, 5, 7, 8].map(|s| (s, true)).into_iter().chain([(9, false)]).collect();
+        assert_eq!(verdicts(9, &results), expected);
+        // A crate that did not build: only its `builds` check (of step 0), failed.
+        assert_eq!(verdicts(9, &[result(0, Fail)]), vec![(9, false)]);
+
+        let root = std::env::temp_dir().join(format!("checker-progress-credit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        record(&root, &[(4, false)]).unwrap();
+        record_run(&root, 9, &(0..=9).map(|step| result(step, Pass)).collect::<Vec<_>>()).unwrap();
+        let statuses = load(&root).unwrap();
+        assert!((0..=9).all(|s| statuses[&s] == Status::Done), "{statuses:?}");
+        assert_eq!(statuses[&10], Status::NotTried);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     /// A file that is not the checker's is named, with what to do, and never
     /// overwritten: recording a verdict leaves it as it was.
     #[test]
@@ -158,7 +225,7 @@ mod tests {
                 e.contains("progress.json is not the checker's progress file") && e.contains("delete it"),
                 "{e}"
             );
-            assert!(record(&root, 3, true).is_err());
+            assert!(record(&root, &[(3, true)]).is_err());
             assert_eq!(std::fs::read_to_string(&path).unwrap(), bad, "left as it was");
         }
         let _ = std::fs::remove_dir_all(&root);

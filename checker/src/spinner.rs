@@ -1,6 +1,7 @@
 //! What the checker is doing while it builds and runs: a spinner with the phase and
-//! the time spent on a terminal; nothing on a pipe or a file, where the report alone
-//! is wanted. With [`checker::TIMINGS_ENV`] set, each phase's wall time goes to stderr
+//! the time spent on a terminal; on a pipe or a file (a CI log, `verify 2>&1 | tee`), a
+//! line per phase on stderr instead, so that a first build's minutes are not silence
+//! (the report itself is stdout's alone). With [`checker::TIMINGS_ENV`] set, each phase's wall time goes to stderr
 //! as it ends (`[timing] 6.4 s  running 3 rank(s)`): where grading's time goes.
 use std::cell::RefCell;
 use std::io::IsTerminal;
@@ -10,33 +11,46 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub struct Spinner {
     bar: ProgressBar,
+    /// Not a terminal: the step being worked on (`step 7`, or empty), each phase then
+    /// written as a line of its own: a spinner's redraws would be noise in a log.
+    lines: Option<RefCell<String>>,
     /// The phase under way and when it began, when timings are asked for.
     timing: Option<RefCell<Option<(String, Instant)>>>,
 }
 
 impl Spinner {
-    /// A spinner on stderr, hidden when stderr is not a terminal (or `quiet`).
+    /// A spinner on stderr, or a line per phase when stderr is not a terminal;
+    /// nothing at all when `quiet` (steps run side by side).
     pub fn new(quiet: bool) -> Spinner {
         let timing = std::env::var_os(checker::TIMINGS_ENV).map(|_| RefCell::new(None));
-        if quiet || !std::io::stderr().is_terminal() {
-            return Spinner { bar: ProgressBar::hidden(), timing };
+        if quiet {
+            return Spinner { bar: ProgressBar::hidden(), lines: None, timing };
+        }
+        if !std::io::stderr().is_terminal() {
+            return Spinner { bar: ProgressBar::hidden(), lines: Some(RefCell::new(String::new())), timing };
         }
         let bar = ProgressBar::new_spinner();
         if let Ok(style) = ProgressStyle::with_template("{spinner} {prefix}: {msg} ({elapsed})") {
             bar.set_style(style);
         }
         bar.enable_steady_tick(Duration::from_millis(120));
-        Spinner { bar, timing }
+        Spinner { bar, lines: None, timing }
     }
 
     /// Which step is being worked on.
     pub fn step(&self, step: u8) {
+        if let Some(lines) = &self.lines {
+            *lines.borrow_mut() = format!("step {step}: ");
+        }
         self.bar.set_prefix(format!("step {step}"));
     }
 
     /// The phase: "building", "running 3 ranks", ...
     pub fn phase(&self, what: &str) {
         self.time_phase(Some(what));
+        if let Some(lines) = &self.lines {
+            eprintln!("checker: {}{what}", lines.borrow());
+        }
         self.bar.set_message(what.to_string());
     }
 

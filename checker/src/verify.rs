@@ -48,7 +48,12 @@ pub fn build_all(root: &Path, steps: &[u8], subject: Subject, sandbox: Option<&s
         return false;
     }
     let spinner = spinner::Spinner::new(false);
-    spinner.phase(&format!("building {} crates", steps.len()));
+    let first = if cargo_build::first_build(root) {
+        ": the first build compiles tch and the lab's libraries, several minutes; later builds take seconds"
+    } else {
+        ""
+    };
+    spinner.phase(&format!("building {} crates{first}", steps.len()));
     let packages: Vec<String> = steps.iter().map(|s| format!("{prefix}_{s:02}")).collect();
     let built = cargo_build::build_all(root, &packages);
     spinner.clear();
@@ -108,6 +113,9 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
     spinner.step(step);
     match &prebuilt {
         Some(bin) => spinner.phase(&format!("taking {}", bin.display())),
+        None if !built && cargo_build::first_build(root) => spinner.phase(&format!(
+            "building {package}: the first build compiles tch and the lab's libraries, several minutes; later builds take seconds"
+        )),
         None => spinner.phase(&format!("building {package}")),
     }
 
@@ -165,8 +173,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
     spinner.clear();
     if let Subject::Step = subject {
         // Progress is about the student's own crates, not the reference solutions.
-        let passed = results.iter().all(CheckResult::passed);
-        if let Err(e) = progress::record(root, step, passed) {
+        if let Err(e) = progress::record_run(root, step, &results) {
             eprintln!("warning: the verdict is not recorded for `checker list`: {e}");
         }
     }

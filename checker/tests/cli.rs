@@ -322,6 +322,12 @@ fn grade_reports_the_solutions_and_says_when_it_ran_unsandboxed() {
 fn the_report_of_a_passing_step() {
     let v = checker(&["verify", "step", "2", "--solutions", "--seed", "11"]);
     assert_eq!(v.code, Some(0), "{}", v.output());
+    // Into a pipe, as here: a line per phase on stderr (a spinner only on a terminal),
+    // so that a log shows what the checker is doing during a first build's minutes.
+    for phase in ["building solution_02", "preparing the data", "running "] {
+        let line = format!("checker: step 2: {phase}");
+        assert!(v.stderr.lines().any(|l| l.starts_with(&line)), "no line {line:?} in:\n{}", v.stderr);
+    }
     // Ports and pids change from run to run.
     let masked = regex::Regex::new(r"127\.0\.0\.1:\d+").unwrap().replace_all(&v.stdout, "127.0.0.1:[port]");
     // CPU ranks over Gloo here; GPU ranks (NCCL, or sharing a GPU over Gloo) on a GPU machine.
