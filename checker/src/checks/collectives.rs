@@ -30,17 +30,11 @@ impl Call {
         Some(Call { rank: record.rank?, call: record.get::<Collective>()?.clone() })
     }
 
-    /// As tch-distributed's `CollectiveCall::describe` and PyTorch's logs put it.
+    /// As tch-distributed's `CollectiveCall::describe` and PyTorch's logs put it (the
+    /// one description, pytorch-names').
     pub fn describe(&self) -> String {
-        let mut args = Vec::new();
-        if let Some(op) = &self.reduce_op {
-            args.push(format!("op={op}"));
-        }
-        if let Some(root) = self.root {
-            args.push(format!("root={root}"));
-        }
-        let tensor = self.dtype.as_ref().map(|d| format!(" {d}[{}]", self.numel)).unwrap_or_default();
-        format!("{}({}){tensor}", self.op, args.join(", "))
+        let tensor = self.dtype.map(|d| (d.name(), self.numel));
+        pytorch_names::describe(self.op, self.reduce_op, self.root, tensor)
     }
 
     /// Whether the input held `value` (as float32 or float64).

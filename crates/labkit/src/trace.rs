@@ -52,8 +52,8 @@ fn sink() -> Option<&'static Mutex<File>> {
 /// 8 and 9 from them: what was asked of the library, not what Gloo left in a buffer).
 fn record_collective(call: &dist::debug::CollectiveCall) {
     record(event::Collective {
-        op: collective_op(call.op),
-        reduce_op: call.reduce_op.map(reduce_op),
+        op: call.op,
+        reduce_op: call.reduce_op,
         root: call.root,
         dtype: call.dtype.map(dtype),
         numel: call.numel,
@@ -64,42 +64,10 @@ fn record_collective(call: &dist::debug::CollectiveCall) {
     });
 }
 
-// tch-distributed's values as the trace writes them. tch-distributed is a library of its
-// own and knows nothing of the trace, so its enums and lab-trace's are two definitions
-// of the same names; these matches are exhaustive (no `_` arm) so that a variant added
-// to tch-distributed or tch fails to compile here instead of reaching the checker
-// under a guessed name (the tests match lab-trace's side back the same way).
-
-/// The trace's reduce op: PyTorch's name (`SUM`), as tch-distributed's.
-fn reduce_op(op: dist::ReduceOp) -> lab_trace::ReduceOp {
-    use lab_trace::ReduceOp as T;
-    match op {
-        dist::ReduceOp::Sum => T::Sum,
-        dist::ReduceOp::Avg => T::Avg,
-        dist::ReduceOp::Product => T::Product,
-        dist::ReduceOp::Min => T::Min,
-        dist::ReduceOp::Max => T::Max,
-    }
-}
-
-/// The trace's collective: PyTorch's name (`all_reduce`), as tch-distributed's.
-fn collective_op(op: dist::debug::CollectiveOp) -> lab_trace::CollectiveOp {
-    use dist::debug::CollectiveOp as D;
-    use lab_trace::CollectiveOp as T;
-    match op {
-        D::AllReduce => T::AllReduce,
-        D::Reduce => T::Reduce,
-        D::Broadcast => T::Broadcast,
-        D::AllGather => T::AllGather,
-        D::AllGatherIntoTensor => T::AllGatherIntoTensor,
-        D::ReduceScatterTensor => T::ReduceScatterTensor,
-        D::Barrier => T::Barrier,
-        D::BroadcastCoalesced => T::BroadcastCoalesced,
-        D::VerifyParamsAcrossProcesses => T::VerifyParamsAcrossProcesses,
-        D::Send => T::Send,
-        D::Recv => T::Recv,
-    }
-}
+// tch-distributed's collectives and reduce ops are the trace's own values (one
+// definition, in pytorch-names); its dtype is tch's `Kind`, written by tch's name. The
+// match is exhaustive (no `_` arm) so that a kind added to tch fails to compile here
+// instead of reaching the checker under a guessed name.
 
 /// The trace's dtype: tch's name for the kind (its `Debug` text, `Float`), which the
 /// trace held before it was typed.
@@ -298,37 +266,8 @@ mod tests {
         assert_eq!(fingerprint(&merged).projection, fa.projection);
     }
 
-    // lab-trace's side matched back, exhaustively too: a variant added to lab-trace's
-    // enums fails to compile here until tch-distributed (or tch) has it.
-
-    fn reduce_op_back(op: lab_trace::ReduceOp) -> dist::ReduceOp {
-        use lab_trace::ReduceOp as T;
-        match op {
-            T::Sum => dist::ReduceOp::Sum,
-            T::Avg => dist::ReduceOp::Avg,
-            T::Product => dist::ReduceOp::Product,
-            T::Min => dist::ReduceOp::Min,
-            T::Max => dist::ReduceOp::Max,
-        }
-    }
-
-    fn collective_op_back(op: lab_trace::CollectiveOp) -> dist::debug::CollectiveOp {
-        use dist::debug::CollectiveOp as D;
-        use lab_trace::CollectiveOp as T;
-        match op {
-            T::AllReduce => D::AllReduce,
-            T::Reduce => D::Reduce,
-            T::Broadcast => D::Broadcast,
-            T::AllGather => D::AllGather,
-            T::AllGatherIntoTensor => D::AllGatherIntoTensor,
-            T::ReduceScatterTensor => D::ReduceScatterTensor,
-            T::Barrier => D::Barrier,
-            T::BroadcastCoalesced => D::BroadcastCoalesced,
-            T::VerifyParamsAcrossProcesses => D::VerifyParamsAcrossProcesses,
-            T::Send => D::Send,
-            T::Recv => D::Recv,
-        }
-    }
+    // lab-trace's dtypes matched back, exhaustively too: a dtype added there fails to
+    // compile here until tch has it.
 
     fn kind_back(dtype: lab_trace::Dtype) -> Kind {
         use lab_trace::Dtype as T;
@@ -353,22 +292,6 @@ mod tests {
             T::Float8e4m3fn => Kind::Float8e4m3fn,
             T::Float8e5m2fnuz => Kind::Float8e5m2fnuz,
             T::Float8e4m3fnuz => Kind::Float8e4m3fnuz,
-        }
-    }
-
-    /// Every value of tch-distributed's enums becomes the trace's value of the same
-    /// PyTorch name, and back (a pair swapped in a match fails here, not in a grade).
-    #[test]
-    fn tch_distributeds_values_are_written_by_their_pytorch_names() {
-        assert_eq!(dist::ReduceOp::ALL.len(), lab_trace::ReduceOp::ALL.len());
-        for &op in dist::ReduceOp::ALL {
-            assert_eq!(reduce_op(op).name(), op.name(), "{op:?}");
-            assert_eq!(reduce_op_back(reduce_op(op)), op);
-        }
-        assert_eq!(dist::debug::CollectiveOp::ALL.len(), lab_trace::CollectiveOp::ALL.len());
-        for &op in dist::debug::CollectiveOp::ALL {
-            assert_eq!(collective_op(op).name(), op.name(), "{op:?}");
-            assert_eq!(collective_op_back(collective_op(op)), op);
         }
     }
 

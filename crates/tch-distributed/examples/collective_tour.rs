@@ -3,7 +3,6 @@
 //! against what the call promises.
 //!
 //!     cargo run -p tch-distributed --example collective_tour -- --world-size 3
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,16 +24,15 @@ fn main() -> ExitCode {
         eprintln!("error: --world-size must be at least 2, got {}", args.world_size);
         return ExitCode::from(2);
     }
-    let mut options = dist::SpawnOptions::new(args.world_size);
-    if dist::spawned_rank().is_none() {
-        // Only the parent picks the port: each rank re-runs main.
-        let Ok(port) = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()) else {
-            eprintln!("error: no free port");
+    // The ranks' rendezvous on loopback at a free port (torchrun's --standalone): the
+    // parent picks it and hands it down, since each rank re-runs main.
+    let options = match dist::SpawnOptions::new(args.world_size).standalone() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
-        };
-        options =
-            options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());
-    }
+        }
+    };
     match options.spawn(|rank| tour(rank, args.world_size)) {
         Ok(()) => {
             println!("all {} ranks got what every collective promises", args.world_size);

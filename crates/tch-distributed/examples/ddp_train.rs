@@ -6,7 +6,6 @@
 //!
 //! Each rank trains on its own part of every epoch (DistributedSampler), DDP averages
 //! the gradients, and at the end the ranks check that their replicas are identical.
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -55,14 +54,10 @@ fn main() -> ExitCode {
 /// `torch.multiprocessing.spawn`: the binary runs again once per rank. Each child re-runs
 /// `main`, so only the parent's choice of port counts, handed down in the environment.
 fn start_ranks(args: &Args) -> dist::Result<()> {
-    let mut options = dist::SpawnOptions::new(args.world_size);
     if dist::spawned_rank().is_none() {
-        let port = free_port()?;
-        println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.world_size);
-        options =
-            options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());
+        println!("starting {} ranks (Gloo, rendezvous on loopback)", args.world_size);
     }
-    options.spawn(|rank| train(rank, args.world_size, args))
+    dist::SpawnOptions::new(args.world_size).standalone()?.spawn(|rank| train(rank, args.world_size, args))
 }
 
 fn train(rank: usize, world_size: usize, args: &Args) -> dist::Result<()> {
@@ -132,12 +127,4 @@ fn train(rank: usize, world_size: usize, args: &Args) -> dist::Result<()> {
         println!("{world_size} replicas identical after {} epochs", args.epochs);
     }
     dist::destroy_process_group()
-}
-
-/// A port nobody listens on now, for rank 0's store (the OS picks it).
-fn free_port() -> dist::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr());
-    listener
-        .map(|a| a.port())
-        .map_err(|e| dist::DistError::new(dist::ErrorKind::Other, format!("no free port: {e}")))
 }

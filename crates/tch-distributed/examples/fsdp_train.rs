@@ -5,7 +5,6 @@
 //!
 //! It trains a three-block classifier on synthetic data, prints what each rank holds,
 //! and gathers the whole model on rank 0 at the end, as a checkpoint would.
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -33,16 +32,15 @@ const CLASSES: i64 = 4;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let mut options = dist::SpawnOptions::new(args.world_size);
-    if dist::spawned_rank().is_none() {
-        // Only the parent picks the port: each rank re-runs main.
-        let Ok(port) = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()) else {
-            eprintln!("error: no free port");
+    // The ranks' rendezvous on loopback at a free port (torchrun's --standalone): the
+    // parent picks it and hands it down, since each rank re-runs main.
+    let options = match dist::SpawnOptions::new(args.world_size).standalone() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
-        };
-        options =
-            options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());
-    }
+        }
+    };
     match options.spawn(|rank| train(rank, &args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -28,14 +28,13 @@ fn main() -> ExitCode {
     }
     // One process per rank through dist::spawn: a failing rank stops the others, and no
     // rank outlives this process. Only the parent picks the port (the ranks re-run main).
-    let mut options = dist::SpawnOptions::new(args.world_size);
     if dist::spawned_rank().is_none() {
-        let port = free_port();
-        println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.world_size);
-        options =
-            options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());
+        println!("starting {} ranks (Gloo, rendezvous on loopback)", args.world_size);
     }
-    match options.spawn(|rank| rank_main(rank, &args)) {
+    match dist::SpawnOptions::new(args.world_size)
+        .standalone()
+        .and_then(|o| o.spawn(|rank| rank_main(rank, &args)))
+    {
         Ok(()) => {
             println!("all {} ranks agree", args.world_size);
             ExitCode::SUCCESS
@@ -90,10 +89,4 @@ fn rank_main(local_rank: usize, args: &Args) -> dist::Result<()> {
         return Err(dist::DistError::new(dist::ErrorKind::Other, "collective results are wrong"));
     }
     dist::destroy_process_group()
-}
-
-/// A port nobody listens on now, for rank 0's store (the OS picks it).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("a bound address").port()
 }

@@ -6,7 +6,6 @@
 //! The first stage reads the points, the last the labels; activations travel forward
 //! and their gradients back with send/recv. The last stage prints the loss and the
 //! bubble, the share of the step it waited.
-use std::net::TcpListener;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -41,16 +40,15 @@ fn main() -> ExitCode {
         eprintln!("error: --stages must be at least 2, got {}", args.stages);
         return ExitCode::from(2);
     }
-    let mut options = dist::SpawnOptions::new(args.stages);
-    if dist::spawned_rank().is_none() {
-        // Only the parent picks the port: each rank re-runs main.
-        let Ok(port) = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()) else {
-            eprintln!("error: no free port");
+    // The ranks' rendezvous on loopback at a free port (torchrun's --standalone): the
+    // parent picks it and hands it down, since each rank re-runs main.
+    let options = match dist::SpawnOptions::new(args.stages).standalone() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
-        };
-        options =
-            options.env(dist::MASTER_ADDR_ENV, "127.0.0.1").env(dist::MASTER_PORT_ENV, port.to_string());
-    }
+        }
+    };
     match options.spawn(|rank| run_stage(rank, &args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

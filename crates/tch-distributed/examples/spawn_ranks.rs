@@ -37,17 +37,15 @@ fn main() -> ExitCode {
         // torchrun started this process as one rank and set the rendezvous variables.
         Ok(Some(launch)) => worker(launch.local_rank, launch.rank, launch.world_size, &args),
         Ok(None) => {
-            // Every child re-runs main, so a port chosen here would differ in each of
-            // them: only the parent's choice counts, handed over in the environment.
-            let mut options = dist::SpawnOptions::new(args.nprocs);
+            // Every child re-runs main, so a port chosen there would differ in each of
+            // them: `standalone` lets only the parent's choice count, handed down in the
+            // environment.
             if dist::spawned_rank().is_none() {
-                let port = free_port();
-                println!("starting {} ranks (Gloo, rendezvous 127.0.0.1:{port})", args.nprocs);
-                options = options
-                    .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
-                    .env(dist::MASTER_PORT_ENV, port.to_string());
+                println!("starting {} ranks (Gloo, rendezvous on loopback)", args.nprocs);
             }
-            options.spawn(|local_rank| worker(local_rank, local_rank, args.nprocs, &args))
+            dist::SpawnOptions::new(args.nprocs).standalone().and_then(|options| {
+                options.spawn(|local_rank| worker(local_rank, local_rank, args.nprocs, &args))
+            })
         }
         Err(e) => Err(e),
     };
@@ -80,10 +78,4 @@ fn worker(local_rank: usize, rank: usize, world_size: usize, args: &Args) -> dis
     );
     std::thread::sleep(Duration::from_secs(args.hold_secs));
     dist::destroy_process_group()
-}
-
-/// A port nobody listens on now, for rank 0's store (the OS picks it).
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("a bound address").port()
 }

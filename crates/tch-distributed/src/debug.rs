@@ -26,46 +26,12 @@ use crate::reduce_op::ReduceOp;
 /// waits for the device).
 pub const OBSERVED_VALUES_MAX: i64 = 16;
 
-crate::named::pytorch_named! {
-    /// A collective issued through this crate, by PyTorch's name ([`name`](Self::name):
-    /// `all_reduce`): the program's own calls and those DDP and FSDP make on their own.
-    pub enum CollectiveOp {
-        /// [`all_reduce`](crate::all_reduce).
-        AllReduce = "all_reduce",
-        /// [`reduce`](crate::reduce).
-        Reduce = "reduce",
-        /// [`broadcast`](crate::broadcast).
-        Broadcast = "broadcast",
-        /// [`all_gather`](crate::all_gather), into one tensor per rank.
-        AllGather = "all_gather",
-        /// [`all_gather_into_tensor`](crate::all_gather_into_tensor): FSDP's gathering
-        /// of a unit's shards.
-        AllGatherIntoTensor = "all_gather_into_tensor",
-        /// [`reduce_scatter_tensor`](crate::reduce_scatter_tensor): FSDP's reduction of a
-        /// unit's gradients.
-        ReduceScatterTensor = "reduce_scatter_tensor",
-        /// [`barrier`](crate::barrier).
-        Barrier = "barrier",
-        /// DDP's broadcast of the model's state from rank 0 (at wrapping, and of the
-        /// buffers before each forward): [`broadcast_coalesced`](crate::broadcast_coalesced).
-        BroadcastCoalesced = "broadcast_coalesced",
-        /// DDP's check, at wrapping, that every rank's model has the same parameters.
-        VerifyParamsAcrossProcesses = "verify_params_across_processes",
-        /// A point-to-point send to one rank ([`send`](crate::send), [`isend`](crate::isend)).
-        Send = "send",
-        /// A point-to-point receive from one rank, or from any
-        /// ([`recv`](crate::recv), [`irecv`](crate::irecv)).
-        Recv = "recv",
-    }
-}
-
-impl CollectiveOp {
-    /// Whether this is a `send` or a `recv`: two ranks of the group take part, not all
-    /// of them, and [`CollectiveCall::seq`] counts them apart from the collectives.
-    pub fn is_point_to_point(self) -> bool {
-        matches!(self, CollectiveOp::Send | CollectiveOp::Recv)
-    }
-}
+/// A collective issued through this crate, by PyTorch's name ([`name`](CollectiveOp::name):
+/// `all_reduce`): the program's own calls ([`all_reduce`](crate::all_reduce),
+/// [`send`](crate::send), ...) and those DDP and FSDP make on their own
+/// ([`broadcast_coalesced`](crate::broadcast_coalesced), `all_gather_into_tensor`, ...).
+/// The enum is pytorch-names', shared with the lab's trace.
+pub use pytorch_names::CollectiveOp;
 
 /// One collective as the program issued it.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,23 +77,8 @@ impl CollectiveCall {
     /// e.g. `reduce(op=SUM, root=1) Double[1]` or `send(dst=1) Float[4]`, in the words
     /// PyTorch's logs and arguments use.
     pub fn describe(&self) -> String {
-        let mut args = Vec::new();
-        if let Some(op) = self.reduce_op {
-            args.push(format!("op={op}"));
-        }
-        if let Some(root) = self.root {
-            let key = match self.op {
-                CollectiveOp::Send => "dst",
-                CollectiveOp::Recv => "src",
-                _ => "root",
-            };
-            args.push(format!("{key}={root}"));
-        }
-        let tensor = match self.dtype {
-            Some(kind) => format!(" {kind:?}[{}]", self.numel),
-            None => String::new(),
-        };
-        format!("{}({}){tensor}", self.op, args.join(", "))
+        let dtype = self.dtype.map(|kind| format!("{kind:?}"));
+        pytorch_names::describe(self.op, self.reduce_op, self.root, dtype.as_deref().map(|d| (d, self.numel)))
     }
 }
 

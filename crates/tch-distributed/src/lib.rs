@@ -19,7 +19,6 @@ mod fsdp;
 mod group;
 mod launch_env;
 mod mismatch;
-mod named;
 mod new_group;
 mod pipeline;
 mod reduce_op;

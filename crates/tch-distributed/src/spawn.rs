@@ -191,6 +191,36 @@ impl SpawnOptions {
         self
     }
 
+    /// torchrun's `--standalone` for the ranks this starts: their rendezvous on this
+    /// machine's loopback, at a free port the parent picks and hands to the children
+    /// (`MASTER_ADDR=127.0.0.1`, `MASTER_PORT`), which then `init_process_group` with
+    /// `env://`. When the environment already names both (a user who chose them), those
+    /// stay. In a child it changes nothing: the parent's choice is in its environment.
+    ///
+    /// ```no_run
+    /// use tch_distributed as dist;
+    ///
+    /// fn main() -> dist::Result<()> {
+    ///     dist::SpawnOptions::new(2).standalone()?.spawn(|rank| {
+    ///         let init = dist::InitOptions { rank: Some(rank), world_size: Some(2), ..Default::default() };
+    ///         dist::init_process_group(dist::Backend::Gloo, init)
+    ///     })
+    /// }
+    /// ```
+    pub fn standalone(self) -> Result<Self> {
+        let named = |key: &str| std::env::var_os(key).is_some_and(|v| !v.is_empty());
+        if spawned_rank().is_some() || (named(crate::MASTER_ADDR_ENV) && named(crate::MASTER_PORT_ENV)) {
+            return Ok(self);
+        }
+        let port = child_process::free_port().map_err(|e| {
+            DistError::new(
+                ErrorKind::Network,
+                format!("spawn: no free loopback port for the ranks' rendezvous ({e}); set MASTER_ADDR and MASTER_PORT to choose one"),
+            )
+        })?;
+        Ok(self.env(crate::MASTER_ADDR_ENV, "127.0.0.1").env(crate::MASTER_PORT_ENV, port.to_string()))
+    }
+
     /// Starts the ranks (in the parent) or runs this process's rank (in a child); see
     /// [`spawn`].
     pub fn spawn<F, R>(&self, worker: F) -> Result<()>
@@ -464,6 +494,24 @@ fn describe_status(status: ExitStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parent picks the loopback rendezvous for its children, unless the environment
+    /// already names one (read, not changed: tests share the process's environment).
+    #[test]
+    fn standalone_hands_the_children_a_loopback_rendezvous() {
+        let options = SpawnOptions::new(2).standalone().unwrap();
+        let given = |key: &str| {
+            options.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let named = |key: &str| std::env::var_os(key).is_some_and(|v| !v.is_empty());
+        if named(crate::MASTER_ADDR_ENV) && named(crate::MASTER_PORT_ENV) {
+            assert!(options.env.is_empty(), "the user's rendezvous stays: {:?}", options.env);
+        } else {
+            assert_eq!(given(crate::MASTER_ADDR_ENV).as_deref(), Some("127.0.0.1"));
+            let port: u16 = given(crate::MASTER_PORT_ENV).unwrap().parse().unwrap();
+            assert_ne!(port, 0);
+        }
+    }
 
     #[test]
     fn describes_exit_statuses() {

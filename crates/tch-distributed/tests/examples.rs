@@ -189,3 +189,32 @@ fn spawn_ranks_all_reduce_and_a_failing_rank_fails_the_run() {
     assert!(!failed.status.success(), "{}\n{}", failed.stdout, failed.stderr);
     assert!(failed.stderr.contains("rank 1: failing on purpose"), "{}", failed.stderr);
 }
+
+/// The README's list of examples names every file of `examples/` (and nothing else), and
+/// no example picks its rendezvous port by hand: each starts its ranks as the README's
+/// first program does, with `SpawnOptions::standalone`.
+#[test]
+fn the_readme_lists_every_example_and_each_starts_its_ranks_alike() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(crate_dir.join("README.md")).unwrap();
+    let listed: std::collections::BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("cargo run -p tch-distributed --example "))
+        .map(|rest| rest.split_whitespace().next().unwrap().to_string())
+        .collect();
+    let mut files = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(crate_dir.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        let source = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        assert!(
+            !source.contains("TcpListener::bind"),
+            "{name} picks a port by hand instead of `standalone()`"
+        );
+        if source.contains("SpawnOptions") {
+            assert!(source.contains(".standalone()"), "{name} spawns ranks without `standalone()`");
+        }
+        files.insert(name);
+    }
+    assert_eq!(listed, files, "the README's `cargo run -p tch-distributed --example` lines and examples/");
+}

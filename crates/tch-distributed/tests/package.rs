@@ -1,5 +1,5 @@
-//! The crate as published: `cargo package` makes its .crate (and child-process's, which
-//! it depends on), and a scratch project outside the workspace, built against the same
+//! The crate as published: `cargo package` makes its .crate (and those of child-process
+//! and pytorch-names, which it depends on), and a scratch project outside the workspace, built against the same
 //! libtorch, depends on the unpacked crates and runs one all_reduce on a 1-rank Gloo
 //! group. This is what `cargo package`'s own verification would build, plus a run.
 //!
@@ -45,6 +45,16 @@ const BUILD_RS: &str = r#"fn main() {
 }
 "#;
 
+/// The crates packaged, each with the version its manifest gives.
+const PACKAGED: [&str; 3] = ["child-process", "pytorch-names", "tch-distributed"];
+
+/// `name-version`, as `cargo package` names a crate's archive and its folder.
+fn packaged(name: &str) -> String {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name).join("Cargo.toml");
+    let manifest: toml_edit::DocumentMut = std::fs::read_to_string(&manifest).unwrap().parse().unwrap();
+    format!("{name}-{}", manifest["package"]["version"].as_str().expect("a version of its own"))
+}
+
 fn run(cmd: Command, what: &str) -> String {
     let out = child_process::output(cmd, Some(LIMIT)).expect("it starts");
     assert!(out.success(), "{what}: {}\nstdout:\n{}\nstderr:\n{}", out.describe(), out.stdout, out.stderr);
@@ -61,11 +71,12 @@ fn workspace() -> (PathBuf, PathBuf) {
 }
 
 /// The scratch project's manifest: the unpacked crates as path dependencies (the
-/// published child-process patched in for the one tch-distributed names), and the
+/// published child-process and pytorch-names patched in for those tch-distributed
+/// names), and the
 /// workspace's profiles, without which every shared dependency would be built again.
 fn manifest(unpacked: &Path, workspace_manifest: &str) -> String {
     let workspace: toml_edit::DocumentMut = workspace_manifest.parse().expect("the workspace's Cargo.toml");
-    let path = |name: &str| toml_edit::value(unpacked.join(format!("{name}-0.1.0")).display().to_string());
+    let path = |name: &str| toml_edit::value(unpacked.join(packaged(name)).display().to_string());
     let mut doc = toml_edit::DocumentMut::new();
     doc["package"]["name"] = toml_edit::value("uses-tch-distributed");
     doc["package"]["version"] = toml_edit::value("0.0.0");
@@ -74,7 +85,9 @@ fn manifest(unpacked: &Path, workspace_manifest: &str) -> String {
     doc["dependencies"]["tch"] =
         toml_edit::value(workspace["workspace"]["dependencies"]["tch"].as_str().unwrap());
     doc["dependencies"]["tch-distributed"]["path"] = path("tch-distributed");
-    doc["patch"]["crates-io"]["child-process"]["path"] = path("child-process");
+    for dependency in ["child-process", "pytorch-names"] {
+        doc["patch"]["crates-io"][dependency]["path"] = path(dependency);
+    }
     doc["profile"] = workspace["profile"].clone();
     // As a workspace member has it: the build script's DEBUG, and so the shim's flags
     // and the key its compiled archive is kept under, are the workspace's.
@@ -99,24 +112,25 @@ fn the_packaged_crate_builds_outside_the_workspace_and_all_reduces() {
     std::fs::create_dir_all(&unpacked).unwrap();
     std::fs::create_dir_all(user.join("src")).unwrap();
 
-    // Both crates in one call: cargo resolves tch-distributed's child-process to the
-    // one packaged beside it (until it is on crates.io, packaging it alone cannot).
+    // The crates in one call: cargo resolves tch-distributed's child-process and
+    // pytorch-names to those packaged beside it (until they are on crates.io,
+    // packaging it alone cannot).
     let mut package = child_process::cargo();
     package.current_dir(&root).args(["package", "-q", "--offline", "--no-verify", "--allow-dirty"]);
     package
-        .args(["-p", "child-process", "-p", "tch-distributed", "--target-dir"])
+        .args(["-p", "child-process", "-p", "pytorch-names", "-p", "tch-distributed", "--target-dir"])
         .arg(scratch.join("package-target"));
     run(package, "cargo package");
-    for name in ["child-process", "tch-distributed"] {
+    for name in PACKAGED {
         let mut untar = Command::new("tar");
         untar
             .arg("-xzf")
-            .arg(scratch.join(format!("package-target/package/{name}-0.1.0.crate")))
+            .arg(scratch.join(format!("package-target/package/{}.crate", packaged(name))))
             .arg("-C")
             .arg(&unpacked);
         run(untar, "tar");
     }
-    let crate_dir = unpacked.join("tch-distributed-0.1.0");
+    let crate_dir = unpacked.join(packaged("tch-distributed"));
     for shipped in
         ["build.rs", "build/locate.rs", "shim/tchd.cpp", "shim/tchd.h", "README.md", "CHANGELOG.md"]
     {

@@ -26,7 +26,7 @@ impl ProcessGroup {
         let span = self.observe(CollectiveOp::AllReduce, Some(op), None, Some(tensor));
         let ptrs = [tensor.as_mut_ptr() as *mut c_void];
         self.start("all_reduce", span, |out, err| unsafe {
-            ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, op.raw(), out, err)
+            ffi::tchd_all_reduce(self.raw.as_ptr(), ptrs.as_ptr(), 1, crate::reduce_op::raw(op), out, err)
         })
     }
 
@@ -45,7 +45,7 @@ impl ProcessGroup {
         let span = self.observe(CollectiveOp::Reduce, Some(op), Some(dst), Some(tensor));
         let ptr = tensor.as_mut_ptr() as *mut c_void;
         self.start("reduce", span, |out, err| unsafe {
-            ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, op.raw(), out, err)
+            ffi::tchd_reduce(self.raw.as_ptr(), ptr, dst as i32, crate::reduce_op::raw(op), out, err)
         })
     }
 
@@ -191,7 +191,14 @@ impl ProcessGroup {
         let (mut flat_out, flat_in) = (output.view([-1]), input.view([-1]));
         let (out_ptr, in_ptr) = (flat_out.as_mut_ptr() as *mut c_void, flat_in.as_ptr() as *mut c_void);
         self.start(WHAT, span, |out, err| unsafe {
-            ffi::tchd_reduce_scatter_tensor(self.raw.as_ptr(), out_ptr, in_ptr, op.raw(), out, err)
+            ffi::tchd_reduce_scatter_tensor(
+                self.raw.as_ptr(),
+                out_ptr,
+                in_ptr,
+                crate::reduce_op::raw(op),
+                out,
+                err,
+            )
         })
     }
 
