@@ -12,6 +12,7 @@ mod connect;
 mod ddp;
 pub mod debug;
 mod default_group;
+mod device_mesh;
 pub mod diagnostics;
 mod error;
 mod ffi;
@@ -43,6 +44,7 @@ pub use default_group::{
     default_group, destroy_process_group, get_backend, get_rank, get_world_size, init_process_group,
     is_initialized, InitOptions,
 };
+pub use device_mesh::{init_device_mesh, DeviceMesh};
 pub use error::{DistError, ErrorKind, Result};
 pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory, ShardedUnit};
 pub use group::{

@@ -22,7 +22,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    run_scenario(&[("mixed", mixed_scenario)]);
+    run_scenario(&[("mixed", mixed_scenario), ("mesh", mesh_scenario)]);
 }
 
 fn show(name: &str, t: &Tensor) {
@@ -35,8 +35,8 @@ fn show(name: &str, t: &Tensor) {
     println!("result {name}: {}", text.join(" "));
 }
 
-/// The Rust side of `tests/python/peer.py`, call for call.
-fn mixed_scenario() {
+/// Joins the job as `tests/python/peer.py` does (env:// or, with PEER_INIT=tcp, tcp://).
+fn join() -> (usize, usize) {
     let rank = env_usize(dist::RANK_ENV);
     let n = env_usize(dist::WORLD_SIZE_ENV);
     let init = if std::env::var("PEER_INIT").as_deref() == Ok("tcp") {
@@ -51,6 +51,57 @@ fn mixed_scenario() {
     )
     .expect("init_process_group");
     println!("rust rank {rank} of {n}");
+    (rank, n)
+}
+
+/// The Rust side of `tests/python/peer.py`'s `mesh`, call for call.
+fn mesh_scenario() {
+    let (rank, n) = join();
+    let mesh = dist::init_device_mesh(tch::Device::Cpu, &[n / 2, 2], &["dp", "tp"]).unwrap();
+    let coordinate: Vec<i64> = mesh.get_coordinate().iter().map(|&c| c as i64).collect();
+    show("mesh coordinate", &Tensor::from_slice(&coordinate));
+    for name in ["tp", "dp"] {
+        let mut t = Tensor::from_slice(&[rank as i64]);
+        mesh.get_group(name).unwrap().all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        show(&format!("mesh {name} sum, local rank {}", mesh.get_local_rank(name).unwrap()), &t);
+    }
+    let tp = mesh.slice("tp").unwrap();
+    let ranks: Vec<i64> = tp.ranks().iter().map(|&r| r as i64).collect();
+    show("mesh tp slice", &Tensor::from_slice(&ranks));
+    let world = dist::init_device_mesh(tch::Device::Cpu, &[n], &["world"]).unwrap();
+    let mut t = Tensor::from_slice(&[rank as i64]);
+    world.get_group("world").unwrap().all_reduce(&mut t, ReduceOp::Max).unwrap();
+    show("mesh world max", &t);
+    if let Some(ends) = dist::new_group(Some(&[0, n - 1]), None).unwrap() {
+        let mut t = Tensor::from_slice(&[rank as i64]);
+        ends.all_reduce(&mut t, ReduceOp::Sum).unwrap();
+        show("new_group after the meshes", &t);
+    }
+    dist::destroy_process_group().unwrap();
+}
+
+/// What rank `rank` of `n` must print in `mesh`: TP groups are neighbours {2i, 2i+1},
+/// DP groups every second rank from the rank's column.
+fn expected_mesh_results(rank: usize, n: usize) -> Vec<String> {
+    let (row, col, dp) = (rank / 2, rank % 2, n / 2);
+    let tp_sum = 4 * row + 1;
+    let dp_sum = dp * col + dp * (dp - 1);
+    let mut lines = vec![
+        format!("result mesh coordinate: {row} {col}"),
+        format!("result mesh tp sum, local rank {col}: {tp_sum}"),
+        format!("result mesh dp sum, local rank {row}: {dp_sum}"),
+        format!("result mesh tp slice: {} {}", 2 * row, 2 * row + 1),
+        format!("result mesh world max: {}", n - 1),
+    ];
+    if rank == 0 || rank == n - 1 {
+        lines.push(format!("result new_group after the meshes: {}", n - 1));
+    }
+    lines
+}
+
+/// The Rust side of `tests/python/peer.py`'s collectives, call for call.
+fn mixed_scenario() {
+    let (rank, n) = join();
     let r = rank as i64;
     let f = rank as f64;
 
@@ -195,19 +246,31 @@ fn python() -> Option<PathBuf> {
 
 /// Runs a job whose rank `i` is Python where `languages[i]` is 'p', Rust where 'r'.
 fn run_mixed(languages: &str, init: &str) {
+    run_scenario_mixed("mixed", languages, init, expected_results);
+}
+
+/// Runs `scenario` on a job whose rank `i` is Python where `languages[i]` is 'p', Rust
+/// where 'r'; every rank must print `expected(rank, n)`.
+fn run_scenario_mixed(
+    scenario: &str,
+    languages: &str,
+    init: &str,
+    expected: fn(usize, usize) -> Vec<String>,
+) {
     let Some(python) = python() else { return };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/peer.py");
     let n = languages.len();
     let mut ranks = env_ranks(0..n, n, child_process::free_port().unwrap());
     for (spec, language) in ranks.iter_mut().zip(languages.chars()) {
         spec.env.push(("PEER_INIT".into(), init.into()));
+        spec.env.push(("PEER_SCENARIO".into(), scenario.into()));
         if language == 'p' {
             spec.program = Some(vec![python.display().to_string(), script.display().to_string()]);
         }
     }
     // PyTorch checks no collective by default: the Rust ranks must not either, or they
     // would wait for helper groups the Python ranks never make.
-    let outcomes = run_ranks("mixed", ranks, &[(dist::CHECK_COLLECTIVES_ENV, "0")], DEADLINE);
+    let outcomes = run_ranks(scenario, ranks, &[(dist::CHECK_COLLECTIVES_ENV, "0")], DEADLINE);
     for o in &outcomes {
         // A Python rank prints no Rust completion marker: its own last line instead.
         let python_rank = languages.as_bytes()[o.rank] == b'p';
@@ -220,7 +283,7 @@ fn run_mixed(languages: &str, init: &str) {
         let got: Vec<&str> = o.output.lines().filter(|l| l.starts_with("result ")).collect();
         assert_eq!(
             got,
-            expected_results(o.rank, n),
+            expected(o.rank, n),
             "{languages} ({init}): rank {} ({}) printed other results:\n{}",
             o.rank,
             if python_rank { "Python" } else { "Rust" },
@@ -251,4 +314,12 @@ fn three_ranks_two_rust_one_python() {
 #[test]
 fn three_ranks_two_python_one_rust_over_tcp() {
     run_mixed("prp", "tcp");
+}
+
+/// A device mesh made by Rust and Python ranks alike: the same groups along each
+/// dimension, the whole world's dimension on the default group, and a group made after
+/// both meshes numbered alike (else its store keys would differ and the job would hang).
+#[test]
+fn a_device_mesh_of_rust_and_python_ranks_makes_pytorchs_groups() {
+    run_scenario_mixed("mesh", "rppr", "env", expected_mesh_results);
 }

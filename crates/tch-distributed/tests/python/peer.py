@@ -3,7 +3,8 @@ receives), in the same order,
 as the Rust scenario `mixed` there, each result printed in the same format.
 
 Environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as for env://, and
-PEER_INIT=tcp to join through tcp://MASTER_ADDR:MASTER_PORT instead.
+PEER_INIT=tcp to join through tcp://MASTER_ADDR:MASTER_PORT instead. PEER_SCENARIO=mesh
+runs the scenario `mesh` instead: device meshes and the groups they make.
 """
 import os
 from datetime import timedelta
@@ -31,6 +32,40 @@ def main():
     else:
         dist.init_process_group("gloo", init_method="env://", timeout=timeout)
     print(f"python rank {rank} of {n}, torch {torch.__version__}", flush=True)
+    if os.environ.get("PEER_SCENARIO") == "mesh":
+        mesh(rank, n)
+    else:
+        collectives(rank, n)
+    dist.destroy_process_group()
+    print("python peer finished", flush=True)
+
+
+def mesh(rank, n):
+    """A (dp, tp) = (n / 2, 2) mesh, a 1-D mesh of the world, then a group made after
+    both: the groups' numbers and keys agree only if both languages made the same groups
+    in the same order."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh_2d = init_device_mesh("cpu", (n // 2, 2), mesh_dim_names=("dp", "tp"))
+    show("mesh coordinate", torch.tensor(mesh_2d.get_coordinate(), dtype=torch.int64))
+    for name in ("tp", "dp"):
+        t = torch.tensor([rank], dtype=torch.int64)
+        dist.all_reduce(t, dist.ReduceOp.SUM, group=mesh_2d.get_group(name))
+        show(f"mesh {name} sum, local rank {mesh_2d.get_local_rank(name)}", t)
+    tp = mesh_2d["tp"]
+    show("mesh tp slice", tp.mesh)
+    world = init_device_mesh("cpu", (n,), mesh_dim_names=("world",))
+    t = torch.tensor([rank], dtype=torch.int64)
+    dist.all_reduce(t, dist.ReduceOp.MAX, group=world.get_group("world"))
+    show("mesh world max", t)
+    ends = dist.new_group([0, n - 1])
+    if rank in (0, n - 1):
+        t = torch.tensor([rank], dtype=torch.int64)
+        dist.all_reduce(t, dist.ReduceOp.SUM, group=ends)
+        show("new_group after the meshes", t)
+
+
+def collectives(rank, n):
 
     t = torch.tensor([rank + 1.0, 0.5 * (rank + 1)], dtype=torch.float32)
     dist.all_reduce(t, dist.ReduceOp.SUM)
@@ -98,9 +133,6 @@ def main():
     dist.irecv(got, (rank + n - 1) % n, tag=3).wait()
     sent.wait()
     show("ring", got)
-
-    dist.destroy_process_group()
-    print("python peer finished", flush=True)
 
 
 if __name__ == "__main__":
