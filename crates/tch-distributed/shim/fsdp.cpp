@@ -42,15 +42,20 @@ void check_callback(int status, char* err) {
   TORCH_CHECK(false, message);
 }
 
-struct FsdpReduceScatterBackward : public torch::autograd::Node {
+// A node whose backward is Rust's: FSDP's reduce-scatter of the full parameters'
+// gradients into the shards', and tensor parallelism's region operators (the gradient
+// all-reduced, or passed on as it is). Its name is the one autograd graphs show.
+struct RustBackward : public torch::autograd::Node {
+  std::string node_name;
   tchd_fsdp_backward_fn callback;
   std::shared_ptr<void> ctx;
   size_t n_shards;
 
-  FsdpReduceScatterBackward(tchd_fsdp_backward_fn callback, std::shared_ptr<void> ctx, size_t n_shards)
-      : callback(callback), ctx(std::move(ctx)), n_shards(n_shards) {}
+  RustBackward(std::string node_name, tchd_fsdp_backward_fn callback, std::shared_ptr<void> ctx,
+               size_t n_shards)
+      : node_name(std::move(node_name)), callback(callback), ctx(std::move(ctx)), n_shards(n_shards) {}
 
-  std::string name() const override { return "FsdpReduceScatterBackward"; }
+  std::string name() const override { return node_name; }
 
   variable_list apply(variable_list&& grads) override {
     // Owned copies for Rust (tch frees them); NULL where a parameter got no gradient.
@@ -121,17 +126,24 @@ int tchd_copy_unversioned(void* dst, const void* src, char** err) {
 
 int tchd_fsdp_attach(void* const* params, size_t n_params, void* const* shards, size_t n_shards,
                      tchd_fsdp_backward_fn callback, tchd_ctx_drop_fn drop, void* ctx, char** err) {
+  return tchd_attach_backward(params, n_params, shards, n_shards, "FsdpReduceScatterBackward", callback,
+                              drop, ctx, err);
+}
+
+int tchd_attach_backward(void* const* params, size_t n_params, void* const* shards, size_t n_shards,
+                         const char* name, tchd_fsdp_backward_fn callback, tchd_ctx_drop_fn drop, void* ctx,
+                         char** err) {
   // The context is Rust's from here on, dropped with the node (or now, on failure).
   std::shared_ptr<void> owned(ctx, drop);
   return guarded(err, [&] {
     std::vector<at::Tensor> shard_list;
     for (size_t i = 0; i < n_shards; ++i) {
       const auto& s = tensor_ref(shards[i]);
-      TORCH_CHECK_VALUE(s.requires_grad(), "FSDP: shard ", i, " does not require grad");
+      TORCH_CHECK_VALUE(s.requires_grad(), name, ": input ", i, " does not require grad");
       shard_list.push_back(s);
     }
-    auto node = std::shared_ptr<FsdpReduceScatterBackward>(
-        new FsdpReduceScatterBackward(callback, owned, n_shards), torch::autograd::deleteNode);
+    auto node = std::shared_ptr<RustBackward>(new RustBackward(name, callback, owned, n_shards),
+                                              torch::autograd::deleteNode);
     node->set_next_edges(torch::autograd::collect_next_edges(shard_list));
     for (size_t i = 0; i < n_params; ++i) {
       auto& p = tensor_ref(params[i]);

@@ -206,6 +206,11 @@ typedef void (*tchd_ctx_drop_fn)(void* ctx);
 // gradients into the shards'. Call once per training forward, before it.
 int tchd_fsdp_attach(void* const* params, size_t n_params, void* const* shards, size_t n_shards,
                      tchd_fsdp_backward_fn callback, tchd_ctx_drop_fn drop, void* ctx, char** err);
+// The same with any inputs and outputs and the node called `name`: tensor parallelism's
+// region operators (their backward all-reduces the gradient, or passes it on).
+int tchd_attach_backward(void* const* outputs, size_t n_outputs, void* const* inputs, size_t n_inputs,
+                         const char* name, tchd_fsdp_backward_fn callback, tchd_ctx_drop_fn drop, void* ctx,
+                         char** err);
 // Calls `callback` when the gradient of `tensor` (which must require grad) is computed,
 // before it flows on; the gradient is unchanged.
 int tchd_register_grad_hook(void* tensor, tchd_grad_hook_fn callback, tchd_ctx_drop_fn drop, void* ctx,

@@ -287,6 +287,18 @@ extern "C" {
         ctx: *mut c_void,
         err: *mut *mut c_char,
     ) -> c_int;
+    #[allow(clippy::too_many_arguments)]
+    pub fn tchd_attach_backward(
+        outputs: *const *mut c_void,
+        n_outputs: usize,
+        inputs: *const *mut c_void,
+        n_inputs: usize,
+        name: *const c_char,
+        callback: FsdpBackwardFn,
+        drop: CtxDropFn,
+        ctx: *mut c_void,
+        err: *mut *mut c_char,
+    ) -> c_int;
     pub fn tchd_register_grad_hook(
         tensor: *mut c_void,
         callback: GradHookFn,

@@ -29,6 +29,7 @@ pub mod spans;
 mod spawn;
 mod store;
 mod sync_batch_norm;
+mod tensor_parallel;
 
 use std::time::Duration;
 
@@ -65,6 +66,7 @@ pub use spawn::{
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};
+pub use tensor_parallel::{copy_to_region, reduce_from_region};
 
 /// PyTorch's default process-group timeout (30 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);
