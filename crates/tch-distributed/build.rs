@@ -1,6 +1,7 @@
 //! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
 //! (shim/sync_batch_norm.cpp), bf16 autocast (shim/amp.cpp) and FSDP's autograd and
-//! storage pieces (shim/fsdp.cpp).
+//! storage pieces, whose backward node tensor parallelism's region operators share
+//! (shim/fsdp.cpp).
 //!
 //! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`),
 //! so by its rules: `LIBTORCH`, or `LIBTORCH_USE_PYTORCH=1` for python's torch; the gloo
