@@ -13,14 +13,17 @@
 //! PyTorch's autograd-aware `all_reduce` (functional collectives) would not do as *g*:
 //! its backward all-reduces the gradient again, which scales every earlier gradient by
 //! the group's size.
+//!
+//! [`parallelize_module`] splits a model's layers over the group as a plan says
+//! ([`ParallelStyle::Colwise`], [`ParallelStyle::Rowwise`]), from TP rank 0's weights.
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::Arc;
 
-use tch::Tensor;
+use tch::{nn, Tensor};
 
-use crate::error::{check, Result};
+use crate::error::{check, DistError, Result};
 use crate::ffi;
 use crate::group::ProcessGroup;
 use crate::reduce_op::ReduceOp;
@@ -47,6 +50,105 @@ pub fn reduce_from_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tenso
     let mut out = x.detach().copy();
     group.all_reduce(&mut out, ReduceOp::Sum)?;
     attach(x, out, Region::IdentityBackward)
+}
+
+/// How [`parallelize_module`] splits one layer's parameters over the TP group, as
+/// PyTorch's `ParallelStyle`s do; the same for a `Linear` (weight `[out, in]`) and a
+/// `Conv2d` (weight `[out_channels, in_channels, kh, kw]`), whose channels split as a
+/// `Linear`'s features (PyTorch's own styles cover `Linear` and `Embedding` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParallelStyle {
+    /// `ColwiseParallel`: the weight split along dim 0 (outputs, output channels), the
+    /// bias with it. The layer's input goes through [`copy_to_region`]; its output is
+    /// this rank's slice of the outputs.
+    Colwise,
+    /// `RowwiseParallel`: the weight split along dim 1 (inputs, input channels); the bias
+    /// stays whole (replicated). The layer computes its partial sum without the bias,
+    /// [`reduce_from_region`] sums it, then the bias is added once.
+    Rowwise,
+}
+
+impl ParallelStyle {
+    /// The dimension of the weight that is split.
+    fn weight_dim(self) -> i64 {
+        match self {
+            ParallelStyle::Colwise => 0,
+            ParallelStyle::Rowwise => 1,
+        }
+    }
+}
+
+/// `parallelize_module(model, tp_mesh, plan, src_data_rank=0)`: every parameter of `vs`
+/// under a path of `plan` (`"block1.conv1"` covers `block1.conv1.weight` and `.bias`)
+/// becomes this rank's slice of TP rank 0's tensor, in place, so that the model's layers
+/// compute with their slices. Every rank of `group` calls it with the same plan, after
+/// building the whole model (any initial values: rank 0's are taken) and before the
+/// optimizer. The model's forward puts [`copy_to_region`] before each column-parallel
+/// layer and [`reduce_from_region`] after each row-parallel one (then that layer's bias).
+///
+/// A path that names no parameter, a parameter other than a weight or a bias, or a
+/// dimension the group's size does not divide is an error (nothing is split then).
+pub fn parallelize_module(
+    vs: &nn::VarStore,
+    group: &Arc<ProcessGroup>,
+    plan: &[(&str, ParallelStyle)],
+) -> Result<()> {
+    let size = group.world_size() as i64;
+    let rank = group.rank() as i64;
+    let variables = vs.variables();
+    // Sorted: the broadcasts below are collectives, in the same order on every rank.
+    let mut names: Vec<&String> = variables.keys().collect();
+    names.sort();
+    let mut splits = Vec::new();
+    for (path, style) in plan {
+        let under: Vec<&&String> =
+            names.iter().filter(|n| n.as_str() == *path || n.starts_with(&format!("{path}."))).collect();
+        if under.is_empty() {
+            return Err(DistError::invalid(format!(
+                "parallelize_module: no parameter under \"{path}\"; the model's parameters are {names:?}"
+            )));
+        }
+        for name in under {
+            let tensor = &variables[name.as_str()];
+            let dim = match name.rsplit('.').next() {
+                Some("weight") => Some(style.weight_dim()),
+                Some("bias") if *style == ParallelStyle::Colwise => Some(0),
+                Some("bias") => None,
+                _ => {
+                    return Err(DistError::invalid(format!(
+                        "parallelize_module: \"{name}\" is neither a weight nor a bias; a {style:?} plan entry splits a Linear's or a Conv2d's"
+                    )))
+                }
+            };
+            if let Some(dim) = dim {
+                let len = tensor.size().get(dim as usize).copied().unwrap_or(0);
+                if len % size != 0 {
+                    return Err(DistError::invalid(format!(
+                        "parallelize_module: \"{name}\" has {len} along dimension {dim}, which {size} ranks cannot split evenly"
+                    )));
+                }
+            }
+            if splits.iter().any(|(seen, _)| seen == *name) {
+                return Err(DistError::invalid(format!(
+                    "parallelize_module: \"{name}\" is under two entries of the plan; name each layer once"
+                )));
+            }
+            splits.push((name.to_string(), dim));
+        }
+    }
+    let _no_grad = tch::no_grad_guard();
+    for (name, dim) in splits {
+        let mut tensor = variables[&name].shallow_clone();
+        let mut full = tensor.detach().copy();
+        group.broadcast(&mut full, 0)?;
+        let mine = match dim {
+            Some(dim) => full.chunk(size, dim)[rank as usize].contiguous(),
+            None => full,
+        };
+        // In place: every holder of the variable (the layer, the store) sees the slice.
+        tensor.set_data(&mine);
+    }
+    Ok(())
 }
 
 /// What a region node does with the gradient in backward.

@@ -1,14 +1,20 @@
-//! Tensor parallelism's region operators across real processes (Gloo): a two-layer MLP
+//! Tensor parallelism across real processes (Gloo). The region operators: a two-layer MLP
 //! split Megatron's way over 2 and 3 ranks (the first layer column-parallel behind
 //! `copy_to_region`, the second row-parallel before `reduce_from_region`) against the
 //! whole MLP, which every rank also runs on its own from the same seed. Output, loss and
 //! every gradient (the input's included) must agree to float32 rounding; without
 //! `copy_to_region` the input's gradient is only this rank's part, and the test shows it.
+//! `parallelize_module`: a conv net and MLP split by a plan (conv channels as Linear
+//! features) from TP rank 0's weights, against rank 0's whole net.
 mod common;
 
 use std::time::Duration;
 
 use common::*;
+use std::collections::HashMap;
+
+use dist::ParallelStyle::{Colwise, Rowwise};
+use tch::nn::{self, ConvConfig};
 use tch::{Device, Kind, Tensor};
 use tch_distributed as dist;
 
@@ -27,7 +33,7 @@ const TOLERANCE: f64 = 2e-6;
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    run_scenario(&[("mlp", mlp_scenario)]);
+    run_scenario(&[("mlp", mlp_scenario), ("plan", plan_scenario)]);
 }
 
 fn leaf(t: Tensor) -> Tensor {
@@ -92,18 +98,103 @@ fn mlp_scenario() {
     dist::destroy_process_group().unwrap();
 }
 
+/// A small conv net and MLP (conv 2→6, conv 6→4 without bias, flatten, fc 36→12, fc
+/// 12→3) in a VarStore, initialised from `seed`.
+fn net(seed: i64) -> nn::VarStore {
+    tch::manual_seed(seed);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let root = vs.root();
+    let pad = ConvConfig { padding: 1, ..Default::default() };
+    let _ = nn::conv2d(&root / "conv1", 2, 6, 3, pad);
+    let _ = nn::conv2d(&root / "conv2", 6, 4, 3, ConvConfig { bias: false, ..pad });
+    let _ = nn::linear(&root / "fc1", 36, 12, Default::default());
+    let _ = nn::linear(&root / "fc2", 12, 3, Default::default());
+    vs
+}
+
+/// The net's forward from its variables; `tp` puts the region operators where the plan
+/// split the layers (and fc2's bias after the reduction).
+fn forward(
+    w: &HashMap<String, Tensor>,
+    x: &Tensor,
+    tp: Option<&std::sync::Arc<dist::ProcessGroup>>,
+) -> Tensor {
+    let f = |t: &Tensor| tp.map_or_else(|| t.shallow_clone(), |g| dist::copy_to_region(t, g).unwrap());
+    let g = |t: &Tensor| tp.map_or_else(|| t.shallow_clone(), |g| dist::reduce_from_region(t, g).unwrap());
+    let conv = |t: &Tensor, name: &str, bias: bool| {
+        let b = bias.then(|| &w[&format!("{name}.bias")]);
+        t.conv2d(&w[&format!("{name}.weight")], b, [1, 1], [1, 1], [1, 1], 1)
+    };
+    let h = conv(&f(x), "conv1", true).relu();
+    let h = g(&conv(&h, "conv2", false)).flatten(1, -1);
+    let h = (f(&h).matmul(&w["fc1.weight"].tr()) + &w["fc1.bias"]).relu();
+    g(&h.matmul(&w["fc2.weight"].tr())) + &w["fc2.bias"]
+}
+
+/// `parallelize_module` on a net every rank initialised from its own seed: the split
+/// net must compute what TP rank 0's whole net computes (its weights are the ones
+/// taken, `src_data_rank=0`), gradients included, and bad plans are refused.
+fn plan_scenario() {
+    init_env(TIMEOUT);
+    let group = dist::default_group().unwrap();
+    let rank = group.rank() as i64;
+    let split = net(100 + rank);
+    let bad = dist::parallelize_module(&split, &group, &[("fc3", Colwise)]).unwrap_err();
+    assert!(bad.message().contains("no parameter under \"fc3\""), "{bad}");
+    let twice = dist::parallelize_module(&split, &group, &[("fc1", Colwise), ("fc1.weight", Rowwise)]);
+    assert!(twice.unwrap_err().message().contains("two entries"));
+    let plan = [("conv1", Colwise), ("conv2", Rowwise), ("fc1", Colwise), ("fc2", Rowwise)];
+    dist::parallelize_module(&split, &group, &plan).unwrap();
+    let whole = net(100); // rank 0's
+    let x = Tensor::randn([2, 2, 3, 3], (Kind::Float, Device::Cpu));
+    let mut x0 = x.copy();
+    group.broadcast(&mut x0, 0).unwrap(); // the same batch on every TP rank
+    let (ws, ww) = (split.variables(), whole.variables());
+    let (ys, yw) = (forward(&ws, &x0, Some(&group)), forward(&ww, &x0, None));
+    (&ys * &ys).sum(Kind::Float).backward();
+    (&yw * &yw).sum(Kind::Float).backward();
+    assert!(max_diff(&ys, &yw) <= TOLERANCE, "rank {rank}: output differs by {}", max_diff(&ys, &yw));
+    let world = group.world_size() as i64;
+    for (name, dim) in [
+        ("conv1.weight", Some(0)),
+        ("conv1.bias", Some(0)),
+        ("conv2.weight", Some(1)),
+        ("fc1.weight", Some(0)),
+        ("fc1.bias", Some(0)),
+        ("fc2.weight", Some(1)),
+        ("fc2.bias", None),
+    ] {
+        let (mine, full) = (&ws[name], &ww[name]);
+        let slice = |t: &Tensor| match dim {
+            Some(d) => t.chunk(world, d)[rank as usize].shallow_clone(),
+            None => t.shallow_clone(),
+        };
+        assert_eq!(mine.size(), slice(full).size(), "rank {rank}: {name}'s shape");
+        assert!(max_diff(mine, &slice(full)) == 0.0, "rank {rank}: {name} is not rank 0's slice");
+        let diff = max_diff(&mine.grad(), &slice(&full.grad()));
+        assert!(diff <= TOLERANCE, "rank {rank}: {name}'s gradient differs by {diff}");
+    }
+    dist::destroy_process_group().unwrap();
+}
+
 fn run(world: usize) {
-    let outcomes =
-        run_ranks("mlp", env_ranks(0..world, world, child_process::free_port().unwrap()), &[], DEADLINE);
-    assert_all_ok(&outcomes);
+    for scenario in ["mlp", "plan"] {
+        let outcomes = run_ranks(
+            scenario,
+            env_ranks(0..world, world, child_process::free_port().unwrap()),
+            &[],
+            DEADLINE,
+        );
+        assert_all_ok(&outcomes);
+    }
 }
 
 #[test]
-fn a_megatron_split_mlp_on_two_ranks_equals_the_whole_mlp() {
+fn megatron_splits_on_two_ranks_equal_the_whole_models() {
     run(2);
 }
 
 #[test]
-fn a_megatron_split_mlp_on_three_ranks_equals_the_whole_mlp() {
+fn megatron_splits_on_three_ranks_equal_the_whole_models() {
     run(3);
 }
