@@ -190,6 +190,15 @@ fn spawn_ranks_all_reduce_and_a_failing_rank_fails_the_run() {
     assert!(failed.stderr.contains("rank 1: failing on purpose"), "{}", failed.stderr);
 }
 
+#[test]
+fn tp_train_splits_the_model_and_its_slices_equal_the_whole_one() {
+    let out = run_ok("tp_train", &["--world-size", "2", "--steps", "12", "--batch-size", "16"]);
+    assert!(out.contains("2 ranks' slices equal the whole model after 12 steps"), "{out}");
+    let bad = run("tp_train", &["--world-size", "5"]);
+    assert_eq!(bad.status.code(), Some(2), "a TP size that does not divide the hidden width: {}", bad.stderr);
+    assert!(bad.stderr.contains("--world-size must divide the hidden width 64"), "{}", bad.stderr);
+}
+
 /// The README's list of examples names every file of `examples/` (and nothing else), and
 /// no example picks its rendezvous port by hand: each starts its ranks as the README's
 /// first program does, with `SpawnOptions::standalone`.
