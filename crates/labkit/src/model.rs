@@ -152,6 +152,37 @@ impl ModuleT for Block {
     }
 }
 
+/// A residual block split over a tensor-parallel group, Megatron's way for convs: the
+/// first conv column-parallel (its output channels split; the block's input through
+/// `copy_to_region`), its BatchNorm on this rank's channels (statistics per channel over
+/// the local batch, which every TP rank holds whole), the second conv row-parallel (its
+/// input channels split; `reduce_from_region` sums the partial outputs), then the second
+/// BatchNorm, the shortcut and the sum replicated.
+#[derive(Debug)]
+struct TensorParallelBlock {
+    block: Block,
+    group: std::sync::Arc<tch_distributed::ProcessGroup>,
+}
+
+impl ModuleT for TensorParallelBlock {
+    fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
+        let Block { first, second, shortcut, dropout: rate } = &self.block;
+        // Every TP rank reaches these collectives at the same point of the same forward;
+        // a failure (a rank gone) ends the forward, as a collective of FSDP's does.
+        let into =
+            tch_distributed::copy_to_region(xs, &self.group).expect("copy_to_region: the TP group failed");
+        let partial = dropout(&first.forward_t(&into, train), *rate, train).apply(&second.conv);
+        let summed = tch_distributed::reduce_from_region(&partial, &self.group)
+            .expect("reduce_from_region: the TP group failed");
+        let main = second.norm.forward_t(&summed, train).relu();
+        let residual = match shortcut {
+            Some(conv) => xs.apply(conv),
+            None => xs.shallow_clone(),
+        };
+        main + residual
+    }
+}
+
 impl ModuleT for Cbr {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         self.norm.forward_t(&xs.apply(&self.conv), train).relu()
@@ -308,6 +339,40 @@ impl WideResNet {
             Some(e) => Err(e),
             None => Ok(net),
         }
+    }
+
+    /// The model split over the tensor-parallel group `group` (every rank of it calls
+    /// this alike): in each block the first conv and its BatchNorm column-parallel, the
+    /// second conv row-parallel ([`TensorParallelBlock`]'s forward), the stem, the
+    /// shortcuts, the second BatchNorms and the head replicated. The weights are TP rank
+    /// 0's, as [`new`](WideResNet::new) draws them there (`src_data_rank=0`). Per-rank
+    /// BatchNorm only: a SyncBatchNorm over the default group would mix TP peers.
+    pub fn tensor_parallel(
+        vs: &nn::VarStore,
+        settings: impl Into<ModelSettings>,
+        group: &std::sync::Arc<tch_distributed::ProcessGroup>,
+    ) -> tch_distributed::Result<WideResNet> {
+        let mut blocks = Vec::new();
+        let net =
+            Self::build(&vs.root(), settings.into(), Norm::BatchNorm, 0..LAYERS.len(), &mut |block, name| {
+                blocks.push(name.to_string());
+                Box::new(TensorParallelBlock { block, group: group.clone() })
+            });
+        use tch_distributed::ParallelStyle::{Colwise, Rowwise};
+        let plan: Vec<(String, tch_distributed::ParallelStyle)> = blocks
+            .iter()
+            .flat_map(|b| {
+                [
+                    (format!("{b}.cbr1.conv"), Colwise),
+                    (format!("{b}.cbr1.bn"), Colwise),
+                    (format!("{b}.cbr2.conv"), Rowwise),
+                ]
+            })
+            .collect();
+        let plan: Vec<(&str, tch_distributed::ParallelStyle)> =
+            plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        tch_distributed::parallelize_module(vs, group, &plan)?;
+        Ok(net)
     }
 
     /// The layers `layers` of the model (indices into [`LAYERS`]) and nothing else: one

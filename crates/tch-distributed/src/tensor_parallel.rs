@@ -60,22 +60,14 @@ pub fn reduce_from_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tenso
 pub enum ParallelStyle {
     /// `ColwiseParallel`: the weight split along dim 0 (outputs, output channels), the
     /// bias with it. The layer's input goes through [`copy_to_region`]; its output is
-    /// this rank's slice of the outputs.
+    /// this rank's slice of the outputs. On a per-channel layer after such a conv (a
+    /// BatchNorm), every tensor splits along dim 0: its weight, bias and running
+    /// statistics follow the channels this rank holds.
     Colwise,
     /// `RowwiseParallel`: the weight split along dim 1 (inputs, input channels); the bias
     /// stays whole (replicated). The layer computes its partial sum without the bias,
     /// [`reduce_from_region`] sums it, then the bias is added once.
     Rowwise,
-}
-
-impl ParallelStyle {
-    /// The dimension of the weight that is split.
-    fn weight_dim(self) -> i64 {
-        match self {
-            ParallelStyle::Colwise => 0,
-            ParallelStyle::Rowwise => 1,
-        }
-    }
 }
 
 /// `parallelize_module(model, tp_mesh, plan, src_data_rank=0)`: every parameter of `vs`
@@ -86,8 +78,9 @@ impl ParallelStyle {
 /// optimizer. The model's forward puts [`copy_to_region`] before each column-parallel
 /// layer and [`reduce_from_region`] after each row-parallel one (then that layer's bias).
 ///
-/// A path that names no parameter, a parameter other than a weight or a bias, or a
-/// dimension the group's size does not divide is an error (nothing is split then).
+/// A path that names no parameter, one under two entries, a Rowwise parameter other
+/// than a weight or a bias, or a dimension the group's size does not divide is an error
+/// (nothing is split then).
 pub fn parallelize_module(
     vs: &nn::VarStore,
     group: &Arc<ProcessGroup>,
@@ -110,19 +103,19 @@ pub fn parallelize_module(
         }
         for name in under {
             let tensor = &variables[name.as_str()];
-            let dim = match name.rsplit('.').next() {
-                Some("weight") => Some(style.weight_dim()),
-                Some("bias") if *style == ParallelStyle::Colwise => Some(0),
-                Some("bias") => None,
-                _ => {
+            let dim = match (style, name.rsplit('.').next()) {
+                (ParallelStyle::Colwise, _) => Some(0),
+                (ParallelStyle::Rowwise, Some("weight")) => Some(1),
+                (ParallelStyle::Rowwise, Some("bias")) => None,
+                (ParallelStyle::Rowwise, _) => {
                     return Err(DistError::invalid(format!(
-                        "parallelize_module: \"{name}\" is neither a weight nor a bias; a {style:?} plan entry splits a Linear's or a Conv2d's"
+                        "parallelize_module: \"{name}\" is neither a weight nor a bias; a Rowwise plan entry splits a Linear's or a Conv2d's"
                     )))
                 }
             };
             if let Some(dim) = dim {
                 let len = tensor.size().get(dim as usize).copied().unwrap_or(0);
-                if len % size != 0 {
+                if len == 0 || len % size != 0 {
                     return Err(DistError::invalid(format!(
                         "parallelize_module: \"{name}\" has {len} along dimension {dim}, which {size} ranks cannot split evenly"
                     )));
