@@ -160,7 +160,7 @@ impl StepGrade {
                     observes: check.observes,
                     verdict: r.verdict,
                     observed: r.observed.clone(),
-                    message: message(root, step, r, results),
+                    message: message(root, step, r, results, report::verbose()),
                     points: if r.passed() { max_points } else { 0.0 },
                     max_points,
                     stopped_at: r.stopped_at,
@@ -324,7 +324,7 @@ fn title(step: u8) -> &'static str {
 /// reads as the terminal's report shows it (`report::failure`, without colour); a check
 /// the run stopped before names the failing one instead of repeating its diagnosis.
 /// With `--verbose`, the raw error text follows.
-fn message(root: &Path, step: u8, r: &CheckResult, results: &[CheckResult]) -> Option<String> {
+fn message(root: &Path, step: u8, r: &CheckResult, results: &[CheckResult], verbose: bool) -> Option<String> {
     let mut message = match (r.verdict, r.stopped_at) {
         (Verdict::Pass, _) => return None,
         (Verdict::CouldNotJudge, Some(at)) => {
@@ -332,11 +332,9 @@ fn message(root: &Path, step: u8, r: &CheckResult, results: &[CheckResult]) -> O
         }
         // Its observation already begins "could not judge: <why>".
         (Verdict::CouldNotJudge, None) => format!("{}\nexpected: {}", r.observed, r.expected),
-        (Verdict::Fail | Verdict::Error, _) => {
-            report::failure(root, step, r, results, false, report::verbose())
-        }
+        (Verdict::Fail | Verdict::Error, _) => report::failure(root, step, r, results, false, verbose),
     };
-    if report::verbose() {
+    if verbose {
         let raws = results.iter().filter(|s| s.id == r.id || s.stopped_at == Some(r.id));
         let mut seen: Vec<&str> = Vec::new();
         for raw in raws.filter_map(|s| s.raw.as_deref()) {
@@ -459,6 +457,58 @@ pub mod tests {
         let g = grade_of(vec![s]);
         assert_eq!((g.points(), g.max_points(), g.status()), (5.0, 10.0, Verdict::Fail));
         assert_eq!(g.error(), None);
+    }
+
+    /// A check the run stopped before names the failing one in a line, not its
+    /// diagnosis again; the failing check's message names it; `--verbose` adds the raw
+    /// error to both.
+    #[test]
+    fn a_check_the_run_stopped_before_names_the_mistake_in_one_line() {
+        let failing = CheckResult::new(
+            id::METRICS_AVERAGED,
+            9,
+            Verdict::Fail,
+            "rank 0 alone called all_reduce".into(),
+            "want".into(),
+            "do it",
+        );
+        let stopped = CheckResult {
+            stopped_at: Some(id::METRICS_AVERAGED),
+            raw: Some("node0-rank0: error: CollectiveFingerPrint(...)".into()),
+            ..CheckResult::new(
+                id::TRAINS,
+                0,
+                Verdict::CouldNotJudge,
+                "could not judge: node0-rank0 ended with exit code 1\nrank 0 alone called all_reduce".into(),
+                "want".into(),
+                "do it",
+            )
+        };
+        let results = [failing.clone(), stopped.clone()];
+        let quiet = message(&repo(), 9, &stopped, &results, false).unwrap();
+        assert_eq!(
+            quiet,
+            "could not be judged: the run stopped at the mistake that `metrics-averaged` reports"
+        );
+        let own = message(&repo(), 9, &failing, &results, false).unwrap();
+        assert!(
+            own.starts_with("error[metrics-averaged]: step 9: rank 0 alone called all_reduce\n"),
+            "{own}"
+        );
+        assert!(
+            own.contains("= note: 1 check could not be judged: the run stopped at this mistake (trains)"),
+            "{own}"
+        );
+        assert!(!own.contains("CollectiveFingerPrint"), "{own}");
+        let verbose = message(&repo(), 9, &failing, &results, true).unwrap();
+        assert!(
+            verbose.ends_with("\nraw error (--verbose): node0-rank0: error: CollectiveFingerPrint(...)"),
+            "{verbose}"
+        );
+        // The stopped check is no test of its own in step 9's grade: only the failing one.
+        let s = step_run(9, results.to_vec());
+        let graded: Vec<&str> = s.graded().map(|c| c.id).collect();
+        assert_eq!(graded, [id::METRICS_AVERAGED]);
     }
 
     #[test]

@@ -386,6 +386,31 @@ mod tests {
         assert!(figures.iter().all(|l| l.contains("ranks 0–2") && l.chars().count() <= 100), "{text}");
     }
 
+    /// The summed fixture was recorded before the trace kept call sites; with the site
+    /// its all_reduce has in the source (line 139), the report marks that line.
+    #[test]
+    fn a_sum_not_divided_is_marked_at_its_all_reduce_when_the_trace_names_the_line() {
+        let path: PathBuf =
+            [env!("CARGO_MANIFEST_DIR"), "fixtures/observations/step-09-metrics-summed/observation.json"]
+                .iter()
+                .collect();
+        let mut json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let source = json["source"].as_str().unwrap().to_string();
+        let line = source.lines().position(|l| l.contains("dist::all_reduce(&mut metrics")).unwrap() + 1;
+        for record in json["main"]["trace"].as_array_mut().unwrap() {
+            if record["op"] == "all_reduce" {
+                record["site"] = format!("src/main.rs:{line}:9").into();
+            }
+        }
+        let obs: Observation = serde_json::from_value(json).unwrap();
+        let root = guide_only();
+        let text =
+            anstream::adapter::strip_str(&render(root.path(), 9, &checks::judge(&obs), false)).to_string();
+        assert!(text.contains(&format!("--> src/main.rs:{line}:9")), "{text}");
+        assert!(text.contains("^ the all_reduce (2 values); 3 × the mean after it"), "{text}");
+    }
+
     #[test]
     fn a_pass_is_a_line_per_check() {
         let text = report_of("solution-09", false);
