@@ -411,6 +411,31 @@ mod tests {
         assert!(text.contains("^ the all_reduce (2 values); 3 × the mean after it"), "{text}");
     }
 
+    /// A reduce to rank 1 (recorded before call sites were kept): given the site its
+    /// reduce has in the source, the report marks that line with what went into it.
+    #[test]
+    fn a_wrong_reduce_is_marked_at_its_line_when_the_trace_names_it() {
+        let path: PathBuf =
+            [env!("CARGO_MANIFEST_DIR"), "fixtures/observations/step-08-reduce-to-rank-1/observation.json"]
+                .iter()
+                .collect();
+        let mut json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let source = json["source"].as_str().unwrap().to_string();
+        let line = source.lines().position(|l| l.contains("dist::reduce(")).unwrap() + 1;
+        for record in json["main"]["trace"].as_array_mut().unwrap() {
+            if record["op"] == "reduce" {
+                record["site"] = format!("src/main.rs:{line}:9").into();
+            }
+        }
+        let obs: Observation = serde_json::from_value(json).unwrap();
+        let root = guide_only();
+        let text =
+            anstream::adapter::strip_str(&render(root.path(), 8, &checks::judge(&obs), false)).to_string();
+        assert!(text.contains(&format!("--> src/main.rs:{line}:9")), "{text}");
+        assert!(text.contains("^ rank 0's images/sec goes into this reduce(op=SUM, root=1)"), "{text}");
+    }
+
     #[test]
     fn a_pass_is_a_line_per_check() {
         let text = report_of("solution-09", false);

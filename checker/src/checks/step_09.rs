@@ -41,6 +41,8 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
     let raw = by_rank::<Validation>(trace);
     let reports = by_rank::<EpochReport>(trace);
     let mut off = Vec::new();
+    // The call that carried metrics wrongly, with the words beside its line.
+    let mut wrong: Option<(&Call, String)> = None;
     // What the program asked for: each rank's metrics go into an all-reduce.
     let calls: BTreeMap<usize, Vec<Call>> = collectives::by_rank(trace);
     'ranks: for (rank, validations) in &raw {
@@ -58,6 +60,9 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
                         "rank {rank} epoch {epoch}: {}",
                         wrong_metrics_call(carriers[0]).unwrap_or_default()
                     ));
+                    let label =
+                        format!("rank {rank}'s validation {name} goes into this {}", carriers[0].describe());
+                    wrong = Some((carriers[0], label));
                     break 'ranks;
                 }
             }
@@ -102,8 +107,9 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
         calls.get(&0)?.iter().find(|c| c.carried(first.accuracy) && wrong_metrics_call(c).is_none())
     });
     let finding = Finding::shown(false, observed.join("\n"), expected)?;
-    Some(match (combined, uniform_ratio(&reported)) {
-        (Some(call), Some(ratio)) => finding.at(
+    Some(match (wrong, combined, uniform_ratio(&reported)) {
+        (Some((call, label)), _, _) => finding.at(call.site.as_deref(), label),
+        (None, Some(call), Some(ratio)) => finding.at(
             call.site.as_deref(),
             format!("the {}; {} × the mean after it", call.what(), fmt_ratio(ratio)),
         ),
