@@ -69,7 +69,8 @@ fn no_barrier_after_preparing_fails_data_barrier_and_blames_step_5() {
     // `trains` could not be judged for it: named in the one line of such checks, the
     // diagnosis not repeated.
     assert!(stopped_line(&v).contains("trains"), "{}", v.output());
-    assert_eq!(v.stdout.matches("before its preparation finished").count(), 1, "{}", v.output());
+    let diagnosed = v.stdout.lines().filter(|l| l.contains("before its preparation finished")).count();
+    assert_eq!(diagnosed, 1, "the diagnosis once:\n{}", v.output());
     assert!(v.stdout.contains("1 of step 5's own failed (data-barrier)"), "{}", v.output());
 }
 
