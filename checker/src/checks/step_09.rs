@@ -183,3 +183,50 @@ fn not_the_mean(reported: &[Reported], world_size: usize) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reported(world_size: usize, factor: f64) -> Vec<Reported> {
+        let mut out = Vec::new();
+        for epoch in 0..2 {
+            let mean = (0.25 + 0.01 * epoch as f64, 2.0 - 0.1 * epoch as f64);
+            for rank in 0..world_size {
+                out.push(Reported { rank, epoch, held: (mean.0 * factor, mean.1 * factor), mean });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_sum_not_divided_is_named_as_a_multiple_of_the_mean() {
+        let words = not_the_mean(&reported(4, 4.0), 4);
+        assert_eq!(
+            words,
+            "every rank reports 4 × the mean: summed over 4 ranks, not divided by the world size\n\
+             epoch 0, ranks 0–3: accuracy 1.0000, loss 8.0000; the mean 0.2500, 2.0000\n\
+             epoch 1, ranks 0–3: accuracy 1.0400, loss 7.6000; the mean 0.2600, 1.9000"
+        );
+        // Divided by the GPUs of one node (2) on 2 nodes of 2: twice the mean.
+        let words = not_the_mean(&reported(4, 2.0), 4);
+        assert!(
+            words.starts_with(
+                "every rank reports 2 × the mean: summed over 4 ranks, divided by 2 instead of the world size 4\n"
+            ),
+            "{words}"
+        );
+    }
+
+    #[test]
+    fn figures_without_one_factor_are_grouped_per_epoch() {
+        let mut off = reported(3, 3.0);
+        off[0].held.0 = 0.9;
+        let words = not_the_mean(&off, 3);
+        let lines: Vec<&str> = words.lines().collect();
+        assert_eq!(lines[0], "ranks report metrics that are not the mean over ranks");
+        assert_eq!(lines[1], "epoch 0, rank 0: accuracy 0.9000, loss 6.0000; the mean 0.2500, 2.0000");
+        assert_eq!(lines[2], "epoch 0, ranks 1–2: accuracy 0.7500, loss 6.0000; the mean 0.2500, 2.0000");
+        assert_eq!(lines.len(), 4, "{words}");
+    }
+}
