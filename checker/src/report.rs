@@ -94,7 +94,7 @@ pub fn render(root: &Path, step: u8, results: &[CheckResult], verbose: bool) -> 
             out.push_str(&format!("     raw error (--verbose): {raw}\n"));
         }
     } else if !raws.is_empty() {
-        out.push_str("     (the failing rank's whole error, as c10d wrote it: --verbose)\n");
+        out.push_str("     (--verbose shows the failing rank's whole error)\n");
     }
     out.push_str(&summary(step, results));
     out.push('\n');
