@@ -411,6 +411,51 @@ mod tests {
         assert!(text.contains("^ the all_reduce (2 values); 3 × the mean after it"), "{text}");
     }
 
+    /// Metrics read back in the other order: the summed run's reports made the mean's
+    /// loss and accuracy swapped, its all_reduce given its site; the line is marked.
+    #[test]
+    fn swapped_metrics_are_named_and_marked_at_the_all_reduce() {
+        let path: PathBuf =
+            [env!("CARGO_MANIFEST_DIR"), "fixtures/observations/step-09-metrics-summed/observation.json"]
+                .iter()
+                .collect();
+        let mut json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let source = json["source"].as_str().unwrap().to_string();
+        let line = source.lines().position(|l| l.contains("dist::all_reduce(&mut metrics")).unwrap() + 1;
+        let ranks = json["variation"]["ranks_per_node"].as_f64().unwrap()
+            * json["variation"]["nodes"].as_f64().unwrap();
+        for record in json["main"]["trace"].as_array_mut().unwrap() {
+            if record["op"] == "all_reduce" {
+                record["site"] = format!("src/main.rs:{line}:9").into();
+            }
+            if record["event"] == "epoch_report" {
+                // What this run reported is the sum: the mean, swapped.
+                let (accuracy, loss) = (
+                    record["validation_accuracy"].as_f64().unwrap(),
+                    record["validation_loss"].as_f64().unwrap(),
+                );
+                record["validation_accuracy"] = (loss / ranks).into();
+                record["validation_loss"] = (accuracy / ranks).into();
+            }
+        }
+        let obs: Observation = serde_json::from_value(json).unwrap();
+        let root = guide_only();
+        let text =
+            anstream::adapter::strip_str(&render(root.path(), 9, &checks::judge(&obs), false)).to_string();
+        assert!(
+            text.contains(
+                "every rank reports the mean loss as its accuracy and the mean accuracy as its loss"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(&format!("--> src/main.rs:{line}:9")), "{text}");
+        assert!(
+            text.contains("^ the all_reduce (2 values); accuracy and loss read back swapped after it"),
+            "{text}"
+        );
+    }
+
     /// A reduce to rank 1 (recorded before call sites were kept): given the site its
     /// reduce has in the source, the report marks that line with what went into it.
     #[test]

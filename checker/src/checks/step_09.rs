@@ -113,6 +113,10 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
             call.site.as_deref(),
             format!("the {}; {} × the mean after it", call.what(), fmt_ratio(ratio)),
         ),
+        (None, Some(call), None) if swapped(&reported) => finding.at(
+            call.site.as_deref(),
+            format!("the {}; accuracy and loss read back swapped after it", call.what()),
+        ),
         _ => finding,
     })
 }
@@ -134,6 +138,12 @@ fn uniform_ratio(reported: &[Reported]) -> Option<f64> {
     let same = |held: f64, mean: f64| (held - ratio * mean).abs() <= 1e-6 * held.abs().max(1e-12);
     (ratio.is_finite() && reported.iter().all(|r| same(r.held.0, r.mean.0) && same(r.held.1, r.mean.1)))
         .then_some(ratio)
+}
+
+/// Whether every rank reported the mean's accuracy and loss the other way round.
+fn swapped(reported: &[Reported]) -> bool {
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9;
+    !reported.is_empty() && reported.iter().all(|r| close(r.held.0, r.mean.1) && close(r.held.1, r.mean.0))
 }
 
 /// "4", "1.5": a factor as the report names it.
@@ -160,6 +170,9 @@ fn not_the_mean(reported: &[Reported], world_size: usize) -> String {
             fmt_ratio(world_size as f64 / k)
         ),
         Some(k) => format!("every rank reports {} × the mean of the ranks' metrics", fmt_ratio(k)),
+        None if swapped(reported) => {
+            "every rank reports the mean loss as its accuracy and the mean accuracy as its loss: the two read back in the other order".to_string()
+        }
         None => "ranks report metrics that are not the mean over ranks".to_string(),
     };
     // Per epoch, the ranks that reported the same figures, together.
@@ -214,6 +227,25 @@ mod tests {
             words.starts_with(
                 "every rank reports 2 × the mean: summed over 4 ranks, divided by 2 instead of the world size 4\n"
             ),
+            "{words}"
+        );
+    }
+
+    #[test]
+    fn accuracy_and_loss_read_back_swapped_are_named() {
+        let mut swapped = reported(2, 1.0);
+        for r in &mut swapped {
+            r.held = (r.mean.1, r.mean.0);
+        }
+        let words = not_the_mean(&swapped, 2);
+        assert!(
+            words.starts_with(
+                "every rank reports the mean loss as its accuracy and the mean accuracy as its loss"
+            ),
+            "{words}"
+        );
+        assert!(
+            words.contains("\nepoch 0, ranks 0–1: accuracy 2.0000, loss 0.2500; the mean 0.2500, 2.0000"),
             "{words}"
         );
     }
