@@ -338,6 +338,11 @@ pub struct RunArgs {
     /// Memory a sandboxed run may use, all its processes together, in MiB.
     #[arg(long, value_name = "MiB", default_value_t = 6144, value_parser = clap::value_parser!(u64).range(64..))]
     memory_limit: u64,
+    /// Also show the raw text behind a verdict: a failing rank's whole error as c10d
+    /// wrote it (its `CollectiveFingerPrint(...)` dumps), which reports otherwise cut to
+    /// its first sentence once they have named the mistake.
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 impl RunArgs {

@@ -73,8 +73,14 @@ fn timed_run(
     let started = grade::unix_now();
     let clock = Instant::now();
     let run = run_step(root, step, subject, options)?;
-    let grade =
-        StepGrade::judged(step, &run.results, run.output.clone(), started, clock.elapsed().as_secs_f64());
+    let grade = StepGrade::judged(
+        root,
+        step,
+        &run.results,
+        run.output.clone(),
+        started,
+        clock.elapsed().as_secs_f64(),
+    );
     Ok((run, grade))
 }
 
@@ -156,7 +162,7 @@ fn grade_program(
 ) -> Result<Vec<StepGrade>, String> {
     let (run, own) = timed_run(root, graded.run_as(), subject, options)?;
     // The run's time is its own step's; the others were judged from the same run.
-    let of = |step: u8| StepGrade::judged(step, &run.results, run.output.clone(), own.started, 0.0);
+    let of = |step: u8| StepGrade::judged(root, step, &run.results, run.output.clone(), own.started, 0.0);
     Ok(graded
         .steps()
         .into_iter()

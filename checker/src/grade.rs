@@ -2,12 +2,14 @@
 //! model: the graded steps, per check its verdict, message and points, the seed and
 //! the sandbox. Every report format is rendered from it by a module of its own
 //! (`formats`); the points table `grade` prints is here.
+use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use coursegen::LAB_LAST_STEP;
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
+use crate::report;
 use crate::sandbox::{Sandbox, SandboxDescription};
 
 /// Points a step is worth, shared equally by the checks it introduces.
@@ -110,6 +112,10 @@ pub struct CheckGrade {
     pub points: f64,
     /// A share of [`STEP_POINTS`] for the step's own checks, 0 for an earlier step's.
     pub max_points: f64,
+    /// Not judged because the run stopped at the mistake this failing check reports:
+    /// an earlier step's such check is named in that check's message, not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<&'static str>,
 }
 
 impl CheckGrade {
@@ -131,6 +137,7 @@ impl StepGrade {
     /// A step whose run was judged (or whose crate did not build: the run's results
     /// are then the single `builds` check).
     pub fn judged(
+        root: &Path,
         step: u8,
         results: &[CheckResult],
         output: String,
@@ -153,9 +160,10 @@ impl StepGrade {
                     observes: check.observes,
                     verdict: r.verdict,
                     observed: r.observed.clone(),
-                    message: message(r),
+                    message: message(root, step, r, results, report::verbose()),
                     points: if r.passed() { max_points } else { 0.0 },
                     max_points,
+                    stopped_at: r.stopped_at,
                 },
                 // A check of its own that did not apply to the run earns nothing.
                 None if own => CheckGrade {
@@ -167,11 +175,13 @@ impl StepGrade {
                     message: Some("the check did not run".into()),
                     points: 0.0,
                     max_points,
+                    stopped_at: None,
                 },
                 None => continue,
             };
             checks.push(grade);
         }
+        let output = report::without_raw(&output, report::verbose());
         StepGrade { step, title: title(step), not_run: None, checks, output, started, seconds }
     }
 
@@ -189,6 +199,7 @@ impl StepGrade {
                 message: Some(why.clone()),
                 points: 0.0,
                 max_points: if check.step == step { share(step) } else { 0.0 },
+                stopped_at: None,
             })
             .collect();
         StepGrade {
@@ -226,11 +237,14 @@ impl StepGrade {
     }
 
     /// The checks a grade reports: the step's own (with points), then the earlier
-    /// steps' that this run did not pass (without points). So the step passes
-    /// exactly when every check listed passed.
+    /// steps' that this run did not pass (without points), except those that could not
+    /// be judged because the run stopped at a mistake a listed check reports (its
+    /// message names them): no test without points repeats a diagnosis. So the step
+    /// passes exactly when every check listed passed.
     pub fn graded(&self) -> impl Iterator<Item = &CheckGrade> {
         let own = self.checks.iter().filter(move |c| c.step == self.step);
-        let earlier = self.checks.iter().filter(move |c| c.step < self.step && !c.passed());
+        let earlier =
+            self.checks.iter().filter(move |c| c.step < self.step && !c.passed() && c.stopped_at.is_none());
         own.chain(earlier)
     }
 
@@ -306,16 +320,31 @@ fn title(step: u8) -> &'static str {
     coursegen::STEPS[usize::from(step)]
 }
 
-/// Why a check did not pass, as every report says it; `None` when it passed.
-fn message(r: &CheckResult) -> Option<String> {
-    match r.verdict {
-        Verdict::Pass => None,
+/// Why a check did not pass, as every report says it; `None` when it passed. A failure
+/// reads as the terminal's report shows it (`report::failure`, without colour); a check
+/// the run stopped before names the failing one instead of repeating its diagnosis.
+/// With `--verbose`, the raw error text follows.
+fn message(root: &Path, step: u8, r: &CheckResult, results: &[CheckResult], verbose: bool) -> Option<String> {
+    let mut message = match (r.verdict, r.stopped_at) {
+        (Verdict::Pass, _) => return None,
+        (Verdict::CouldNotJudge, Some(at)) => {
+            format!("could not be judged: the run stopped at the mistake that `{at}` reports")
+        }
         // Its observation already begins "could not judge: <why>".
-        Verdict::CouldNotJudge => Some(format!("{}\nexpected: {}", r.observed, r.expected)),
-        Verdict::Fail | Verdict::Error => {
-            Some(format!("observed: {}\nexpected: {}\nhint: {}", r.observed, r.expected, r.hint))
+        (Verdict::CouldNotJudge, None) => format!("{}\nexpected: {}", r.observed, r.expected),
+        (Verdict::Fail | Verdict::Error, _) => report::failure(root, step, r, results, false, verbose),
+    };
+    if verbose {
+        let raws = results.iter().filter(|s| s.id == r.id || s.stopped_at == Some(r.id));
+        let mut seen: Vec<&str> = Vec::new();
+        for raw in raws.filter_map(|s| s.raw.as_deref()) {
+            if !seen.contains(&raw) {
+                seen.push(raw);
+                message.push_str(&format!("\nraw error (--verbose): {raw}"));
+            }
         }
     }
+    Some(message)
 }
 
 /// The table printed on stdout.
@@ -389,18 +418,17 @@ pub mod tests {
     use super::*;
 
     pub fn check(id: &'static str, step: u8, passed: bool) -> CheckResult {
-        CheckResult {
-            id,
-            step,
-            verdict: if passed { Verdict::Pass } else { Verdict::Fail },
-            observed: format!("saw {id}"),
-            expected: "want".into(),
-            hint: "do it",
-        }
+        let verdict = if passed { Verdict::Pass } else { Verdict::Fail };
+        CheckResult::new(id, step, verdict, format!("saw {id}"), "want".into(), "do it")
     }
 
     pub fn step_run(step: u8, results: Vec<CheckResult>) -> StepGrade {
-        StepGrade::judged(step, &results, "Epoch = 0 ...".into(), 1_700_000_000, 12.5)
+        StepGrade::judged(&repo(), step, &results, "Epoch = 0 ...".into(), 1_700_000_000, 12.5)
+    }
+
+    /// The repository, whose guide the messages quote.
+    pub fn repo() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
     }
 
     pub fn grade_of(steps: Vec<StepGrade>) -> Grade {
@@ -429,6 +457,58 @@ pub mod tests {
         let g = grade_of(vec![s]);
         assert_eq!((g.points(), g.max_points(), g.status()), (5.0, 10.0, Verdict::Fail));
         assert_eq!(g.error(), None);
+    }
+
+    /// A check the run stopped before names the failing one in a line, not its
+    /// diagnosis again; the failing check's message names it; `--verbose` adds the raw
+    /// error to both.
+    #[test]
+    fn a_check_the_run_stopped_before_names_the_mistake_in_one_line() {
+        let failing = CheckResult::new(
+            id::METRICS_AVERAGED,
+            9,
+            Verdict::Fail,
+            "rank 0 alone called all_reduce".into(),
+            "want".into(),
+            "do it",
+        );
+        let stopped = CheckResult {
+            stopped_at: Some(id::METRICS_AVERAGED),
+            raw: Some("node0-rank0: error: CollectiveFingerPrint(...)".into()),
+            ..CheckResult::new(
+                id::TRAINS,
+                0,
+                Verdict::CouldNotJudge,
+                "could not judge: node0-rank0 ended with exit code 1\nrank 0 alone called all_reduce".into(),
+                "want".into(),
+                "do it",
+            )
+        };
+        let results = [failing.clone(), stopped.clone()];
+        let quiet = message(&repo(), 9, &stopped, &results, false).unwrap();
+        assert_eq!(
+            quiet,
+            "could not be judged: the run stopped at the mistake that `metrics-averaged` reports"
+        );
+        let own = message(&repo(), 9, &failing, &results, false).unwrap();
+        assert!(
+            own.starts_with("error[metrics-averaged]: step 9: rank 0 alone called all_reduce\n"),
+            "{own}"
+        );
+        assert!(
+            own.contains("= note: 1 check could not be judged: the run stopped at this mistake (trains)"),
+            "{own}"
+        );
+        assert!(!own.contains("CollectiveFingerPrint"), "{own}");
+        let verbose = message(&repo(), 9, &failing, &results, true).unwrap();
+        assert!(
+            verbose.ends_with("\nraw error (--verbose): node0-rank0: error: CollectiveFingerPrint(...)"),
+            "{verbose}"
+        );
+        // The stopped check is no test of its own in step 9's grade: only the failing one.
+        let s = step_run(9, results.to_vec());
+        let graded: Vec<&str> = s.graded().map(|c| c.id).collect();
+        assert_eq!(graded, [id::METRICS_AVERAGED]);
     }
 
     #[test]

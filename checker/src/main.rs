@@ -12,6 +12,7 @@ mod cli;
 mod color;
 mod commands;
 mod confined;
+mod cut;
 mod formats;
 mod grade;
 mod gradebook;
@@ -83,6 +84,11 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     color::apply(cli.color);
+    if let Command::Verify { runs, .. } | Command::Watch { runs, .. } | Command::Grade { runs, .. } =
+        &cli.command
+    {
+        report::set_verbose(runs.verbose);
+    }
     match try_main(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {

@@ -151,13 +151,13 @@ impl Seen {
     fn assert_graded_and_failed(&self) {
         assert!(!self.timed_out, "the checker itself hung:\n{}", self.output);
         assert_eq!(self.code, Some(1), "the step must be judged and not passed:\n{}", self.output);
-        assert!(self.output.contains("FAIL"), "{}", self.output);
+        assert!(self.output.contains("error["), "{}", self.output);
     }
 
     /// The attack was built and ran (so not seeing it succeed means something).
     fn assert_ran(&self) {
         self.assert_graded_and_failed();
-        assert!(!self.output.contains("FAIL step  0 builds"), "the submission must build:\n{}", self.output);
+        assert!(!self.output.contains("error[builds]"), "the submission must build:\n{}", self.output);
     }
 
     fn shows(&self, token: &str) -> bool {
@@ -255,7 +255,7 @@ fn embeds_a_secret_file_and_a_variable_of_the_grader_at_compile_time() {
     }"#;
     let seen = scene.verify(source, true, &[]);
     seen.assert_graded_and_failed();
-    assert!(seen.output.contains("FAIL step  0 builds"), "the build must fail:\n{}", seen.output);
+    assert!(seen.output.contains("error[builds]"), "the build must fail:\n{}", seen.output);
     assert!(!seen.shows(&scene.token), "the secret leaked:\n{}", seen.output);
     // Without the file the variable alone still must not come through.
     let var_only = r#"const VAR: Option<&str> = option_env!("@TOKEN_VAR@");

@@ -180,7 +180,7 @@ impl Call {
         }
     }
 
-    fn what(&self) -> String {
+    pub fn what(&self) -> String {
         match self.op {
             CollectiveOp::BroadcastCoalesced => "DDP's broadcast".to_string(),
             CollectiveOp::VerifyParamsAcrossProcesses => "DDP's check of the parameters".to_string(),
@@ -377,11 +377,38 @@ impl Divergence {
 
     /// The finding of check `check` when this divergence is its own mistake.
     pub fn finding_for(&self, check: &str, expected: impl Into<String>) -> Option<Finding> {
-        (self.owner.map(|(_, id)| id) == Some(check)).then(|| Finding {
-            evidence: Evidence::Broken,
-            observed: format!("the ranks' collectives part ways{}: {}", self.at(), self.sentence),
-            expected: expected.into(),
+        (self.owner.map(|(_, id)| id) == Some(check)).then(|| {
+            let finding = Finding {
+                evidence: Evidence::Broken,
+                observed: format!("the ranks' collectives part ways{}: {}", self.at(), self.sentence),
+                expected: expected.into(),
+                ..Finding::default()
+            };
+            match self.culprit_call() {
+                Some(call) => finding.at(call.site.as_deref(), self.label(call)),
+                None => finding,
+            }
         })
+    }
+
+    /// The mistaken ranks' call, when they made one (not when they had stopped).
+    fn culprit_call(&self) -> Option<&Call> {
+        self.calls.get(self.culprits.first()?)?.as_ref()
+    }
+
+    /// What to say beside the mistaken call's line: "only rank 0 reaches this
+    /// all_reduce", or, where every rank made that call, that these ranks' arguments differ.
+    fn label(&self, call: &Call) -> String {
+        let who = ranks_words(&self.culprits);
+        let same_op = self.calls.values().all(|c| c.as_ref().map(|c| c.op) == Some(call.op));
+        if same_op {
+            format!("{who} called it as {}; the others differently", call.describe())
+        } else if call.by_program() {
+            let reaches = if self.culprits.len() == 1 { "reaches" } else { "reach" };
+            format!("only {who} {reaches} this {}", call.op)
+        } else {
+            format!("{who} called {} here", call.words())
+        }
     }
 
     /// " at call #9 of group 0", when a rank's call there is in the trace.

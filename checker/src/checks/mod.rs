@@ -117,9 +117,10 @@ pub enum Needs {
 }
 
 /// What the evidence shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Evidence {
     Holds,
+    #[default]
     Broken,
     Missing,
     /// Broken as the consequence of a mistake that a later step's check of the same
@@ -129,23 +130,48 @@ pub enum Evidence {
 }
 
 /// A judging function's answer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Finding {
     pub evidence: Evidence,
     pub observed: String,
     pub expected: String,
+    /// The student's line the finding is about (a collective's call site), when the
+    /// trace names one: the report shows it marked in their source.
+    pub at: Option<At>,
+    /// For [`Evidence::Consequence`]: the check whose mistake this is.
+    pub blames: Option<&'static str>,
+}
+
+/// A line of the program a finding points at, and what to say beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct At {
+    /// As the trace records a call site: `src/main.rs:140:13` (file, line, column).
+    pub site: String,
+    /// Beside the marked line, in a few words: "only rank 0 reaches this all_reduce".
+    pub label: String,
 }
 
 impl Finding {
     /// Holds when `ok`, broken otherwise.
     pub fn shown(ok: bool, observed: impl Into<String>, expected: impl Into<String>) -> Option<Finding> {
         let evidence = if ok { Evidence::Holds } else { Evidence::Broken };
-        Some(Finding { evidence, observed: observed.into(), expected: expected.into() })
+        Some(Finding { evidence, observed: observed.into(), expected: expected.into(), ..Finding::default() })
     }
 
     /// Nothing to judge from.
     pub fn missing(observed: impl Into<String>, expected: impl Into<String>) -> Option<Finding> {
-        Some(Finding { evidence: Evidence::Missing, observed: observed.into(), expected: expected.into() })
+        Some(Finding {
+            evidence: Evidence::Missing,
+            observed: observed.into(),
+            expected: expected.into(),
+            ..Finding::default()
+        })
+    }
+
+    /// Pointing at the student's line `site` (a call site the trace recorded).
+    pub fn at(mut self, site: Option<&str>, label: impl Into<String>) -> Finding {
+        self.at = site.map(|site| At { site: site.to_string(), label: label.into() });
+        self
     }
 }
 
@@ -195,6 +221,16 @@ pub struct CheckResult {
     pub observed: String,
     pub expected: String,
     pub hint: &'static str,
+    /// The student's line it is about, with that part of their source: the report
+    /// shows it marked, as rustc does.
+    pub excerpt: Option<Excerpt>,
+    /// For a check that could not be judged: the check whose mistake stopped the run
+    /// it needed, when one of this report's failing checks names it. The report then
+    /// says so in one line for all such checks, instead of the diagnosis again.
+    pub stopped_at: Option<&'static str>,
+    /// The raw text behind the verdict (the failing rank's whole last error line, as
+    /// c10d wrote it): shown only with `--verbose`.
+    pub raw: Option<String>,
 }
 
 impl CheckResult {
@@ -204,6 +240,76 @@ impl CheckResult {
 
     pub fn failed(&self) -> bool {
         self.verdict == Verdict::Fail
+    }
+
+    /// A result with nothing but its verdict and texts (a build's failure, a test's).
+    pub fn new(
+        id: &'static str,
+        step: u8,
+        verdict: Verdict,
+        observed: String,
+        expected: String,
+        hint: &'static str,
+    ) -> CheckResult {
+        CheckResult {
+            id,
+            step,
+            verdict,
+            observed,
+            expected,
+            hint,
+            excerpt: None,
+            stopped_at: None,
+            raw: None,
+        }
+    }
+}
+
+/// Part of the student's source around the line a finding points at: the marked line,
+/// and above it the line that opens its block (the `if` it sits in), when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excerpt {
+    /// The file, relative to the crate: `src/main.rs`.
+    pub path: String,
+    /// The lines, from `first_line` (1-based) to the marked one.
+    pub text: String,
+    pub first_line: usize,
+    /// The marked line and its column (both 1-based).
+    pub line: usize,
+    pub column: usize,
+    pub label: String,
+}
+
+impl Excerpt {
+    /// The excerpt of `source` (the program's `src/main.rs`) at `at`; `None` when the
+    /// site is not in that file or past its end (a trace of another revision).
+    pub fn of(source: &str, at: &At) -> Option<Excerpt> {
+        let mut parts = at.site.rsplitn(3, ':');
+        let (column, line, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let (line, column): (usize, usize) = (line.parse().ok()?, column.parse().ok()?);
+        if path != "src/main.rs" || line == 0 {
+            return None;
+        }
+        let lines: Vec<&str> = source.lines().collect();
+        let marked = *lines.get(line - 1)?;
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        // The nearest line above with less indentation opens the marked line's block;
+        // shown when it is close (a few lines up), as the condition the call sits in.
+        let opener = (line.saturating_sub(6)..line - 1)
+            .rev()
+            .find(|&i| !lines[i].trim().is_empty() && indent(lines[i]) < indent(marked))
+            .filter(|&i| {
+                lines[i].trim_start().starts_with("if ") || lines[i].trim_start().starts_with("} else")
+            });
+        let first = opener.map_or(line, |i| i + 1);
+        Some(Excerpt {
+            path: path.to_string(),
+            text: lines[first - 1..line].join("\n"),
+            first_line: first,
+            line,
+            column,
+            label: at.label.clone(),
+        })
     }
 }
 
@@ -261,75 +367,127 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
     let mut out = Vec::new();
     for check in REGISTRY[..=usize::from(obs.step)].iter().flat_map(|c| c.iter()) {
         let Some(finding) = (check.judge)(obs) else { continue };
+        let (mut stopped_at, mut raw) = (None, None);
         let (verdict, observed) = match finding.evidence {
             Evidence::Holds => (Verdict::Pass, finding.observed),
             Evidence::Broken => (Verdict::Fail, finding.observed),
             Evidence::Consequence => {
+                stopped_at = finding.blames;
                 (Verdict::CouldNotJudge, format!("could not judge: {}", finding.observed))
             }
             Evidence::Missing => match run_failure(obs, check.needs) {
-                Some(why) => {
-                    (Verdict::CouldNotJudge, format!("could not judge: {why}\n{}", finding.observed))
+                Some(failure) => {
+                    (stopped_at, raw) = (failure.blames, failure.raw);
+                    (
+                        Verdict::CouldNotJudge,
+                        format!("could not judge: {}\n{}", failure.why, finding.observed),
+                    )
                 }
                 None => (Verdict::Fail, finding.observed),
             },
         };
+        let excerpt = finding.at.as_ref().and_then(|at| Excerpt::of(&obs.source, at));
         out.push(CheckResult {
-            id: check.id,
-            step: check.step,
-            verdict,
-            observed,
-            expected: finding.expected,
-            hint: check.hint,
+            excerpt: excerpt.filter(|_| verdict == Verdict::Fail),
+            stopped_at,
+            raw,
+            ..CheckResult::new(check.id, check.step, verdict, observed, finding.expected, check.hint)
         });
+    }
+    // A check stopped at a mistake that no failing check of this report names is
+    // reported on its own line, with its reason.
+    let failing: Vec<&'static str> = out.iter().filter(|r| r.failed()).map(|r| r.id).collect();
+    for r in &mut out {
+        r.stopped_at = r.stopped_at.filter(|id| failing.contains(id));
     }
     out
 }
 
+/// Why the run a check needs did not end well.
+struct RunFailure {
+    /// The first failing process and how it ended, with its last error line when that
+    /// is short, and where the ranks' collectives parted ways.
+    why: String,
+    /// The check whose mistake made the ranks part ways, when a step owns it.
+    blames: Option<&'static str>,
+    /// The failing process's last error line, whole, when `why` leaves it out or
+    /// names only its start (c10d's `CollectiveFingerPrint(...)` dumps).
+    raw: Option<String>,
+}
+
+/// The longest error line a report shows in full without `--verbose`.
+const ERROR_LINE_SHOWN: usize = 200;
+
 /// Why the run a check needs did not end well, if it did not: the first failing
 /// process and its last error line, and any collective the ranks disagreed on.
-fn run_failure(obs: &Observation, needs: Needs) -> Option<String> {
+fn run_failure(obs: &Observation, needs: Needs) -> Option<RunFailure> {
     let processes: Vec<&crate::job::Ended> = match needs {
         Needs::Nothing => return None,
         Needs::Main => obs.main.processes.iter().map(|p| &p.ended).collect(),
         Needs::Equivalence => match &obs.equivalence {
             Some(eq) => eq.processes().map(|p| &p.ended).collect(),
-            None => return Some("the comparison did not run".into()),
+            None => return Some(RunFailure::plain("the comparison did not run")),
         },
         Needs::QuickRun => obs.quick_run.iter().collect(),
         Needs::Resume => match &obs.resume {
             Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some("the stopped and resumed runs did not run".into()),
+            None => return Some(RunFailure::plain("the stopped and resumed runs did not run")),
         },
         Needs::Pipeline => match &obs.pipeline {
             Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some("the pipeline's runs did not run".into()),
+            None => return Some(RunFailure::plain("the pipeline's runs did not run")),
         },
         Needs::Fsdp => match &obs.fsdp {
             Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some("the runs with --fsdp and with DDP did not run".into()),
+            None => return Some(RunFailure::plain("the runs with --fsdp and with DDP did not run")),
         },
     };
     let failed = processes.into_iter().find(|e| !e.success())?;
     let mut why = format!("{} ended with {}", failed.name, failed.describe());
+    let mut raw = None;
     if let Some(line) = last_error_line(&failed.stderr) {
-        why.push_str(&format!(": {line}"));
+        // The error from that line on: c10d's description of collectives that differ
+        // follows it, in lines of hundreds of characters of tensor options.
+        let from = failed.stderr.rfind(line).map_or(line, |at| failed.stderr[at..].trim_end());
+        if from == line && line.chars().count() <= ERROR_LINE_SHOWN {
+            why.push_str(&format!(": {line}"));
+        } else {
+            if let Some(gist) = crate::cut::first_sentence(line, ERROR_LINE_SHOWN) {
+                why.push_str(&format!(": {gist}"));
+            }
+            why.push_str(" (its whole error with --verbose)");
+            raw = Some(format!("{}: {from}", failed.name));
+        }
     }
-    if needs == Needs::Main {
+    let mut blames = None;
+    // The runs of the program as the step is (the comparison's N ranks run it too).
+    let trace = match (needs, &obs.equivalence) {
+        (Needs::Main, _) => Some(&obs.main.trace),
+        (Needs::Equivalence, Some(eq)) => Some(&eq.many.trace),
+        _ => None,
+    };
+    if let Some(trace) = trace {
         // The step that owns the mistake, when one does; else the two calls as logged.
-        let divergence = collectives::divergence(obs, collectives::Run::Main);
-        match divergence.as_ref().and_then(|d| Some((d.owner_words()?, &d.sentence))) {
-            Some((owner, sentence)) => {
+        let divergence = collectives::Divergence::find(&trace.records, obs.step, collectives::Run::Main);
+        match divergence.as_ref().and_then(|d| Some((d.owner_words()?, &d.sentence, d.owner?.1))) {
+            Some((owner, sentence, id)) => {
+                blames = Some(id);
                 why.push_str(&format!("\nthe ranks' collectives part ways ({owner}): {sentence}"))
             }
             None => {
-                if let Some(desync) = collectives::desync(&obs.main.trace.records) {
+                if let Some(desync) = collectives::desync(&trace.records) {
                     why.push_str(&format!("\n{desync}"));
                 }
             }
         }
     }
-    Some(why)
+    Some(RunFailure { why, blames, raw })
+}
+
+impl RunFailure {
+    fn plain(why: &str) -> RunFailure {
+        RunFailure { why: why.to_string(), blames: None, raw: None }
+    }
 }
 
 /// The last line that reads like an error (`error: ...`, a panic), else the last one.

@@ -36,7 +36,7 @@ pub fn build_failed(package: &str, failure: &BuildFailure) -> CheckResult {
             "run the checker from the repository, where `cargo build` works",
         ),
     };
-    CheckResult { id: id::BUILDS, step: 0, verdict: Verdict::Fail, observed, expected: expected.into(), hint }
+    CheckResult::new(id::BUILDS, 0, Verdict::Fail, observed, expected.into(), hint)
 }
 
 fn imports_dist(obs: &Observation) -> Option<Finding> {
@@ -92,6 +92,8 @@ fn trains(obs: &Observation) -> Option<Finding> {
                 id::DATA_BARRIER
             ),
             expected: expected.into(),
+            blames: Some(id::DATA_BARRIER),
+            at: None,
         });
     }
     // From step 4 on, ranks that did not all join one group of the world size (a world
@@ -108,6 +110,8 @@ fn trains(obs: &Observation) -> Option<Finding> {
                     ranks.observed
                 ),
                 expected: expected.into(),
+                blames: Some(id::GLOBAL_RANK),
+                at: None,
             });
         }
     }
@@ -123,6 +127,8 @@ fn trains(obs: &Observation) -> Option<Finding> {
                     divergence.sentence
                 ),
                 expected: expected.into(),
+                blames: divergence.owner.map(|(_, id)| id),
+                at: None,
             });
         }
     }

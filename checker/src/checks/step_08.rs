@@ -55,6 +55,8 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
     }
     let per_rank = by_rank::<ImagesPerSec>(trace);
     let mut problems = Vec::new();
+    // The call that carried a figure wrongly, with the words beside its line.
+    let mut wrong: Option<(&Call, String)> = None;
     // What the program asked for: every rank's figure must go into a SUM to rank 0.
     let calls: BTreeMap<usize, Vec<Call>> = collectives::by_rank(trace);
     'ranks: for (rank, figures) in &per_rank {
@@ -68,6 +70,10 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
                 problems.push(format!(
                     "rank {rank} epoch {epoch}: {}",
                     wrong_throughput_call(carriers[0]).unwrap_or_default()
+                ));
+                wrong = Some((
+                    carriers[0],
+                    format!("rank {rank}'s images/sec goes into this {}", carriers[0].describe()),
                 ));
             }
             if !problems.is_empty() {
@@ -85,7 +91,7 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
             problems.push(format!("epoch {e}: printed {shown:.1}, sum of ranks {sum:.1}"));
         }
     }
-    Finding::shown(
+    let finding = Finding::shown(
         problems.is_empty(),
         if problems.is_empty() {
             "rank 0 printed the sum of the ranks' images/sec, reduced to it with SUM".into()
@@ -93,7 +99,11 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
             problems.join("; ")
         },
         expected,
-    )
+    )?;
+    Some(match wrong {
+        Some((call, label)) => finding.at(call.site.as_deref(), label),
+        None => finding,
+    })
 }
 
 /// With the barrier every rank's clock stops when the late rank arrives, so an

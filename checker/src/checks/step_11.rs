@@ -158,6 +158,8 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
                         d.sentence
                     ),
                     expected,
+                    blames: d.owner.map(|(_, id)| id),
+                    at: None,
                 });
             }
             Some(d) if d.owner.is_some() => {

@@ -14,7 +14,7 @@
 //! of the runners' `max_score`: a check passed earns its share of its step's points.
 use serde::Serialize;
 
-use super::keep_end;
+use super::keep_start;
 use crate::checks::Verdict;
 use crate::grade::Grade;
 
@@ -51,7 +51,7 @@ pub fn render(grade: &Grade) -> RunnerResult {
             s.graded().map(move |c| Test {
                 name: s.test_name(c),
                 status: c.verdict,
-                message: keep_end(c.message.as_deref().unwrap_or(&c.observed), MESSAGE_LIMIT),
+                message: keep_start(c.message.as_deref().unwrap_or(&c.observed), MESSAGE_LIMIT),
                 score: c.points,
                 test_code: s.repeat_command(grade.seed),
                 filename: coursegen::Version::Starter(s.step)
@@ -91,7 +91,10 @@ mod tests {
         assert_eq!(tests[0]["name"], "step 8: throughput-reduced");
         assert_eq!(tests[0]["status"], "pass");
         assert_eq!(tests[1]["status"], "fail");
-        assert!(tests[1]["message"].as_str().unwrap().starts_with("observed: saw epoch-barrier"));
+        assert!(tests[1]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("error[epoch-barrier]: step 8: saw epoch-barrier\n"));
         assert_eq!(tests[1]["test_code"], "cargo checker verify step 8 --seed 7");
         let mut keys: Vec<&String> = tests[0].as_object().unwrap().keys().collect();
         keys.sort();

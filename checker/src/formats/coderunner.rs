@@ -14,7 +14,7 @@
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{keep_end, summary};
+use super::{keep_start, summary};
 use crate::grade::{fmt_points, Grade};
 
 /// The table's header row.
@@ -40,7 +40,7 @@ pub fn render(grade: &Grade, hidden_until_due: &[String]) -> Outcome {
                 json!(step.test_name(check)),
                 json!(format!("{}/{}", fmt_points(check.points), fmt_points(check.max_points))),
                 json!(check.observes),
-                json!(keep_end(check.message.as_deref().unwrap_or(""), MESSAGE_LIMIT)),
+                json!(keep_start(check.message.as_deref().unwrap_or(""), MESSAGE_LIMIT)),
                 json!(u8::from(hidden)),
             ]);
         }
@@ -83,7 +83,10 @@ mod tests {
         assert_eq!(r.testresults[2][ishidden], 1, "epoch-barrier is hidden until due");
         assert_eq!(r.testresults[2][1], "step 8: epoch-barrier");
         assert_eq!(r.testresults[2][2], "0/5");
-        assert!(r.testresults[2][4].as_str().unwrap().starts_with("observed: saw epoch-barrier"));
+        assert!(r.testresults[2][4]
+            .as_str()
+            .unwrap()
+            .starts_with("error[epoch-barrier]: step 8: saw epoch-barrier\n"));
         assert!(r.testresults.iter().all(|row| row.len() == HEADER.len()));
         assert!(r.prologuehtml.starts_with("<pre>Step 8 ("), "{}", r.prologuehtml);
         assert_eq!(r.epiloguehtml, "<p>5 of 10 points.</p>");

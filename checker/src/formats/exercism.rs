@@ -18,7 +18,7 @@
 //! `test_code`, which repeats the run.
 use serde::Serialize;
 
-use super::keep_end;
+use super::{keep_end, keep_start};
 use crate::checks::Verdict;
 use crate::grade::{CheckGrade, Grade, StepGrade};
 
@@ -78,18 +78,19 @@ fn test(grade: &Grade, step: &StepGrade, check: &CheckGrade) -> Test {
     }
 }
 
-/// `text` cut to at most `limit` bytes at a character boundary, keeping its start
-/// (the first compiler error matters most) and saying it was cut.
+/// `text` cut to at most `limit` bytes, keeping its start (the first compiler error
+/// matters most) and cut where [`keep_start`] cuts: at a line's or a sentence's end.
 fn cut_bytes(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_string();
+    // keep_start counts characters; a character is at least a byte, so fewer
+    // characters each round until the bytes fit.
+    let mut chars = limit;
+    loop {
+        let kept = keep_start(text, chars);
+        if kept.len() <= limit {
+            return kept;
+        }
+        chars -= (kept.len() - limit).min(chars);
     }
-    const NOTE: &str = "\n[cut: the rest is in the full report, `cargo checker verify`]";
-    let mut end = limit - NOTE.len();
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{NOTE}", &text[..end])
 }
 
 #[cfg(test)]
@@ -122,13 +123,17 @@ mod tests {
     #[test]
     fn nothing_ran_is_an_error_with_the_compilers_message() {
         let mut build = check(id::BUILDS, 0, false);
-        build.observed = format!("cargo build failed:\nerror: {}", "é".repeat(40_000));
+        let errors: Vec<String> = (0..5000).map(|i| format!("error: é{i} is not found")).collect();
+        build.observed = format!("cargo build failed:\n{}", errors.join("\n"));
         let r = render(&grade_of(vec![step_run(3, vec![build])]));
         assert_eq!(r.status, Verdict::Error);
         let message = r.message.unwrap();
-        assert!(message.starts_with("cargo build failed:\nerror: é"));
+        assert!(message.starts_with("cargo build failed:\nerror: é0 is not found\n"));
         assert!(message.len() <= MESSAGE_LIMIT_BYTES, "{} bytes", message.len());
-        assert!(message.ends_with("`cargo checker verify`]"));
+        // Cut after a whole error, saying how much is left out.
+        let (kept, note) = message.rsplit_once('\n').unwrap();
+        assert!(kept.ends_with(" is not found"), "{kept}");
+        assert!(note.starts_with('[') && note.ends_with(" more characters left out]"), "{note}");
         assert!(r
             .tests
             .iter()
@@ -138,12 +143,18 @@ mod tests {
     #[test]
     fn output_is_the_programs_last_500_characters() {
         let mut s = step_run(0, vec![check(id::IMPORTS_DIST, 0, true), check(id::TRAINS, 0, true)]);
-        s.output = "x".repeat(2000) + "Epoch = 3 the end";
+        let lines: Vec<String> = (0..100).map(|i| format!("Epoch = {i}: the line of epoch {i}")).collect();
+        s.output = lines.join("\n");
         let r = render(&grade_of(vec![s]));
         for t in &r.tests {
             let output = t.output.as_deref().unwrap();
-            assert_eq!(output.chars().count(), OUTPUT_LIMIT);
-            assert!(output.ends_with("Epoch = 3 the end"));
+            assert!(output.chars().count() <= OUTPUT_LIMIT, "{output}");
+            // Whole lines, the last ones, under a line saying how much came before.
+            let (note, kept) = output.split_once('\n').unwrap();
+            assert!(note.ends_with(" earlier characters left out]"), "{note}");
+            assert!(kept.ends_with("Epoch = 99: the line of epoch 99"), "{kept}");
+            assert!(kept.lines().all(|l| lines.iter().any(|whole| whole == l)), "{kept}");
+            assert!(kept.lines().count() > 10, "{kept}");
         }
     }
 }

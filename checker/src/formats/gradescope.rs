@@ -20,7 +20,7 @@
 //! points per step graded); it is in `extra_data` for whoever reads the file.
 use serde::Serialize;
 
-use super::{last_chars, summary};
+use super::{keep_end, summary};
 use crate::checks::Verdict;
 use crate::grade::{CheckGrade, Confinement, Grade, StepGrade, STEP_POINTS};
 
@@ -156,9 +156,9 @@ pub fn render(grade: &Grade, hidden_until_due: &[String]) -> Results {
 fn test(step: &StepGrade, number: usize, check: &CheckGrade, hidden_until_due: &[String]) -> Test {
     let mut output = check.message.clone().unwrap_or_else(|| check.observed.clone());
     if !check.passed() && step.not_run.is_none() && !step.output.is_empty() {
-        let tail = last_chars(&step.output, OUTPUT_TAIL);
-        let which = if tail.len() < step.output.len() {
-            format!("its last {OUTPUT_TAIL} characters")
+        let tail = keep_end(&step.output, OUTPUT_TAIL);
+        let which = if tail != step.output {
+            format!("its last lines, at most {OUTPUT_TAIL} characters")
         } else {
             "all of it".into()
         };
@@ -210,7 +210,9 @@ mod tests {
             ]
         );
         // A failed test says why and shows what the program printed.
-        assert!(r.tests[1].output.starts_with("observed: saw epoch-barrier\nexpected: want\nhint: do it"));
+        let output = &r.tests[1].output;
+        assert!(output.starts_with("error[epoch-barrier]: step 8: saw epoch-barrier\n"), "{output}");
+        assert!(output.contains("= expected: want\n") && output.contains("= hint: do it\n"), "{output}");
         assert!(r.tests[1].output.ends_with("(rank 0, all of it):\nEpoch = 0 ..."), "{}", r.tests[1].output);
         assert_eq!(r.tests[0].output, "saw throughput-reduced");
         let json = serde_json::to_value(&r).unwrap();

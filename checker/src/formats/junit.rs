@@ -93,8 +93,8 @@ fn suite(xml: &mut String, of: &Suite, checks: &[&CheckGrade]) {
     for check in checks {
         case(xml, check);
     }
-    let out = super::last_chars(&step.output, SYSTEM_OUT_LIMIT);
-    let _ = writeln!(xml, "    <system-out>{}</system-out>", text(out));
+    let out = super::keep_end(&step.output, SYSTEM_OUT_LIMIT);
+    let _ = writeln!(xml, "    <system-out>{}</system-out>", text(&out));
     xml.push_str("    <system-err></system-err>\n  </testsuite>\n");
 }
 
@@ -262,8 +262,9 @@ mod tests {
         let graded = render(&g, Listing::Graded);
         assert!(graded.contains("tests=\"3\" failures=\"1\" errors=\"1\""), "{graded}");
         assert!(graded.contains(
-            "<testcase name=\"trains\" classname=\"ddp-lab.step_00\" time=\"0\">\n      <failure type=\"check failed\" message=\"observed: saw trains\">observed: saw trains\nexpected: want\nhint: do it</failure>"
+            "<testcase name=\"trains\" classname=\"ddp-lab.step_00\" time=\"0\">\n      <failure type=\"check failed\" message=\"error[trains]: step 0: saw trains\">error[trains]: step 0: saw trains\n"
         ), "{graded}");
+        assert!(graded.contains("= hint: do it\n"), "{graded}");
         assert!(graded.contains("<error type=\"could not judge\""), "{graded}");
         assert!(graded.contains("timestamp=\"2023-11-14T22:13:20\""), "{graded}");
         assert!(graded.contains("time=\"12.500\""), "{graded}");

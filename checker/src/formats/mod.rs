@@ -171,42 +171,7 @@ pub fn summary(grade: &Grade, markdown: bool) -> String {
     out
 }
 
-/// The end of `text`, at most `limit` characters (Unicode scalar values) of it.
-pub fn last_chars(text: &str, limit: usize) -> &str {
-    match text.char_indices().rev().nth(limit.saturating_sub(1)) {
-        Some((start, _)) if limit > 0 => &text[start..],
-        _ if limit == 0 => "",
-        _ => text,
-    }
-}
-
-/// `text` whole when it has at most `limit` characters, else its end under a line
-/// saying so, the two together at most `limit` characters.
-pub fn keep_end(text: &str, limit: usize) -> String {
-    if text.chars().count() <= limit {
-        return text.to_string();
-    }
-    let note = |kept: usize| format!("[output cut to its last {kept} characters]\n");
-    let kept = limit.saturating_sub(note(limit).chars().count());
-    format!("{}{}", note(kept), last_chars(text, kept))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_end_is_kept_and_counted_in_characters() {
-        assert_eq!(last_chars("abcdef", 2), "ef");
-        assert_eq!(last_chars("ab", 5), "ab");
-        assert_eq!(last_chars("ab", 0), "");
-        // Characters, not bytes: "é" is two bytes and one character.
-        assert_eq!(last_chars("aéé", 2), "éé");
-        let long = "é".repeat(600) + "the end";
-        let kept = keep_end(&long, 500);
-        assert_eq!(kept.chars().count(), 500);
-        assert!(kept.starts_with("[output cut to its last 460 characters]\n"), "{kept}");
-        assert!(kept.ends_with("the end"));
-        assert_eq!(keep_end("short", 500), "short");
-    }
-}
+// Every format shortens text the one way: at a line's or a sentence's end, saying how
+// much it left out (messages keep their start, where the diagnosis is; the program's
+// output its end).
+pub use crate::cut::{keep_end, keep_start};

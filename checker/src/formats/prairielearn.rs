@@ -18,7 +18,7 @@ use base64::Engine;
 use guide_figures::svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
 use serde::Serialize;
 
-use super::{keep_end, summary};
+use super::{keep_end, keep_start, summary};
 use crate::grade::{CheckGrade, Grade, StepGrade};
 
 // The limits below count characters; JSON may spend up to 6 bytes on one (a control
@@ -74,13 +74,13 @@ pub fn render(grade: &Grade) -> Results {
     Results {
         gradable: error.is_none(),
         score: error.is_none().then(|| if max > 0.0 { grade.points() / max } else { 0.0 }),
-        format_errors: error.map(|e| vec![keep_end(&e, SUMMARY_LIMIT)]),
+        format_errors: error.map(|e| vec![keep_start(&e, SUMMARY_LIMIT)]),
         message: format!(
             "{} of {} points.",
             crate::grade::fmt_points(grade.points()),
             crate::grade::fmt_points(max)
         ),
-        output: keep_end(&summary(grade, false), SUMMARY_LIMIT),
+        output: keep_start(&summary(grade, false), SUMMARY_LIMIT),
         images: figures(grade),
         tests,
     }
@@ -166,7 +166,7 @@ fn test(step: &StepGrade, check: &CheckGrade, limit: usize) -> Test {
         description: check.observes.to_string(),
         points: check.points,
         max_points: check.max_points,
-        message: keep_end(&message, limit),
+        message: keep_start(&message, limit),
         output: keep_end(&output, limit),
     }
 }
@@ -195,7 +195,9 @@ mod tests {
         assert_eq!(t, [("step 8: throughput-reduced", 5.0, 5.0), ("step 8: epoch-barrier", 0.0, 5.0)]);
         assert_eq!(r.tests[0].message, "passed");
         assert_eq!(r.tests[0].output, "saw throughput-reduced");
-        assert!(r.tests[1].message.starts_with("observed: saw epoch-barrier\nexpected: want\nhint: do it"));
+        let message = &r.tests[1].message;
+        assert!(message.starts_with("error[epoch-barrier]: step 8: saw epoch-barrier\n"), "{message}");
+        assert!(message.contains("= expected: want\n") && message.contains("= hint: do it\n"), "{message}");
         assert_eq!(r.tests[1].output, "Epoch = 0 ...");
         assert!(!r.tests[1].description.is_empty());
         let json = serde_json::to_value(&r).unwrap();

@@ -41,13 +41,13 @@ impl Verdict {
         format!("{}{}", self.stdout, self.stderr)
     }
 
-    /// The ids of the checks reported as failing.
+    /// The ids of the checks reported as failing: each one's report begins as rustc's
+    /// errors do, `error[metrics-averaged]: step 9: ...`.
     pub fn failed(&self) -> Vec<String> {
         self.stdout
             .lines()
-            .filter_map(|l| l.strip_prefix("FAIL step "))
-            .filter_map(|l| l.split(':').next())
-            .map(|l| l.split_whitespace().last().unwrap_or("").to_string())
+            .filter_map(|l| l.strip_prefix("error["))
+            .filter_map(|l| l.split_once("]: step ").map(|(id, _)| id.to_string()))
             .collect()
     }
 }

@@ -48,16 +48,49 @@ pub fn book_page(step: u8) -> String {
     format!("{BOOK_DIR}/steps/step-{step:02}.html#{}", heading_id(CHECKER_WILL_TEST))
 }
 
-/// [`book_page`] as a failed check's report names it: followed by how to build the
-/// book when `repo_root` has no built copy of the page yet.
-pub fn book_location(repo_root: &Path, step: u8) -> String {
+/// Where a failed check's report sends the student: a place that exists. The page of
+/// `step` in the built book ([`book_page`]) when `repo_root` has it; else the page's
+/// Markdown source at the line that names `check` under "What the checker will test"
+/// (`lab-guide/src/steps/step-07.md:88`, which editors and terminals open at that line),
+/// or at that section's heading, or the page itself.
+pub fn book_location(repo_root: &Path, step: u8, check: Option<&str>) -> String {
     let page = book_page(step);
     let file = page.split('#').next().unwrap_or_default();
     if repo_root.join(file).is_file() {
-        page
-    } else {
-        format!("{page} (not built yet: bash scripts/book.sh build)")
+        return page;
     }
+    let source = guide_page(step);
+    let text = std::fs::read_to_string(repo_root.join(&source)).unwrap_or_default();
+    match source_line(&text, check) {
+        Some(line) => format!("{}:{line}", source.display()),
+        None => source.display().to_string(),
+    }
+}
+
+/// The 1-based line of `page` where the bullet naming `check` (in backticks) begins
+/// under "What the checker will test", else that section's heading line.
+fn source_line(page: &str, check: Option<&str>) -> Option<usize> {
+    let lines: Vec<&str> = page.lines().collect();
+    let heading = lines.iter().position(|l| l.trim_end() == CHECKER_WILL_TEST)?;
+    let needle = check.map(|id| format!("`{id}`"));
+    let mut bullet = None;
+    for (i, line) in lines.iter().enumerate().skip(heading + 1) {
+        if is_section_break(line.trim_end()) {
+            break;
+        }
+        if line.starts_with("- ") || line.starts_with("* ") {
+            bullet = Some(i);
+        }
+        if let (Some(needle), Some(start)) = (&needle, bullet) {
+            if line.contains(needle.as_str()) {
+                return Some(start + 1);
+            }
+        }
+        if line.trim().is_empty() {
+            bullet = None;
+        }
+    }
+    Some(heading + 1)
 }
 
 /// The id mdBook gives a Markdown heading: its text in lower case, each space a `-`,
@@ -166,6 +199,18 @@ mod tests {
         ### Detail\n\nStill here.\n\n## What the checker will test\n\n- Metrics averaged \
         (`metrics-avg`), over\n  all ranks.\n- Another `other-check`.\n\nBy hand: `metrics-avg` too.\n\n\
         ## Common mistakes\n\n- Averaging twice.\n";
+
+    #[test]
+    fn a_checks_line_is_its_bullets_first_line() {
+        // The section's heading is line 15; the bullet of `metrics-avg` begins on line
+        // 17 (it goes on over line 18), `other-check`'s on 19.
+        assert_eq!(source_line(PAGE, Some("metrics-avg")), Some(17));
+        assert_eq!(source_line(PAGE, Some("other-check")), Some(19));
+        // A check no bullet names (`builds`): the section's heading.
+        assert_eq!(source_line(PAGE, Some("builds")), Some(15));
+        assert_eq!(source_line(PAGE, None), Some(15));
+        assert_eq!(source_line("# no such section\n", None), None);
+    }
 
     #[test]
     fn heading_ids_are_mdbooks() {

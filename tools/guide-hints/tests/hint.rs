@@ -103,17 +103,70 @@ fn the_real_guide_has_no_check_ids_yet_and_that_is_fine() {
 }
 
 #[test]
-fn a_failed_check_points_into_the_built_book() {
+fn a_failed_check_points_into_the_built_book_or_else_the_pages_source() {
     let root = tempdir().unwrap();
     assert_eq!(book_page(7), "target/book/steps/step-07.html#what-the-checker-will-test");
-    assert_eq!(
-        book_location(root.path(), 7),
-        "target/book/steps/step-07.html#what-the-checker-will-test (not built yet: bash scripts/book.sh build)"
-    );
+    // No book built: the page's Markdown source, at the line of the check's bullet.
+    let pages = root.path().join("lab-guide/src/steps");
+    std::fs::create_dir_all(&pages).unwrap();
+    std::fs::write(
+        pages.join("step-07.md"),
+        "# Step 7\n\n## What the checker will test\n\n- `weights-synchronized`: the same\n  weights.\n- `matches-single-rank`: one\n  rank's losses.\n\n## Common mistakes\n",
+    )
+    .unwrap();
+    let location = book_location(root.path(), 7, Some("matches-single-rank"));
+    assert_eq!(location, "lab-guide/src/steps/step-07.md:7");
+    let (file, line) = location.rsplit_once(':').unwrap();
+    let text = std::fs::read_to_string(root.path().join(file)).unwrap();
+    let named = text.lines().nth(line.parse::<usize>().unwrap() - 1).unwrap();
+    assert!(named.contains("`matches-single-rank`"), "{named}");
+    // A check no bullet names: the section's heading.
+    assert_eq!(book_location(root.path(), 7, Some("builds")), "lab-guide/src/steps/step-07.md:3");
+    // Built: the book's page, at the section.
     let steps = root.path().join("target/book/steps");
     std::fs::create_dir_all(&steps).unwrap();
     std::fs::write(steps.join("step-07.html"), "<h2 id=\"what-the-checker-will-test\">").unwrap();
-    assert_eq!(book_location(root.path(), 7), book_page(7));
+    assert_eq!(book_location(root.path(), 7, Some("matches-single-rank")), book_page(7));
+}
+
+/// Without a built book, every step's location names a line of the real guide that
+/// exists and names the check.
+#[test]
+fn every_check_without_a_book_points_at_its_line_of_the_real_guide() {
+    let root = repo_root();
+    let no_book = tempdir().unwrap();
+    copy_dir(&root.join("lab-guide/src/steps"), &no_book.path().join("lab-guide/src/steps"));
+    for step in 0..coursegen::STEPS.len() as u8 {
+        let page =
+            std::fs::read_to_string(root.join(format!("lab-guide/src/steps/step-{step:02}.md"))).unwrap();
+        // Each check's id as its bullet spells it: "- `id`: ...".
+        let ids: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("- `")?.split_once("`:").map(|(id, _)| id))
+            .filter(|id| id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+            .collect();
+        assert!(!ids.is_empty(), "step {step}: no check bullets");
+        for id in ids {
+            let location = book_location(no_book.path(), step, Some(id));
+            let (file, line) = location.rsplit_once(':').unwrap();
+            let line: usize = line.parse().unwrap();
+            let text = std::fs::read_to_string(no_book.path().join(file)).unwrap();
+            assert!(text.lines().nth(line - 1).unwrap().contains(&format!("`{id}`")), "{location}");
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
 
 /// The real book, as `scripts/book.sh build` made it, has every page and section a
@@ -137,6 +190,6 @@ fn the_built_book_has_every_page_a_report_points_at() {
         let (file, id) = link.split_once('#').unwrap();
         let html = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(html.contains(&format!(" id=\"{id}\"")), "{file} has no section with id {id}");
-        assert_eq!(book_location(&root, step), link);
+        assert_eq!(book_location(&root, step, None), link);
     }
 }
