@@ -189,6 +189,9 @@ fn bullet_problems(
         }
     }
     let mut out = Vec::new();
+    if marker.again.is_some() && !marker.variants.iter().any(|v| named.contains_key(v)) {
+        out.push("`again:`, yet no earlier bullet names its variants".to_string());
+    }
     for name in &marker.variants {
         if let Some(first) = named.get(name) {
             if marker.again.is_none() {
@@ -321,6 +324,7 @@ fn what_the_rules_catch() {
         one("- Summing. <!-- variant: metrics-summed -->\n- Again. <!-- variant: metrics-summed; again: seen twice -->\n"),
         Vec::<String>::new()
     );
+    expect("- Summing. <!-- variant: metrics-summed; again: why not -->\n", "no earlier bullet names");
     expect(&format!("{GPU_PART}\n\n- On GPU. <!-- variant: metrics-summed -->\n"), "under \"### On GPU nodes\"");
     expect("- Summing. <!-- variant: metrics-summed; why: no -->\n", "`why:`");
     // Only that part is exempt: another subsection's bullets still need their variant.
