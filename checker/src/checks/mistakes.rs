@@ -168,11 +168,9 @@ fn bullet_problems(
             return vec![format!("under \"{GPU_PART}\", yet it names a variant: move it out of that part")]
         }
         (None, false) => {
-            return vec![
-                "names no variant (`<!-- variant: NAME -->`): write its broken variant \
+            return vec!["names no variant (`<!-- variant: NAME -->`): write its broken variant \
                  (tests/common/variants.rs) and record it, or move the bullet out of the mistakes"
-                    .into(),
-            ]
+                .into()]
         }
         (Some(Err(e)), false) => return vec![e.clone()],
         (Some(Ok(m)), false) => m,
@@ -180,7 +178,8 @@ fn bullet_problems(
     let step_ids: Vec<&str> = REGISTRY[usize::from(bullet.step)].iter().map(|c| c.id).collect();
     if let Some(check) = &marker.fails {
         // A check that `verify step N` judges: one of steps 0..=N, or the build.
-        let judged = REGISTRY[..=usize::from(bullet.step)].iter().flat_map(|c| c.iter()).any(|c| c.id == check);
+        let judged =
+            REGISTRY[..=usize::from(bullet.step)].iter().flat_map(|c| c.iter()).any(|c| c.id == check);
         if !judged && check != id::BUILDS {
             return vec![format!(
                 "`fails: {check}` is not a check that `verify step {}` judges",
@@ -295,7 +294,9 @@ fn what_the_rules_catch() {
         "passes" => Some(Recorded { step: 9, results: solution.recorded.judge() }),
         other => real(other),
     };
-    let page = |bullets: &str| vec![(9u8, format!("# Step 9\n\n{SECTION}\n\n{bullets}\n## Next\n\n- not a mistake\n"))];
+    let page = |bullets: &str| {
+        vec![(9u8, format!("# Step 9\n\n{SECTION}\n\n{bullets}\n## Next\n\n- not a mistake\n"))]
+    };
     let one = |bullets: &str| problems(&page(bullets), &variants);
 
     assert_eq!(one("- Summing. <!-- variant: metrics-summed -->\n"), Vec::<String>::new());
@@ -303,7 +304,8 @@ fn what_the_rules_catch() {
         one("- Summing,\n  not averaging.\n  <!-- variant: metrics-summed; fails: metrics-averaged -->\n"),
         Vec::<String>::new()
     );
-    let gpu = format!("- Summing. <!-- variant: metrics-summed -->\n\n{GPU_PART}\n\n- A CPU tensor on NCCL.\n");
+    let gpu =
+        format!("- Summing. <!-- variant: metrics-summed -->\n\n{GPU_PART}\n\n- A CPU tensor on NCCL.\n");
     assert_eq!(one(&gpu), Vec::<String>::new());
 
     let expect = |bullets: &str, words: &str| {
@@ -313,9 +315,15 @@ fn what_the_rules_catch() {
     expect("- Summing.\n", "names no variant");
     expect("- Summing. <!-- variant: no-such-variant -->\n", "no recorded variant `no-such-variant`");
     expect("- Nothing wrong. <!-- variant: passes -->\n", "variant `passes` fails [], not a check of step 9");
-    expect("- Too early. <!-- variant: rank-is-local-rank -->\n", "recorded at step 4, before the bullet's step 9");
+    expect(
+        "- Too early. <!-- variant: rank-is-local-rank -->\n",
+        "recorded at step 4, before the bullet's step 9",
+    );
     expect("- Summing. <!-- variant: metrics-summed; fails: trains -->\n", "not `trains`");
-    expect("- Summing. <!-- variant: metrics-summed; fails: own-stage -->\n", "not a check that `verify step 9` judges");
+    expect(
+        "- Summing. <!-- variant: metrics-summed; fails: own-stage -->\n",
+        "not a check that `verify step 9` judges",
+    );
     expect(
         "- Summing. <!-- variant: metrics-summed -->\n- Again. <!-- variant: metrics-summed -->\n",
         "named by \"Summing.",
@@ -325,7 +333,10 @@ fn what_the_rules_catch() {
         Vec::<String>::new()
     );
     expect("- Summing. <!-- variant: metrics-summed; again: why not -->\n", "no earlier bullet names");
-    expect(&format!("{GPU_PART}\n\n- On GPU. <!-- variant: metrics-summed -->\n"), "under \"### On GPU nodes\"");
+    expect(
+        &format!("{GPU_PART}\n\n- On GPU. <!-- variant: metrics-summed -->\n"),
+        "under \"### On GPU nodes\"",
+    );
     expect("- Summing. <!-- variant: metrics-summed; why: no -->\n", "`why:`");
     // Only that part is exempt: another subsection's bullets still need their variant.
     expect("### On CPU nodes\n\n- Summing.\n", "names no variant");

@@ -38,7 +38,8 @@ pub const CHECKS: &[Check] = &[
 
 fn summary(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
-    let expected = format!("rank 0 prints the quick evaluation's summary for {ws} ranks, once, after the loop");
+    let expected =
+        format!("rank 0 prints the quick evaluation's summary for {ws} ranks, once, after the loop");
     let stdout = all_stdout(obs);
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("Quick evaluation:")).collect();
     let Some(line) = lines.first() else {
