@@ -3,7 +3,8 @@
 //! wrote down for it (`expected.json`); the checker's unit tests judge each one
 //! (checks::fixtures). Cases: every reference solution (everything holds), every
 //! untouched starter (its own step's checks fail) and every broken variant
-//! (common/variants.rs).
+//! (common/variants.rs). A variant that does not compile records the compiler's errors
+//! instead of a run (`verify::BuildFailureRecord`), judged as its failed `builds`.
 //!
 //! Re-record after a change to what the checker observes or to the lab's programs:
 //!
