@@ -90,17 +90,13 @@ pub(super) fn cases() -> Vec<Case> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    names
-        .into_iter()
-        .map(|name| {
-            let dir = fixtures().join(&name);
-            Case {
-                recorded: read(&dir.join("observation.json")),
-                expected: read(&dir.join("expected.json")),
-                name,
-            }
-        })
-        .collect()
+    names.into_iter().map(case).collect()
+}
+
+/// The recorded case `name` (`solution-09`, `step-08-reduce-max`).
+pub(super) fn case(name: String) -> Case {
+    let dir = fixtures().join(&name);
+    Case { recorded: read(&dir.join("observation.json")), expected: read(&dir.join("expected.json")), name }
 }
 
 /// How a judged case differs from what is expected of it; empty when it does not.
