@@ -3,7 +3,8 @@
 //! wrote down for it (`expected.json`); the checker's unit tests judge each one
 //! (checks::fixtures). Cases: every reference solution (everything holds), every
 //! untouched starter (its own step's checks fail) and every broken variant
-//! (common/variants.rs).
+//! (common/variants.rs). A variant that does not compile records the compiler's errors
+//! instead of a run (`verify::BuildFailureRecord`), judged as its failed `builds`.
 //!
 //! Re-record after a change to what the checker observes or to the lab's programs:
 //!
@@ -41,16 +42,21 @@ fn fixtures() -> PathBuf {
 /// Runs the checker on one case, recording its observation; the verdict is not
 /// asserted here (that is the unit tests' job, on the recorded file).
 fn record(case: &str, step: u8, how: &[&str], krate: Option<&Path>) {
-    let dir = fixtures().join(case);
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("observation.json");
-    let _ = std::fs::remove_file(&file);
+    // Recorded aside and moved in whole: while a case records (minutes), or after an
+    // interrupted recording, the judges' tests read no half-made case.
+    let staging = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("recording").join(format!("{case}.json"));
+    std::fs::create_dir_all(staging.parent().unwrap()).unwrap();
+    let _ = std::fs::remove_file(&staging);
     let step_arg = step.to_string();
     let mut args = vec!["verify", "step", step_arg.as_str(), "--seed", SEED];
     args.extend(how);
     let paths: Vec<&Path> = krate.into_iter().collect();
-    let v = common::checker_recording(&args, &paths, &file);
-    assert!(file.is_file(), "{case}: nothing recorded:\n{}", v.output());
+    let v = common::checker_recording(&args, &paths, &staging);
+    assert!(staging.is_file(), "{case}: nothing recorded:\n{}", v.output());
+    let dir = fixtures().join(case);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&staging, dir.join("observation.json")).unwrap();
+    std::fs::remove_file(&staging).unwrap();
     eprintln!("recorded {case}: exit {:?}, failed {:?}", v.code, v.failed());
 }
 

@@ -37,13 +37,45 @@ struct Expected {
     blames: Option<u8>,
 }
 
-struct Case {
-    name: String,
-    observation: Observation,
+/// What a case's `observation.json` holds: a run's observation, or (a mistake that does
+/// not compile) the compiler's errors.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum Recorded {
+    BuildFailed(crate::verify::BuildFailureRecord),
+    // Boxed: an observation is far larger than a build failure.
+    Ran(Box<Observation>),
+}
+
+impl Recorded {
+    /// Every check's verdict, as `verify` reports them: a crate that did not build has
+    /// only its failed `builds`.
+    pub(super) fn judge(&self) -> Vec<CheckResult> {
+        match self {
+            Recorded::Ran(obs) => judge(obs),
+            Recorded::BuildFailed(failed) => {
+                let errors = crate::observe::BuildFailure::Errors(failed.build_errors.clone());
+                vec![super::build_failed(&failed.package, &errors)]
+            }
+        }
+    }
+
+    /// The observation of a run; none for a crate that did not build.
+    fn ran(&self) -> Option<&Observation> {
+        match self {
+            Recorded::Ran(obs) => Some(obs),
+            Recorded::BuildFailed(_) => None,
+        }
+    }
+}
+
+pub(super) struct Case {
+    pub(super) name: String,
+    pub(super) recorded: Recorded,
     expected: Expected,
 }
 
-fn fixtures() -> PathBuf {
+pub(super) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/observations")
 }
 
@@ -52,23 +84,19 @@ fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> T {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn cases() -> Vec<Case> {
+pub(super) fn cases() -> Vec<Case> {
     let mut names: Vec<String> = std::fs::read_dir(fixtures())
         .expect("checker/fixtures/observations")
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    names
-        .into_iter()
-        .map(|name| {
-            let dir = fixtures().join(&name);
-            Case {
-                observation: read(&dir.join("observation.json")),
-                expected: read(&dir.join("expected.json")),
-                name,
-            }
-        })
-        .collect()
+    names.into_iter().map(case).collect()
+}
+
+/// The recorded case `name` (`solution-09`, `step-08-reduce-max`).
+pub(super) fn case(name: String) -> Case {
+    let dir = fixtures().join(&name);
+    Case { recorded: read(&dir.join("observation.json")), expected: read(&dir.join("expected.json")), name }
 }
 
 /// How a judged case differs from what is expected of it; empty when it does not.
@@ -109,7 +137,7 @@ fn every_recorded_case_is_judged_as_expected() {
     let wrong: Vec<String> = cases
         .iter()
         .filter_map(|case| {
-            let found = differences(case, &judge(&case.observation));
+            let found = differences(case, &case.recorded.judge());
             (!found.is_empty())
                 .then(|| format!("{} ({}):\n  {}", case.name, case.expected.about, found.join("\n  ")))
         })
@@ -161,14 +189,14 @@ fn recorded_trace_values_read_typed_and_write_back_the_same() {
 #[test]
 fn recorded_observations_write_back_as_recorded() {
     for case in cases() {
+        let Some(obs) = case.recorded.ran() else { continue };
         let path = fixtures().join(&case.name).join("observation.json");
         let recorded = std::fs::read_to_string(&path).unwrap();
         // Values, not text: serde_json's default parser may round a float's last digit
         // otherwise than the recording wrote it, on both sides alike.
         let value: serde_json::Value = serde_json::from_str(&recorded).unwrap();
-        let written = serde_json::to_value(&case.observation).unwrap();
+        let written = serde_json::to_value(obs).unwrap();
         assert!(written == value, "{}: written back otherwise than recorded", case.name);
-        let obs = &case.observation;
         let runs = 1
             + 2 * usize::from(obs.equivalence.is_some())
             + 3 * usize::from(obs.resume.is_some())
@@ -225,7 +253,8 @@ fn crashes(obs: &Observation) -> Vec<String> {
 fn no_recorded_process_crashed() {
     let crashed: Vec<String> = cases()
         .iter()
-        .flat_map(|c| crashes(&c.observation).into_iter().map(move |why| format!("{}: {why}", c.name)))
+        .filter_map(|c| Some((c.name.as_str(), c.recorded.ran()?)))
+        .flat_map(|(name, obs)| crashes(obs).into_iter().map(move |why| format!("{name}: {why}")))
         .collect();
     assert!(
         crashed.is_empty(),
@@ -255,7 +284,7 @@ fn every_check_has_a_holding_and_a_broken_case() {
     let mut held = BTreeSet::new();
     let mut broke = BTreeSet::new();
     for case in &cases {
-        for r in judge(&case.observation) {
+        for r in case.recorded.judge() {
             if r.passed() {
                 held.insert(r.id);
             }

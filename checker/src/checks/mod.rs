@@ -23,6 +23,8 @@ use crate::observe::Observation;
 mod collectives;
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod mistakes;
 mod step_00;
 mod step_01;
 mod step_02;

@@ -112,9 +112,22 @@ fn judge_equivalence(eq: &Equivalence) -> Option<(bool, String)> {
     let start = rank0::<InitialWeights>(&eq.one.trace.records)?.projection;
     // Relative to how far one epoch moved the weights: the starting point is shared,
     // so only the updates can differ.
-    let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())).max(1e-12);
-    let diff = many.iter().zip(&one).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / moved;
+    let moved = one.iter().zip(&start).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     let n = eq.settings.world_size();
+    // Runs that train nothing agree trivially: an epoch that moves no weight is no
+    // evidence, but a mistake of its own (an optimizer over another VarStore).
+    if moved == 0.0 {
+        return Some((
+            false,
+            format!(
+                "1 rank x batch {}: the weights the optimizer steps did not change in the epoch; \
+                 an optimizer over another VarStore than the model's steps none of the model's",
+                eq.settings.batch_size * n
+            ),
+        ));
+    }
+    let moved = moved.max(1e-12);
+    let diff = many.iter().zip(&one).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / moved;
     Some((
         diff <= EQUIVALENCE_TOLERANCE,
         format!(

@@ -38,12 +38,24 @@ pub const CHECKS: &[Check] = &[
 
 fn summary(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
-    let expected = format!("rank 0 prints the quick evaluation's summary for {ws} ranks");
-    let Some(line) = all_stdout(obs).lines().find(|l| l.starts_with("Quick evaluation:")).map(String::from)
-    else {
+    let expected =
+        format!("rank 0 prints the quick evaluation's summary for {ws} ranks, once, after the loop");
+    let stdout = all_stdout(obs);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("Quick evaluation:")).collect();
+    let Some(line) = lines.first() else {
         return Finding::missing("no `Quick evaluation:` line", expected);
     };
-    Finding::shown(line.contains(&format!("{ws} rank")), line, expected)
+    // Each rank's line, or each epoch's, says the same: only their number tells.
+    if lines.len() > 1 {
+        let observed = format!(
+            "{} `Quick evaluation:` lines: print_summary ran {} times (on every rank, or in the epoch loop), \
+             the first: {line}",
+            lines.len(),
+            lines.len()
+        );
+        return Finding::shown(false, observed, expected);
+    }
+    Finding::shown(line.contains(&format!("{ws} rank")), line.to_string(), expected)
 }
 
 fn target_reached(obs: &Observation) -> Option<Finding> {

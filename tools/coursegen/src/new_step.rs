@@ -343,7 +343,9 @@ cargo checker verify step {step}
 
 ## Common mistakes
 
-- TODO (author): a mistake, and the check that fails on it.
+- TODO (author): a mistake, and the check that fails on it; the comment names its
+  broken variant (checker/tests/common/variants.rs), recorded failing that check.
+  <!-- variant: NAME -->
 "
         )
     }
