@@ -172,15 +172,9 @@ mod tests {
     }
 
     fn result(step: u8, verdict: Verdict) -> CheckResult {
-        CheckResult {
-            id: "some-check",
-            step,
-            verdict,
-            observed: String::new(),
-            expected: String::new(),
-            hint: "",
-        }
+        CheckResult::new("some-check", step, verdict, String::new(), String::new(), "")
     }
+
 
     /// A step-9 run that passed steps 0-8's checks credits them, whichever crate ran;
     /// an earlier step with a check not passed (failed or not judged) is left as its own
