@@ -10,6 +10,7 @@ pub mod files;
 mod format;
 pub mod markers;
 pub mod new_step;
+pub mod students_copy;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -171,6 +172,41 @@ pub fn render_main(master: &str, version: Version) -> Result<String, CourseError
     }
 }
 
+/// The lines of step `step`'s code that give its answer away, as a hint or a students'
+/// copy must not show them before they are asked for: each line step `step` adds (see
+/// [`markers::step_code`]) trimmed of its indentation and of the `;`, `?`, `,`, `{` or `(`
+/// that end it, each once. Left out, as no answer on their own: comments, lines of
+/// fewer than 12 characters (`}`, `break`, `Ok(())`), a bare path, alone or called
+/// without arguments (`dist::init_process_group(` opening a call over several lines,
+/// `dist::barrier()?`: naming a function is the hint's second level), and text the step's starter already holds (code the step
+/// keeps or moves).
+pub fn answer_lines(master: &str, step: u8) -> Result<Vec<String>, CourseError> {
+    let version = Version::Solution(step).validate()?;
+    let tree = markers::parse(master)?;
+    let starter: String = markers::select(&tree, Version::Starter(version.step()))
+        .iter()
+        .map(|l| code_of(&l.text) + "\n")
+        .collect();
+    let bare_path = |code: &str| {
+        let path = code.strip_suffix("()").unwrap_or(code);
+        path.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut out: Vec<String> = Vec::new();
+    for line in markers::step_code(&tree, step) {
+        let code = code_of(&line.text);
+        let telling = code.len() >= 12 && !code.starts_with("//") && !bare_path(&code);
+        if telling && !starter.contains(&code) && !out.contains(&code) {
+            out.push(code);
+        }
+    }
+    Ok(out)
+}
+
+/// A line of code as [`answer_lines`] compares it: no indentation, no closing punctuation.
+pub fn code_of(line: &str) -> String {
+    line.trim().trim_end_matches([';', '?', ',', '{', '(', ' ']).to_string()
+}
+
 /// The `//!` lines that open each rendered main.rs.
 fn header(version: Version) -> String {
     let (n, title) = (version.step(), version.title());
@@ -320,6 +356,8 @@ pub enum CourseError {
          `name = \"{{{{name}}}}\"` and `description = \"{{{{description}}}}\"`"
     )]
     ManifestTemplate { reason: String },
+    #[error("students-copy: {reason}")]
+    CopyRefused { reason: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("rustfmt is not on PATH; install it with `rustup component add rustfmt`")]
