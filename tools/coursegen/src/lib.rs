@@ -178,9 +178,22 @@ pub fn render_main(master: &str, version: Version) -> Result<String, CourseError
 /// that end it, each once. Left out, as no answer on their own: comments, lines of
 /// fewer than 12 characters (`}`, `break`, `Ok(())`), a bare path, alone or called
 /// without arguments (`dist::init_process_group(` opening a call over several lines,
-/// `dist::barrier()?`: naming a function is the hint's second level), and text the step's starter already holds (code the step
+/// `dist::barrier()?`: naming a function is the hint's second level), a condition
+/// alone (`if global_rank == 0`: the guide says where in words), and text the step's starter already holds (code the step
 /// keeps or moves).
 pub fn answer_lines(master: &str, step: u8) -> Result<Vec<String>, CourseError> {
+    let mut out: Vec<String> = Vec::new();
+    for line in answer_blocks(master, step)?.into_iter().flatten() {
+        if !out.contains(&line) {
+            out.push(line);
+        }
+    }
+    Ok(out)
+}
+
+/// [`answer_lines`] block by block: for each `//@ step N` block of step `step` in the
+/// master, its telling lines (blocks without any left out).
+pub fn answer_blocks(master: &str, step: u8) -> Result<Vec<Vec<String>>, CourseError> {
     let version = Version::Solution(step).validate()?;
     let tree = markers::parse(master)?;
     let starter: String = markers::select(&tree, Version::Starter(version.step()))
@@ -191,15 +204,20 @@ pub fn answer_lines(master: &str, step: u8) -> Result<Vec<String>, CourseError> 
         let path = code.strip_suffix("()").unwrap_or(code);
         path.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':')
     };
-    let mut out: Vec<String> = Vec::new();
-    for line in markers::step_code(&tree, step) {
-        let code = code_of(&line.text);
-        let telling = code.len() >= 12 && !code.starts_with("//") && !bare_path(&code);
-        if telling && !starter.contains(&code) && !out.contains(&code) {
-            out.push(code);
-        }
-    }
-    Ok(out)
+    // A condition alone (`if global_rank == 0`) says where, as the guide's words do.
+    let condition = |code: &str| code.starts_with("if ") && !code.contains('{');
+    let telling = |code: &String| {
+        code.len() >= 12
+            && !code.starts_with("//")
+            && !bare_path(code)
+            && !condition(code)
+            && !starter.contains(code.as_str())
+    };
+    Ok(markers::step_code(&tree, step)
+        .into_iter()
+        .map(|block| block.iter().map(|line| code_of(&line.text)).filter(telling).collect::<Vec<_>>())
+        .filter(|block| !block.is_empty())
+        .collect())
 }
 
 /// A line of code as [`answer_lines`] compares it: no indentation, no closing punctuation.

@@ -45,9 +45,14 @@ fn every_step_of_the_real_guide_has_a_hint_at_every_level() {
 fn no_hint_below_the_answer_shows_a_line_of_the_steps_code() {
     let root = repo_root();
     let master = std::fs::read_to_string(root.join(coursegen::MASTER)).unwrap();
+    let mut steps_with_code = 0;
     for step in 0..=coursegen::LAST_STEP {
         let answers = coursegen::answer_lines(&master, step).unwrap();
-        assert!(!answers.is_empty(), "step {step} adds code");
+        // Step 5's code is a condition and two calls, none telling on its own.
+        if answers.is_empty() {
+            continue;
+        }
+        steps_with_code += 1;
         for level in [Level::Look, Level::Api] {
             let text = hint(&root, step, level).unwrap();
             let shown: Vec<&String> = answers.iter().filter(|line| text.contains(line.as_str())).collect();
@@ -62,6 +67,7 @@ fn no_hint_below_the_answer_shows_a_line_of_the_steps_code() {
             "step {step}: `--answer` shows none of its code {answers:?}:\n{text}"
         );
     }
+    assert!(steps_with_code >= usize::from(coursegen::LAST_STEP), "{steps_with_code} steps with code");
 }
 
 /// The page itself keeps the code out of the first read: outside its folded part "The
