@@ -43,8 +43,11 @@ pub enum Command {
         #[arg(long)]
         checks: bool,
     },
-    /// Help with a step, from the lab guide, a level at a time: `cargo checker hint step 7`
-    /// (where to look, the common mistakes), `--level 2` (which API), `--answer` (the code).
+    /// Help with a step from the lab guide, a level at a time: `cargo checker hint step 7`, then `--level 2`, `--answer`.
+    ///
+    /// Level 1 (the default): where to look, the idea and the common mistakes. Level 2:
+    /// also which functions and types to use, PyTorch's names beside. `--answer` (level
+    /// 3): also the code.
     Hint {
         #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
