@@ -185,3 +185,70 @@ fn a_folder_that_is_there_is_refused_and_nothing_is_written() {
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!dir.join("x").exists());
 }
+
+/// The copy builds and its checker verifies a starter there: step 1's starter fails
+/// step 1 and passes step 0, as a starter does. The one test that builds a copy (the
+/// checker and one starter, in a target folder of its own that later runs reuse: a
+/// first run builds the crates.io dependencies, minutes; later ones the copy's crates).
+#[test]
+fn the_students_copy_builds_and_its_checker_verifies_a_starter() {
+    let root = repo_root();
+    let dir = scratch("built");
+    write_copy(&dir, Some(1));
+    // What `bash scripts/setup.sh` links in a clone: libtorch, and the rest it installs.
+    for linked in [".libtorch", ".gloo-include", ".venv"] {
+        if root.join(linked).exists() {
+            std::os::unix::fs::symlink(root.join(linked).canonicalize().unwrap(), dir.join(linked)).unwrap();
+        }
+    }
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("students-copy-target");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let build = Command::new(&cargo)
+        .args(["build", "--quiet", "-p", "checker", "-p", "step_01"])
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "the copy does not build:\n{}", String::from_utf8_lossy(&build.stderr));
+    let junit = dir.join("verify.xml");
+    let verify = Command::new(target.join("debug/checker"))
+        .args(["verify", "step", "1", "--junit"])
+        .arg(&junit)
+        .current_dir(&dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("DDP_LAB_ROOT")
+        .output()
+        .unwrap();
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&verify.stdout), String::from_utf8_lossy(&verify.stderr));
+    assert_eq!(verify.status.code(), Some(1), "a starter fails its own step:\n{said}");
+    let xml = std::fs::read_to_string(&junit).unwrap_or_else(|e| panic!("{}: {e}\n{said}", junit.display()));
+    // Each testcase: its step (from the classname) and whether it failed.
+    let cases: Vec<(String, bool)> = xml
+        .split("<testcase ")
+        .skip(1)
+        .map(|case| {
+            let step =
+                case.split("classname=\"ddp-lab.").nth(1).and_then(|c| c.split('"').next()).unwrap_or("");
+            let head = case.split("</testcase>").next().unwrap();
+            (step.to_string(), head.contains("<failure") || head.contains("<error"))
+        })
+        .collect();
+    let step_0: Vec<_> = cases.iter().filter(|(s, _)| s == "step_00").collect();
+    assert!(!step_0.is_empty() && step_0.iter().all(|(_, failed)| !failed), "step 0 passes:\n{said}");
+    assert!(cases.iter().any(|(s, failed)| s == "step_01" && *failed), "step 1 fails:\n{said}");
+    // Its checker has no solutions to check, and no answer to give.
+    let solutions = Command::new(target.join("debug/checker"))
+        .args(["verify", "step", "0", "--solutions"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(solutions.status.code(), Some(2));
+    let hint = Command::new(target.join("debug/checker"))
+        .args(["hint", "step", "1", "--answer"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let hint = String::from_utf8_lossy(&hint.stdout);
+    assert!(hint.contains("they are with your instructor"), "{hint}");
+}
