@@ -124,7 +124,9 @@ pub fn write(root: &Path, dest: &Path, through: u8) -> Result<Written, CourseErr
             let path = temp.join(rel);
             fs::create_dir_all(path.parent().expect("under the copy")).map_err(io(&path))?;
             fs::write(&path, content).map_err(io(&path))?;
-            copy_mode(&root.join(rel), &path)?;
+            let source = root.join(rel);
+            let same = fs::read(&source).is_ok_and(|bytes| &bytes == content);
+            copy_mode(&source, &path, same)?;
         }
         // An empty folder is replaced; rename(2) refuses a folder that is not empty.
         let _ = fs::remove_dir(dest);
@@ -141,10 +143,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CourseError + '_ {
     move |source| CourseError::Io { path: path.to_path_buf(), source }
 }
 
-/// Keeps a script executable in the copy.
-fn copy_mode(from: &Path, to: &Path) -> Result<(), CourseError> {
+/// Keeps a script executable in the copy, and a copied file's modification time (as
+/// `cp -p` does), so that cargo, which judges path dependencies by it, finds a build of
+/// an earlier copy fresh. A file the copy changes or renders gets the time it is written.
+fn copy_mode(from: &Path, to: &Path, same: bool) -> Result<(), CourseError> {
     if let Ok(meta) = fs::metadata(from) {
         fs::set_permissions(to, meta.permissions()).map_err(io(to))?;
+        if let (true, Ok(modified)) = (same, meta.modified()) {
+            let file = fs::File::options().write(true).open(to).map_err(io(to))?;
+            file.set_modified(modified).map_err(io(to))?;
+        }
     }
     Ok(())
 }
