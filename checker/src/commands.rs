@@ -389,9 +389,23 @@ fn available_memory() -> Option<u64> {
 
 /// `checker autograder gradescope --step N --out DIR`.
 pub fn autograder_gradescope(graded: Graded, hidden_until_due: &[String], out: &Path) -> Result<(), Failure> {
+    instructors_repository()?;
     let written = autograder::gradescope(&repo_root(), graded, hidden_until_due, out)?;
     println!("{written}");
     Ok(())
+}
+
+/// An autograder is the instructor's: it carries the course and checks the reference
+/// solutions as it is set up, which a students' copy does not hold.
+fn instructors_repository() -> Result<(), Failure> {
+    match coursegen::students_copy::read_mark(&repo_root()) {
+        None => Ok(()),
+        Some(_) => Err(Failure::CannotRun(
+            "this is the students' copy of the lab: make the autograder from your full repository, \
+             whose image carries the solutions it checks itself with"
+                .into(),
+        )),
+    }
 }
 
 /// `checker autograder prairielearn|autolab|coderunner|codegrade`: what the platform needs.
@@ -399,6 +413,7 @@ pub fn autograder_platform(
     platform: autograder::Platform,
     args: &crate::cli::PlatformArgs,
 ) -> Result<(), Failure> {
+    instructors_repository()?;
     let written = autograder::platform(
         &repo_root(),
         args.graded.step,

@@ -87,6 +87,18 @@ fn a_students_copy_has_no_solutions_to_check() {
             .code(2)
             .stderr(contains("students' copy of the lab: it holds no solutions"));
     }
+    // Nor are the autograders, which check the solutions as they are set up, made there.
+    let out = copy.path().join("autograder");
+    for platform in ["gradescope", "prairielearn"] {
+        cmd()
+            .args(["autograder", platform, "--step", "0", "--out"])
+            .arg(&out)
+            .env(checker::ROOT_ENV, copy.path())
+            .assert()
+            .code(2)
+            .stderr(contains("make the autograder from your full repository"));
+    }
+    assert!(!out.exists());
 }
 
 #[test]
