@@ -255,4 +255,16 @@ fn the_students_copy_builds_and_its_checker_verifies_a_starter() {
         .unwrap();
     let hint = String::from_utf8_lossy(&hint.stdout);
     assert!(hint.contains("they are with your instructor"), "{hint}");
+
+    // `reset` restores the starter from the copy's pristine one (no master there).
+    let main = dir.join("steps/step_02/src/main.rs");
+    let pristine = std::fs::read_to_string(&main).unwrap();
+    std::fs::write(&main, "fn main() {}\n").unwrap();
+    let reset = Command::new(target.join("debug/checker"))
+        .args(["reset", "step", "2", "--yes"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(reset.status.success(), "{}", String::from_utf8_lossy(&reset.stderr));
+    assert_eq!(std::fs::read_to_string(&main).unwrap(), pristine);
 }
