@@ -43,10 +43,21 @@ pub enum Command {
         #[arg(long)]
         checks: bool,
     },
-    /// What to change in a step and the common mistakes, from the lab guide: `cargo checker hint step 7`.
+    /// Help with a step from the lab guide, a level at a time: `cargo checker hint step 7`, then `--level 2`, `--answer`.
+    ///
+    /// Level 1 (the default): where to look, the idea and the common mistakes. Level 2:
+    /// also which functions and types to use, PyTorch's names beside. `--answer` (level
+    /// 3): also the code.
     Hint {
         #[arg(value_name = "step N", num_args = 1..=2, required = true, help = step_n_help(""))]
         target: Vec<String>,
+        /// How much to show: 1 where to look and the idea, 2 also which functions and
+        /// types to use (PyTorch's names beside), 3 also the code (the answer).
+        #[arg(long, value_name = "1|2|3", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=i64::from(guide_hints::LEVELS)))]
+        level: u8,
+        /// Show the code: the step's answer (`--level 3`).
+        #[arg(long, conflicts_with = "level")]
+        answer: bool,
     },
     /// Restore a step's starter crate (asks first; keeps a backup in .checker/backups): `cargo checker reset step 7`.
     Reset {
@@ -407,7 +418,8 @@ pub fn repo_root() -> PathBuf {
     }
     let mut dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     loop {
-        if dir.join("course/lab/main.rs").is_file() {
+        // The instructor's repository has the master; a students' copy, its mark.
+        if dir.join(coursegen::MASTER).is_file() || dir.join(coursegen::students_copy::MARK).is_file() {
             return dir;
         }
         if !dir.pop() {

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use coursegen::LAB_LAST_STEP;
+use coursegen::{LAB_LAST_STEP, LAST_STEP};
 
 use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
@@ -395,9 +395,23 @@ fn available_memory() -> Option<u64> {
 
 /// `checker autograder gradescope --step N --out DIR`.
 pub fn autograder_gradescope(graded: Graded, hidden_until_due: &[String], out: &Path) -> Result<(), Failure> {
+    instructors_repository()?;
     let written = autograder::gradescope(&repo_root(), graded, hidden_until_due, out)?;
     println!("{written}");
     Ok(())
+}
+
+/// An autograder is the instructor's: it carries the course and checks the reference
+/// solutions as it is set up, which a students' copy does not hold.
+fn instructors_repository() -> Result<(), Failure> {
+    match coursegen::students_copy::read_mark(&repo_root()) {
+        None => Ok(()),
+        Some(_) => Err(Failure::CannotRun(
+            "this is the students' copy of the lab: make the autograder from your full repository, \
+             whose image carries the solutions it checks itself with"
+                .into(),
+        )),
+    }
 }
 
 /// `checker autograder prairielearn|autolab|coderunner|codegrade`: what the platform needs.
@@ -405,6 +419,7 @@ pub fn autograder_platform(
     platform: autograder::Platform,
     args: &crate::cli::PlatformArgs,
 ) -> Result<(), Failure> {
+    instructors_repository()?;
     let written = autograder::platform(
         &repo_root(),
         args.graded.step,
@@ -443,6 +458,25 @@ pub fn autograder_github_classroom(
     let grader = classroom::Grader::new(repository, &revision)?;
     let steps: Vec<u8> = (0..=LAB_LAST_STEP).collect();
     let text = classroom::workflow_file(&grader, &steps, points)?;
+    // What students receive is the template repository: a students' copy, never this
+    // repository with its solutions. A new folder gets one; a copy made before (with
+    // `coursegen students-copy --through N`, say) gets the workflow only.
+    let made_copy = match coursegen::students_copy::read_mark(out) {
+        Some(_) => false,
+        None => {
+            let empty = std::fs::read_dir(out).map_or(true, |mut d| d.next().is_none());
+            if !empty {
+                return Err(Failure::CannotRun(format!(
+                    "--out {}: not a students' copy of the lab: name a new folder (the template \
+                     repository is written there as a students' copy, without the solutions), or a \
+                     copy made by `cargo run -p coursegen -- students-copy DIR`",
+                    out.display()
+                )));
+            }
+            coursegen::students_copy::write(&root, out, LAST_STEP).map_err(|e| e.to_string())?;
+            true
+        }
+    };
     let path = out.join(classroom::WORKFLOW_FILE);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
@@ -461,9 +495,22 @@ pub fn autograder_github_classroom(
         grader.repository,
         grader.revision
     );
+    if made_copy {
+        println!(
+            "{} is the assignment's template repository: the students' copy of the lab (no solutions, \
+             no master), with the workflow; push it as the template",
+            out.display()
+        );
+    } else {
+        println!(
+            "commit it in the assignment's template repository (the students' copy in {})",
+            out.display()
+        );
+    }
     println!(
-        "commit it in the assignment's template repository; that commit must be pushed to {}",
-        grader.repository
+        "the workflow checks out the checker from {} at {}: that commit must be pushed there, and \
+         the students' workflows can read it (it holds the solutions unless it is a students' copy too)",
+        grader.repository, grader.revision
     );
     Ok(())
 }

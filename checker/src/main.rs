@@ -100,6 +100,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// The `--level` of `hint`, which clap keeps within 1 to [`guide_hints::LEVELS`].
+fn hint_level(n: u8) -> guide_hints::Level {
+    guide_hints::Level::from_number(n).unwrap_or(guide_hints::Level::Look)
+}
+
+/// `--solutions`, unless this is a students' copy, which holds none.
+fn solutions_here() -> Result<Subject<'static>, Failure> {
+    match coursegen::students_copy::read_mark(&repo_root()) {
+        None => Ok(Subject::Solution),
+        Some(_) => Err(Failure::CannotRun(
+            "this is the students' copy of the lab: it holds no solutions (they are with your \
+             instructor); drop --solutions to check your own steps"
+                .into(),
+        )),
+    }
+}
+
 fn try_main(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List { checks: false } => {
@@ -110,9 +127,10 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             print!("{}", checks::table());
             Ok(())
         }
-        Command::Hint { target } => {
+        Command::Hint { target, level, answer } => {
             let step = one_step(&target)?;
-            let text = guide_hints::hint(&repo_root(), step).map_err(|e| e.to_string())?;
+            let level = if answer { guide_hints::Level::Answer } else { hint_level(level) };
+            let text = guide_hints::hint(&repo_root(), step, level).map_err(|e| e.to_string())?;
             println!("{text}");
             Ok(())
         }
@@ -147,7 +165,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         Command::Grade { target, solutions, runs, reports, krate, crates: None, prebuilt, .. } => {
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
-                (None, true) => Subject::Solution,
+                (None, true) => solutions_here()?,
                 (None, false) => Subject::Step,
             };
             if krate.is_some() && target.is_empty() {
@@ -210,7 +228,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
             }
             let subject = match (&krate, solutions) {
                 (Some(dir), _) => Subject::Elsewhere(dir),
-                (None, true) => Subject::Solution,
+                (None, true) => solutions_here()?,
                 (None, false) => Subject::Step,
             };
             // A handed-in crate is sandboxed; your own steps only with --sandbox.

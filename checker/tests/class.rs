@@ -280,6 +280,38 @@ fn every_command_of_the_classroom_workflow_runs_as_the_command_grader_runs_it() 
     }
 }
 
+/// What students receive is the template repository: a students' copy (no solutions,
+/// no master), with the workflow; a copy made before gets the workflow only; any other
+/// folder that is not empty is refused.
+#[test]
+fn the_classroom_template_is_a_students_copy() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("template");
+    let args = ["autograder", "github-classroom", "--repository", "teacher/ddp-lab", "--out"];
+    let v = common::checker_with(&args, &[&out]);
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    assert!(out.join(".github/workflows/classroom.yml").is_file());
+    assert!(
+        out.join(coursegen::students_copy::MARK).is_file() && out.join("steps/step_07/src/main.rs").is_file()
+    );
+    assert!(!out.join("solutions").exists() && !out.join(coursegen::MASTER).exists());
+    // Again on the copy: the workflow only, the copy as it was.
+    std::fs::remove_file(out.join(".github/workflows/classroom.yml")).unwrap();
+    std::fs::write(out.join("steps/step_07/notes.md"), "mine").unwrap();
+    let v = common::checker_with(&args, &[&out]);
+    assert_eq!(v.code, Some(0), "{}", v.output());
+    assert!(out.join(".github/workflows/classroom.yml").is_file());
+    assert_eq!(std::fs::read_to_string(out.join("steps/step_07/notes.md")).unwrap(), "mine");
+    // A folder that is not a copy: refused, nothing written.
+    let other = scratch.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("README.md"), "not a copy").unwrap();
+    let v = common::checker_with(&args, &[&other]);
+    assert_eq!(v.code, Some(2), "{}", v.output());
+    assert!(v.stderr.contains("not a students' copy"), "{}", v.stderr);
+    assert!(!other.join(".github").exists());
+}
+
 #[test]
 fn a_moving_revision_is_refused() {
     let scratch = tempfile::tempdir().unwrap();

@@ -49,6 +49,58 @@ fn completions_name_every_subcommand() {
     cmd().args(["completions", "tcsh"]).assert().code(2).stderr(contains("invalid value 'tcsh'"));
 }
 
+/// `hint` gives a level at a time, each saying how to ask for the next; the code only
+/// with `--answer`.
+#[test]
+fn hint_goes_a_level_at_a_time() {
+    let out = |args: &[&str]| {
+        let out = cmd().args(args).assert().success().get_output().stdout.clone();
+        String::from_utf8(out).unwrap()
+    };
+    let first = out(&["hint", "step", "9"]);
+    assert!(first.starts_with("Step 9, hint 1 of 3: what to look at"), "{first}");
+    assert!(
+        first.contains("cargo checker hint step 9 --level 2") && !first.contains("### Which API"),
+        "{first}"
+    );
+    assert!(!first.contains("dist::all_reduce(&mut metrics"), "{first}");
+    let second = out(&["hint", "step", "9", "--level", "2"]);
+    assert!(second.contains("### Which API") && second.contains("--answer"), "{second}");
+    assert!(!second.contains("### The code"), "{second}");
+    let answer = out(&["hint", "step", "9", "--answer"]);
+    assert!(answer.contains("### The code") && answer.contains("dist::all_reduce(&mut metrics"), "{answer}");
+    assert_eq!(out(&["hint", "step", "9", "--level", "3"]), answer);
+    cmd().args(["hint", "step", "9", "--level", "4"]).assert().code(2).stderr(contains("4 is not in 1..=3"));
+}
+
+/// In a students' copy (its mark at the root) there are no solutions to check: a clear
+/// refusal, not a missing crate.
+#[test]
+fn a_students_copy_has_no_solutions_to_check() {
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::write(copy.path().join(coursegen::students_copy::MARK), "through = 3\n").unwrap();
+    for command in [&["verify", "step", "0", "--solutions"][..], &["grade", "step", "0", "--solutions"]] {
+        cmd()
+            .args(command)
+            .env(checker::ROOT_ENV, copy.path())
+            .assert()
+            .code(2)
+            .stderr(contains("students' copy of the lab: it holds no solutions"));
+    }
+    // Nor are the autograders, which check the solutions as they are set up, made there.
+    let out = copy.path().join("autograder");
+    for platform in ["gradescope", "prairielearn"] {
+        cmd()
+            .args(["autograder", platform, "--step", "0", "--out"])
+            .arg(&out)
+            .env(checker::ROOT_ENV, copy.path())
+            .assert()
+            .code(2)
+            .stderr(contains("make the autograder from your full repository"));
+    }
+    assert!(!out.exists());
+}
+
 #[test]
 fn a_step_out_of_range_is_a_usage_error() {
     cmd().args(["verify", "step", &(coursegen::LAST_STEP + 1).to_string()]).assert().code(2).stderr(

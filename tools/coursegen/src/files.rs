@@ -14,6 +14,12 @@ const GENERATED_ROOTS: [&str; 2] = ["steps", "solutions"];
 /// `Cargo.toml`, `build.rs` and the formatted `src/main.rs` under [`Version::crate_dir`].
 pub fn crate_files(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, String)>, CourseError> {
     let version = version.validate()?;
+    // A students' copy has no master: its starters are the pristine copies it was given.
+    if let (Version::Starter(_), false, Some(_)) =
+        (version, repo_root.join(MASTER).exists(), crate::students_copy::read_mark(repo_root))
+    {
+        return pristine_starter(repo_root, version);
+    }
     let master = read(&repo_root.join(MASTER))?;
     let manifest = read(&repo_root.join(crate::MANIFEST_TEMPLATE))?;
     let build = read(&repo_root.join(BUILD_SCRIPT))?;
@@ -27,6 +33,16 @@ pub fn crate_files(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, S
         (dir.join("build.rs"), build),
         (dir.join("src").join("main.rs"), main),
     ])
+}
+
+/// The starter of `version` as a students' copy keeps it under [`crate::students_copy::STARTERS`].
+fn pristine_starter(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, String)>, CourseError> {
+    let dir = version.crate_dir();
+    let kept = Path::new(crate::students_copy::STARTERS).join(dir.strip_prefix("steps").expect("a starter"));
+    ["Cargo.toml", "build.rs", "src/main.rs"]
+        .into_iter()
+        .map(|file| Ok((dir.join(file), read(&repo_root.join(&kept).join(file))?)))
+        .collect()
 }
 
 /// Every file of all the step and solution crates, rendered before anything is written so that an error

@@ -10,6 +10,7 @@ pub mod files;
 mod format;
 pub mod markers;
 pub mod new_step;
+pub mod students_copy;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -171,6 +172,59 @@ pub fn render_main(master: &str, version: Version) -> Result<String, CourseError
     }
 }
 
+/// The lines of step `step`'s code that give its answer away, as a hint or a students'
+/// copy must not show them before they are asked for: each line step `step` adds (see
+/// [`markers::step_code`]) trimmed of its indentation and of the `;`, `?`, `,`, `{` or `(`
+/// that end it, each once. Left out, as no answer on their own: comments, lines of
+/// fewer than 12 characters (`}`, `break`, `Ok(())`), a bare path, alone or called
+/// without arguments (`dist::init_process_group(` opening a call over several lines,
+/// `dist::barrier()?`: naming a function is the hint's second level), a condition
+/// alone (`if global_rank == 0`: the guide says where in words), and text the step's starter already holds (code the step
+/// keeps or moves).
+pub fn answer_lines(master: &str, step: u8) -> Result<Vec<String>, CourseError> {
+    let mut out: Vec<String> = Vec::new();
+    for line in answer_blocks(master, step)?.into_iter().flatten() {
+        if !out.contains(&line) {
+            out.push(line);
+        }
+    }
+    Ok(out)
+}
+
+/// [`answer_lines`] block by block: for each `//@ step N` block of step `step` in the
+/// master, its telling lines (blocks without any left out).
+pub fn answer_blocks(master: &str, step: u8) -> Result<Vec<Vec<String>>, CourseError> {
+    let version = Version::Solution(step).validate()?;
+    let tree = markers::parse(master)?;
+    let starter: String = markers::select(&tree, Version::Starter(version.step()))
+        .iter()
+        .map(|l| code_of(&l.text) + "\n")
+        .collect();
+    let bare_path = |code: &str| {
+        let path = code.strip_suffix("()").unwrap_or(code);
+        path.chars().all(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    };
+    // A condition alone (`if global_rank == 0`) says where, as the guide's words do.
+    let condition = |code: &str| code.starts_with("if ") && !code.contains('{');
+    let telling = |code: &String| {
+        code.len() >= 12
+            && !code.starts_with("//")
+            && !bare_path(code)
+            && !condition(code)
+            && !starter.contains(code.as_str())
+    };
+    Ok(markers::step_code(&tree, step)
+        .into_iter()
+        .map(|block| block.iter().map(|line| code_of(&line.text)).filter(telling).collect::<Vec<_>>())
+        .filter(|block| !block.is_empty())
+        .collect())
+}
+
+/// A line of code as [`answer_lines`] compares it: no indentation, no closing punctuation.
+pub fn code_of(line: &str) -> String {
+    line.trim().trim_end_matches([';', '?', ',', '{', '(', ' ']).to_string()
+}
+
 /// The `//!` lines that open each rendered main.rs.
 fn header(version: Version) -> String {
     let (n, title) = (version.step(), version.title());
@@ -320,6 +374,8 @@ pub enum CourseError {
          `name = \"{{{{name}}}}\"` and `description = \"{{{{description}}}}\"`"
     )]
     ManifestTemplate { reason: String },
+    #[error("students-copy: {reason}")]
+    CopyRefused { reason: String },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("rustfmt is not on PATH; install it with `rustup component add rustfmt`")]

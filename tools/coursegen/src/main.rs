@@ -37,6 +37,32 @@ enum Command {
     /// checks module whose check is not judged yet, the registry line, a guide page, the
     /// SUMMARY line and the checker page's row (exit 2, nothing written, if it cannot)
     NewStep(NewStepArgs),
+    /// Write the repository a class gets into DIR: the starters, the libraries, the
+    /// checker, the guide and the scripts students run, without solutions/, the master
+    /// (course/lab) or the step pages' code (exit 2, nothing written, if it cannot)
+    #[command(
+        long_about = "Write the repository a class gets into DIR (a new folder): the starters of the \
+        steps released, the libraries, the checker, the guide and the scripts students run. Left out: \
+        solutions/, the master course/lab (which holds every answer), the tests run on them, the demo \
+        and benchmarks, and the step pages' folded part \"The code\" (so `cargo checker hint step N \
+        --answer` there says the answers are with you). The starters are kept pristine under \
+        course/starters for `cargo checker reset`.\n\n\
+        The starter of step N+1 is the program after step N: a copy that holds the starters of steps \
+        0 to N holds the answers of steps 0 to N-1 there. --through N releases steps 0 to N only, as \
+        you release them over the term.\n\n\
+        It is written to a temporary folder beside DIR, then renamed: an error leaves nothing behind."
+    )]
+    StudentsCopy(StudentsCopyArgs),
+}
+
+#[derive(Args)]
+struct StudentsCopyArgs {
+    /// The folder to write the copy into: a new one (or an empty one)
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    /// Release steps 0 to N only [default: every step]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(coursegen::LAST_STEP)))]
+    through: Option<u8>,
 }
 
 #[derive(Args)]
@@ -71,6 +97,9 @@ fn main() -> ExitCode {
     let root = cli.root.unwrap_or_else(find_root);
     if let Command::NewStep(args) = cli.command {
         return new_step(&root, &args);
+    }
+    if let Command::StudentsCopy(args) = cli.command {
+        return students_copy(&root, &args);
     }
     match run(&root, cli.command) {
         Ok(code) => code,
@@ -124,6 +153,7 @@ fn run(root: &Path, command: Command) -> Result<ExitCode, CourseError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::NewStep(_) => unreachable!("main runs new-step itself"),
+        Command::StudentsCopy(_) => unreachable!("main runs students-copy itself"),
     }
 }
 
@@ -161,6 +191,37 @@ fn new_step(root: &Path, args: &NewStepArgs) -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+/// `students-copy`: exit 2 when it refuses (DIR not new, no master), as for a usage error.
+fn students_copy(root: &Path, args: &StudentsCopyArgs) -> ExitCode {
+    let through = args.through.unwrap_or(coursegen::LAST_STEP);
+    match coursegen::students_copy::write(root, &args.dir, through) {
+        Ok(written) => {
+            println!(
+                "wrote the students' copy in {} ({} files; steps 0 to {}; no solutions, no master, no code in the step pages)",
+                args.dir.display(),
+                written.files,
+                written.through
+            );
+            if written.through > 0 {
+                println!(
+                    "note: the starter of each step is the program after the step before: it holds the \
+                     answers of steps 0 to {} (release steps over the term with --through N)",
+                    written.through - 1
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e @ CourseError::CopyRefused { .. }) => {
+            eprintln!("coursegen {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("coursegen students-copy: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The nearest ancestor of the working directory holding the master, else the

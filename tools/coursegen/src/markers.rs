@@ -267,6 +267,30 @@ pub fn select<'a>(nodes: &'a [Node<'a>], version: Version) -> Vec<Line<'a>> {
         .collect()
 }
 
+/// The code step `step` adds, block by block: every line of each of its blocks' "new"
+/// section as its solution emits it (blocks of other steps nested there resolved as in
+/// that solution), in the master's order. What a hint or a students' copy must not give
+/// away before it is asked.
+pub fn step_code<'a>(nodes: &'a [Node<'a>], step: u8) -> Vec<Vec<Line<'a>>> {
+    let mut out = Vec::new();
+    step_code_into(nodes, step, &mut out);
+    out
+}
+
+fn step_code_into<'a>(nodes: &'a [Node<'a>], step: u8, out: &mut Vec<Vec<Line<'a>>>) {
+    for node in nodes {
+        if let Node::Block(block) = node {
+            if block.step == step {
+                out.push(select(&block.new, Version::Solution(step)));
+            } else {
+                for section in [&block.new, &block.todo, &block.old] {
+                    step_code_into(section, step, out);
+                }
+            }
+        }
+    }
+}
+
 /// Everything `version` emits, in order.
 pub fn emit<'a>(nodes: &'a [Node<'a>], version: Version) -> Vec<Emitted<'a>> {
     let mut out = Vec::new();

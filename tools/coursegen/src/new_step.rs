@@ -331,7 +331,22 @@ TODO (author): what the program does after this step that it did not before.
 
 Look for the `TODO Step {step}` comments in `steps/step_{step:02}`.
 
+TODO (author): where to look and the idea, in words: no line of the step's code here
+(`cargo checker hint step {step}` shows this first).
+
+<details>
+<summary>Which API</summary>
+
+TODO (author): the functions and types to use, PyTorch's names beside ours.
+
+</details>
+
+<details>
+<summary>The code</summary>
+
 TODO (author): the change, as step {step}'s blocks in `course/lab/main.rs` make it.
+
+</details>
 
 ## What the checker will test
 

@@ -22,6 +22,12 @@ pub enum HintError {
         path.display(), path.display()
     )]
     SectionMissing { path: PathBuf, section: &'static str },
+    #[error(
+        "{}: its \"What to change\" has no folded part `<details>` + `{summary}`; restore the \
+         page with `git checkout -- {}`, or read it directly",
+        path.display(), path.display()
+    )]
+    PartMissing { path: PathBuf, summary: &'static str },
 }
 
 /// `step` itself, or [`HintError::NoSuchStep`] if the lab has no such step.
@@ -108,20 +114,141 @@ fn heading_id(heading: &str) -> String {
         .collect()
 }
 
-/// The help for a student stuck on `step`: the sections "What to change" and "Common
-/// mistakes" of its guide page (headings kept), then a line pointing at the full page.
-pub fn hint(repo_root: &Path, step: u8) -> Result<String, HintError> {
+/// How much a hint gives away. A student asks for each in turn: what to look at first,
+/// then which functions, and the code only when they ask for the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// "What to change" up to its folded parts (where the TODOs are, the idea), and
+    /// "Common mistakes".
+    Look = 1,
+    /// Also the part "Which API": the functions and types to use, PyTorch's names beside.
+    Api = 2,
+    /// Also the part "The code": the answer.
+    Answer = 3,
+}
+
+impl Level {
+    /// The level numbered `n` (1 to 3), as `--level` takes it.
+    pub fn from_number(n: u8) -> Option<Level> {
+        [Level::Look, Level::Api, Level::Answer].into_iter().find(|l| *l as u8 == n)
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Level::Look => "what to look at",
+            Level::Api => "which API",
+            Level::Answer => "the answer",
+        }
+    }
+}
+
+/// The number of levels, as the hint's first line counts them.
+pub const LEVELS: u8 = Level::Answer as u8;
+
+/// The `<summary>` lines of the folded parts of "What to change" (mdBook shows a
+/// `<details>` block folded, so the page's first read stops before them): the API (hint
+/// level 2) and the code (level 3, the answer, which a students' copy leaves out).
+pub use coursegen::students_copy::{API_SUMMARY, CODE_SUMMARY};
+
+/// The parts of a step page's "What to change": the text before its folded parts, and
+/// the folded parts' bodies (without their `<details>`, `<summary>` and `</details>` lines).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct WhatToChange<'a> {
+    pub lead: &'a str,
+    pub api: Option<&'a str>,
+    pub code: Option<&'a str>,
+}
+
+/// Splits "What to change" into its lead and its `<details>` parts, named by their
+/// `<summary>` lines ([`API_SUMMARY`], [`CODE_SUMMARY`]); other folded parts stay in the
+/// lead. `<details>` lines inside fenced code do not count.
+pub fn split_what_to_change(section: &str) -> WhatToChange<'_> {
+    let mut parts = WhatToChange::default();
+    let mut lead_end = None;
+    let mut in_fence = false;
+    let mut open: Option<(usize, &str)> = None; // where the part's body starts, its summary
+    let mut offset = 0;
+    let mut lines = section.split_inclusive('\n').peekable();
+    while let Some(line) = lines.next() {
+        let text = line.trim();
+        let here = offset;
+        offset += line.len();
+        if text.starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        if text == "<details>" && open.is_none() {
+            let summary = lines.peek().map(|l| l.trim()).unwrap_or_default();
+            if summary == API_SUMMARY || summary == CODE_SUMMARY {
+                let summary_line = lines.next().expect("peeked");
+                lead_end.get_or_insert(here);
+                open = Some((
+                    offset + summary_line.len(),
+                    if summary == API_SUMMARY { API_SUMMARY } else { CODE_SUMMARY },
+                ));
+                offset += summary_line.len();
+            }
+        } else if text == "</details>" {
+            if let Some((start, summary)) = open.take() {
+                let body = &section[start..here];
+                if summary == API_SUMMARY {
+                    parts.api = Some(body);
+                } else {
+                    parts.code = Some(body);
+                }
+            }
+        }
+    }
+    parts.lead = &section[..lead_end.unwrap_or(section.len())];
+    parts
+}
+
+/// The help for a student stuck on `step`, at `level`: the lead of its guide page's
+/// "What to change" (and at level 2 its part "Which API", at level 3 its part "The
+/// code" too), then "Common mistakes", then how to ask for more and where the full page is.
+/// In a students' copy, which leaves the code out, level 3 says the answers are with the
+/// instructor.
+pub fn hint(repo_root: &Path, step: u8, level: Level) -> Result<String, HintError> {
     let step = lab_step(step)?;
     let rel = guide_page(step);
     let page = read_page(repo_root, &rel)?;
-    let mut out = String::new();
-    for heading in [WHAT_TO_CHANGE, COMMON_MISTAKES] {
-        let body = section(&page, heading)
-            .ok_or_else(|| HintError::SectionMissing { path: rel.clone(), section: heading })?;
-        out.push_str(heading);
-        out.push_str("\n\n");
-        out.push_str(body.trim());
-        out.push_str("\n\n");
+    let get = |heading: &'static str| {
+        section(&page, heading)
+            .ok_or_else(|| HintError::SectionMissing { path: rel.clone(), section: heading })
+    };
+    let change = split_what_to_change(get(WHAT_TO_CHANGE)?);
+    let mistakes = get(COMMON_MISTAKES)?;
+    let part = |body: Option<&'_ str>, summary: &'static str| -> Result<String, HintError> {
+        body.map(str::to_string).ok_or_else(|| HintError::PartMissing { path: rel.clone(), summary })
+    };
+    let mut out = format!("Step {step}, hint {} of {LEVELS}: {}\n\n", level as u8, level.title());
+    out.push_str(&format!("{WHAT_TO_CHANGE}\n\n{}\n\n", change.lead.trim()));
+    if level >= Level::Api {
+        out.push_str(&format!("### Which API\n\n{}\n\n", part(change.api, API_SUMMARY)?.trim()));
+    }
+    if level >= Level::Answer {
+        match (change.code, coursegen::students_copy::read_mark(repo_root)) {
+            (Some(code), _) => out.push_str(&format!("### The code\n\n{}\n\n", code.trim())),
+            (None, Some(_)) => out.push_str(
+                "### The code\n\nThis copy of the lab leaves the answers out: they are with your \
+                 instructor. Ask them, or a classmate who has finished the step, to look at your code with you.\n\n",
+            ),
+            (None, None) => return Err(HintError::PartMissing { path: rel.clone(), summary: CODE_SUMMARY }),
+        }
+    }
+    out.push_str(&format!("{COMMON_MISTAKES}\n\n{}\n\n", mistakes.trim()));
+    match level {
+        Level::Look => out.push_str(&format!(
+            "Still stuck? `cargo checker hint step {step} --level 2` names the functions to use; \
+             `--answer` shows the code.\n"
+        )),
+        Level::Api => out.push_str(&format!(
+            "Still stuck? `cargo checker hint step {step} --answer` shows the code (the answer).\n"
+        )),
+        Level::Answer => {}
     }
     out.push_str(&format!("Full page: {}", rel.display()));
     Ok(out)

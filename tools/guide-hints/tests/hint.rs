@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use coursegen::CourseError;
-use guide_hints::{book_location, book_page, check_hint_for, hint, HintError, BOOK_DIR};
+use guide_hints::{book_location, book_page, check_hint_for, hint, HintError, Level, BOOK_DIR, LEVELS};
 use tempfile::tempdir;
 
 /// The repository this crate lives in.
@@ -10,15 +10,85 @@ fn repo_root() -> PathBuf {
 }
 
 #[test]
-fn every_step_of_the_real_guide_has_a_hint() {
+fn every_step_of_the_real_guide_has_a_hint_at_every_level() {
     for step in 0..=coursegen::LAST_STEP {
-        let text = hint(&repo_root(), step).unwrap_or_else(|e| panic!("step {step}: {e}"));
-        let change = text.find("## What to change").expect("the first section");
-        let mistakes = text.find("## Common mistakes").expect("the second section");
-        assert!(change == 0 && change < mistakes, "step {step}: sections in order:\n{text}");
-        assert!(!text.contains("## Why") && !text.contains("## Goal"), "step {step}: only two sections");
-        let last = text.lines().last().unwrap();
-        assert_eq!(last, format!("Full page: lab-guide/src/steps/step-{step:02}.md"));
+        for level in [Level::Look, Level::Api, Level::Answer] {
+            let text = hint(&repo_root(), step, level).unwrap_or_else(|e| panic!("step {step}: {e}"));
+            let first = format!("Step {step}, hint {} of {LEVELS}: ", level as u8);
+            assert!(text.starts_with(&first), "step {step}: {text}");
+            let change = text.find("## What to change").expect("the first section");
+            let mistakes = text.find("## Common mistakes").expect("the last section");
+            assert!(change < mistakes, "step {step}: sections in order:\n{text}");
+            assert!(!text.contains("## Why") && !text.contains("## Goal"), "step {step}: only two sections");
+            assert!(!text.contains("<details>") && !text.contains("<summary>"), "step {step}: {text}");
+            assert_eq!(text.contains("### Which API"), level >= Level::Api, "step {step} {level:?}");
+            assert_eq!(text.contains("### The code"), level == Level::Answer, "step {step} {level:?}");
+            // Each level says how to ask for the next.
+            let next = match level {
+                Level::Look => Some(format!("cargo checker hint step {step} --level 2")),
+                Level::Api => Some(format!("cargo checker hint step {step} --answer")),
+                Level::Answer => None,
+            };
+            if let Some(next) = next {
+                assert!(text.contains(&next), "step {step} {level:?} names `{next}`:\n{text}");
+            }
+            let last = text.lines().last().unwrap();
+            assert_eq!(last, format!("Full page: lab-guide/src/steps/step-{step:02}.md"));
+        }
+    }
+}
+
+/// The hint gives the code only when asked: below `--answer` no line of the step's code
+/// (its blocks in the master, as coursegen renders its solution) appears, at any level;
+/// with `--answer` the step's code does.
+#[test]
+fn no_hint_below_the_answer_shows_a_line_of_the_steps_code() {
+    let root = repo_root();
+    let master = std::fs::read_to_string(root.join(coursegen::MASTER)).unwrap();
+    let mut steps_with_code = 0;
+    for step in 0..=coursegen::LAST_STEP {
+        let answers = coursegen::answer_lines(&master, step).unwrap();
+        // Step 5's code is a condition and two calls, none telling on its own.
+        if answers.is_empty() {
+            continue;
+        }
+        steps_with_code += 1;
+        for level in [Level::Look, Level::Api] {
+            let text = hint(&root, step, level).unwrap();
+            let shown: Vec<&String> = answers.iter().filter(|line| text.contains(line.as_str())).collect();
+            assert!(
+                shown.is_empty(),
+                "step {step}, hint {level:?} shows step {step}'s code: {shown:?}\n{text}"
+            );
+        }
+        let text = hint(&root, step, Level::Answer).unwrap();
+        assert!(
+            answers.iter().any(|line| text.contains(line.as_str())),
+            "step {step}: `--answer` shows none of its code {answers:?}:\n{text}"
+        );
+    }
+    assert!(steps_with_code >= usize::from(coursegen::LAST_STEP), "{steps_with_code} steps with code");
+}
+
+/// The page itself keeps the code out of the first read: outside its folded part "The
+/// code", no line of the step's code.
+#[test]
+fn the_step_pages_fold_their_code_away() {
+    let root = repo_root();
+    let master = std::fs::read_to_string(root.join(coursegen::MASTER)).unwrap();
+    for step in 0..=coursegen::LAST_STEP {
+        let page = std::fs::read_to_string(root.join(guide_hints::guide_page(step))).unwrap();
+        let unfolded = coursegen::students_copy::withhold_code(&page);
+        assert_ne!(unfolded, page, "step {step}'s page has a folded part \"The code\"");
+        let shown: Vec<String> = coursegen::answer_lines(&master, step)
+            .unwrap()
+            .into_iter()
+            .filter(|line| unfolded.contains(line.as_str()))
+            .collect();
+        assert!(
+            shown.is_empty(),
+            "step-{step:02}.md shows step {step}'s code outside \"The code\": {shown:?}"
+        );
     }
 }
 
@@ -36,40 +106,94 @@ fn the_guide_has_a_page_for_each_step_and_no_other() {
     assert_eq!(pages, expected);
 }
 
-#[test]
-fn hint_quotes_the_sections_trimmed() {
+/// A page with the folded parts, as the step pages have them.
+const PAGE: &str =
+    "# Step 2\n\n## What to change\n\n\nEdit `main`.\n\n<details>\n<summary>Which API</summary>\n\n\
+                    - `f`: PyTorch's `g`.\n\n</details>\n\n<details>\n<summary>The code</summary>\n\n\
+                    ```rust\nlet x = f();\n```\n\n</details>\n\n## Why\n\nBecause.\n\n\
+                    ## Common mistakes\n\n- Forgetting it.\n\n";
+
+fn guide_with(page: &str) -> tempfile::TempDir {
     let root = tempdir().unwrap();
     let steps = root.path().join("lab-guide/src/steps");
     std::fs::create_dir_all(&steps).unwrap();
-    let page = "# Step 2\n\n## What to change\n\n\nEdit `main`.\n\n## Why\n\nBecause.\n\n\
-                ## Common mistakes\n\n- Forgetting it.\n\n";
     std::fs::write(steps.join("step-02.md"), page).unwrap();
+    root
+}
+
+#[test]
+fn each_level_quotes_one_more_part() {
+    let root = guide_with(PAGE);
     assert_eq!(
-        hint(root.path(), 2).unwrap(),
-        "## What to change\n\nEdit `main`.\n\n## Common mistakes\n\n- Forgetting it.\n\n\
+        hint(root.path(), 2, Level::Look).unwrap(),
+        "Step 2, hint 1 of 3: what to look at\n\n## What to change\n\nEdit `main`.\n\n\
+         ## Common mistakes\n\n- Forgetting it.\n\n\
+         Still stuck? `cargo checker hint step 2 --level 2` names the functions to use; `--answer` shows the code.\n\
          Full page: lab-guide/src/steps/step-02.md"
     );
+    assert_eq!(
+        hint(root.path(), 2, Level::Api).unwrap(),
+        "Step 2, hint 2 of 3: which API\n\n## What to change\n\nEdit `main`.\n\n\
+         ### Which API\n\n- `f`: PyTorch's `g`.\n\n## Common mistakes\n\n- Forgetting it.\n\n\
+         Still stuck? `cargo checker hint step 2 --answer` shows the code (the answer).\n\
+         Full page: lab-guide/src/steps/step-02.md"
+    );
+    assert_eq!(
+        hint(root.path(), 2, Level::Answer).unwrap(),
+        "Step 2, hint 3 of 3: the answer\n\n## What to change\n\nEdit `main`.\n\n\
+         ### Which API\n\n- `f`: PyTorch's `g`.\n\n### The code\n\n```rust\nlet x = f();\n```\n\n\
+         ## Common mistakes\n\n- Forgetting it.\n\nFull page: lab-guide/src/steps/step-02.md"
+    );
+}
+
+/// In a students' copy the page has no code part (coursegen leaves it out): the answer
+/// level says where the answers are; the other levels are as before.
+#[test]
+fn in_a_students_copy_the_answer_is_with_the_instructor() {
+    let root = guide_with(&coursegen::students_copy::withhold_code(PAGE));
+    let err = hint(root.path(), 2, Level::Answer).unwrap_err();
+    assert!(matches!(err, HintError::PartMissing { summary: guide_hints::CODE_SUMMARY, .. }), "{err:?}");
+    std::fs::write(root.path().join(coursegen::students_copy::MARK), "through = 2\n").unwrap();
+    let text = hint(root.path(), 2, Level::Answer).unwrap();
+    assert!(text.contains("they are with your instructor") && !text.contains("let x = f()"), "{text}");
+    assert!(hint(root.path(), 2, Level::Api).unwrap().contains("PyTorch's `g`"));
+}
+
+#[test]
+fn levels_are_numbered_one_to_three() {
+    assert_eq!(Level::from_number(1), Some(Level::Look));
+    assert_eq!(Level::from_number(3), Some(Level::Answer));
+    assert_eq!(Level::from_number(0), None);
+    assert_eq!(Level::from_number(4), None);
 }
 
 #[test]
 fn hint_errors_name_the_problem() {
     let root = tempdir().unwrap();
     let after_the_last = coursegen::LAST_STEP + 1;
-    let err = hint(root.path(), after_the_last).unwrap_err();
+    let err = hint(root.path(), after_the_last, Level::Look).unwrap_err();
     assert!(matches!(err, HintError::NoSuchStep(CourseError::NoSuchStep { step }) if step == after_the_last));
     assert!(err.to_string().contains(&format!("0 to {}", coursegen::LAST_STEP)), "{err}");
 
-    let err = hint(root.path(), 4).unwrap_err();
+    let err = hint(root.path(), 4, Level::Look).unwrap_err();
     assert!(matches!(err, HintError::GuideMissing { .. }), "{err:?}");
     assert!(err.to_string().contains("lab-guide/src/steps/step-04.md"), "{err}");
 
     let steps = root.path().join("lab-guide/src/steps");
     std::fs::create_dir_all(&steps).unwrap();
     std::fs::write(steps.join("step-04.md"), "## What to change\n\nThis.\n").unwrap();
-    let err = hint(root.path(), 4).unwrap_err();
+    let err = hint(root.path(), 4, Level::Look).unwrap_err();
     assert!(matches!(err, HintError::SectionMissing { section: "## Common mistakes", .. }), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("step-04.md") && message.contains("Common mistakes"), "{message}");
+
+    // Level 1 needs no folded part; level 2 needs "Which API".
+    std::fs::write(steps.join("step-04.md"), "## What to change\n\nThis.\n\n## Common mistakes\n\n- x\n")
+        .unwrap();
+    assert!(hint(root.path(), 4, Level::Look).is_ok());
+    let err = hint(root.path(), 4, Level::Api).unwrap_err();
+    assert!(matches!(err, HintError::PartMissing { summary: guide_hints::API_SUMMARY, .. }), "{err:?}");
+    assert!(err.to_string().contains("<summary>Which API</summary>"), "{err}");
 }
 
 #[test]
