@@ -175,7 +175,6 @@ mod tests {
         CheckResult::new("some-check", step, verdict, String::new(), String::new(), "")
     }
 
-
     /// A step-9 run that passed steps 0-8's checks credits them, whichever crate ran;
     /// an earlier step with a check not passed (failed or not judged) is left as its own
     /// crate's last verify left it; step 9 itself is failing if any check was not passed.

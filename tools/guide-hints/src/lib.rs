@@ -239,7 +239,7 @@ pub fn hint(repo_root: &Path, step: u8, level: Level) -> Result<String, HintErro
             (None, None) => return Err(HintError::PartMissing { path: rel.clone(), summary: CODE_SUMMARY }),
         }
     }
-    out.push_str(&format!("{COMMON_MISTAKES}\n\n{}\n\n", mistakes.trim()));
+    out.push_str(&format!("{COMMON_MISTAKES}\n\n{}\n\n", without_comments(mistakes).trim()));
     match level {
         Level::Look => out.push_str(&format!(
             "Still stuck? `cargo checker hint step {step} --level 2` names the functions to use; \
@@ -262,6 +262,23 @@ pub fn check_hint_for(repo_root: &Path, step: u8, check_id: &str) -> Option<Stri
     let page = std::fs::read_to_string(repo_root.join(guide_page(lab_step(step).ok()?))).ok()?;
     let needle = format!("`{check_id}`");
     bullets(section(&page, CHECKER_WILL_TEST)?).into_iter().find(|b| b.contains(&needle))
+}
+
+/// `text` without its HTML comments: the step pages tie each common mistake to its
+/// broken variant in one (`<!-- variant: … -->`), which the book hides and the hint must
+/// too. The space before a comment goes with it.
+fn without_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("<!--") {
+        out.push_str(rest[..start].trim_end_matches([' ', '\t']));
+        match rest[start..].find("-->") {
+            Some(end) => rest = &rest[start + end + 3..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn read_page(repo_root: &Path, rel: &Path) -> Result<String, HintError> {
@@ -343,6 +360,13 @@ mod tests {
     fn heading_ids_are_mdbooks() {
         assert_eq!(heading_id(CHECKER_WILL_TEST), "what-the-checker-will-test");
         assert_eq!(heading_id("## Step 6: `set_epoch`, again!"), "step-6-set_epoch-again");
+    }
+
+    #[test]
+    fn the_variant_markers_are_left_out_of_what_is_quoted() {
+        let text = "- Forgetting `set_epoch`: the same order. <!-- variant: no-set-epoch -->\n- Two\n  lines <!-- variant: a,\n b -->\n";
+        assert_eq!(without_comments(text), "- Forgetting `set_epoch`: the same order.\n- Two\n  lines\n");
+        assert_eq!(without_comments("no comment"), "no comment");
     }
 
     #[test]

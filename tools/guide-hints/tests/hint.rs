@@ -21,6 +21,8 @@ fn every_step_of_the_real_guide_has_a_hint_at_every_level() {
             assert!(change < mistakes, "step {step}: sections in order:\n{text}");
             assert!(!text.contains("## Why") && !text.contains("## Goal"), "step {step}: only two sections");
             assert!(!text.contains("<details>") && !text.contains("<summary>"), "step {step}: {text}");
+            // The mistakes' ties to their variants are for the tests, not the student.
+            assert!(!text.contains("<!--") && !text.contains("variant:"), "step {step}: {text}");
             assert_eq!(text.contains("### Which API"), level >= Level::Api, "step {step} {level:?}");
             assert_eq!(text.contains("### The code"), level == Level::Answer, "step {step} {level:?}");
             // Each level says how to ask for the next.
