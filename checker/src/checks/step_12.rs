@@ -188,12 +188,29 @@ fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
             RESUME_EXPECTED,
         );
     };
-    let trained: BTreeSet<usize> = events::<TrainIndices>(resumed)
-        .into_iter()
-        .filter(|(r, _)| r.rank == Some(0))
-        .map(|(_, t)| t.epoch)
+    let trained_by = |rank: usize| -> BTreeSet<usize> {
+        events::<TrainIndices>(resumed)
+            .into_iter()
+            .filter(|(r, _)| r.rank == Some(rank))
+            .map(|(_, t)| t.epoch)
+            .collect()
+    };
+    let loaded_by = |rank: usize| {
+        events::<CheckpointLoaded>(resumed).into_iter().filter(|(r, _)| r.rank == Some(rank)).count()
+    };
+    let (trained, loaded) = (trained_by(0), loaded_by(0));
+    // Every rank must take rank 0's decisions, to load and where to start: what each
+    // one did, not only rank 0 (whose weights are compared).
+    let apart: Vec<String> = (1..runs.settings.world_size())
+        .filter(|&rank| trained_by(rank) != trained || (loaded_by(rank) > 0) != (loaded > 0))
+        .map(|rank| {
+            format!(
+                "rank {rank} loaded {} checkpoint(s) and trained epochs {}",
+                loaded_by(rank),
+                set(&trained_by(rank))
+            )
+        })
         .collect();
-    let loaded = events::<CheckpointLoaded>(resumed).into_iter().filter(|(r, _)| r.rank == Some(0)).count();
     let Some(digest) = final_digest(resumed) else {
         return Finding::missing(
             format!("the resumed run left no weights after epoch {last}"),
@@ -201,12 +218,19 @@ fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
         );
     };
     let continued = trained == (runs.stopped_after + 1..=last).collect::<BTreeSet<_>>();
-    let observed = format!(
+    let mut observed = format!(
         "stopped after epoch {}; the resumed run loaded {loaded} checkpoint(s) on rank 0, trained epochs {}, ended with weights {digest} (uninterrupted: {expected_digest})",
         runs.stopped_after,
         set(&trained)
     );
-    Finding::shown(continued && loaded > 0 && digest == expected_digest, observed, RESUME_EXPECTED)
+    if !apart.is_empty() {
+        observed.push_str(&format!("; but {}", apart.join(", ")));
+    }
+    Finding::shown(
+        continued && loaded > 0 && apart.is_empty() && digest == expected_digest,
+        observed,
+        RESUME_EXPECTED,
+    )
 }
 
 const DEVICE_MAPPING_EXPECTED: &str =
