@@ -152,6 +152,26 @@ fn read_after_whole(obs: &Observation) -> Option<Finding> {
             ));
         }
     }
+    // Every rank continues from what was saved: each decides to load after every epoch
+    // written, not only the ranks that happen to (a decision the ranks must take alike).
+    let written: BTreeSet<usize> = writes.iter().map(|w| w.1).collect();
+    let skipped: Vec<String> = (0..obs.variation.world_size())
+        .filter_map(|rank| {
+            let loads = reads.iter().filter(|(r, _)| r.rank == Some(rank)).count();
+            (loads < written.len())
+                .then(|| format!("rank {rank} loaded {loads} of the {} checkpoint(s) written", written.len()))
+        })
+        .collect();
+    if early.is_empty() && !skipped.is_empty() {
+        let observed = skipped.join("; ");
+        let whole_run = obs.main.processes.iter().all(|p| p.ended.success());
+        // A rank that died before its load decided nothing: "could not judge".
+        return if whole_run {
+            Finding::shown(false, observed, READ_AFTER_WHOLE_EXPECTED)
+        } else {
+            Finding::missing(observed, READ_AFTER_WHOLE_EXPECTED)
+        };
+    }
     if early.is_empty() {
         let observed = format!("all {} load(s) began after the checkpoint was whole", reads.len());
         Finding::shown(true, observed, READ_AFTER_WHOLE_EXPECTED)
@@ -302,5 +322,49 @@ mod device_mapping_tests {
         let unmapped = judged(vec![load(0, "cuda:0", "cuda:0"), load(1, "cuda:0", "cuda:1")]).unwrap();
         assert_eq!(unmapped.evidence, Evidence::Broken);
         assert_eq!(unmapped.observed, "rank 1 loaded onto cuda:0 while its model is on cuda:1");
+    }
+}
+
+#[cfg(test)]
+mod read_after_whole_tests {
+    use lab_trace::{Event, Trace};
+
+    use super::*;
+    use crate::checks::tests::nothing;
+    use crate::checks::Evidence;
+
+    fn at(rank: usize, time: f64, event: impl Into<Event>) -> Record {
+        let mut record = Record::now(event);
+        record.rank = Some(rank);
+        record.time = time;
+        record
+    }
+
+    fn load(rank: usize, time: f64) -> Record {
+        at(rank, time, LoadCheckpoint { dir: "ck".into(), device: "cpu".into(), model_device: "cpu".into() })
+    }
+
+    /// Rank 0 writes epoch 0's checkpoint from 1 s to 2 s; then `loads` of 2 ranks.
+    fn judged(loads: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(12);
+        obs.variation.nodes = 1;
+        obs.variation.ranks_per_node = 2;
+        let mut records = vec![
+            at(0, 1.0, SaveCheckpoint { epoch: 0, dir: "ck".into() }),
+            at(0, 2.0, CheckpointSaved { epoch: 0, weights: "w".into(), md5: "m".into() }),
+        ];
+        records.extend(loads);
+        obs.main.trace = Trace { records, malformed: Vec::new() };
+        let finding = read_after_whole(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    #[test]
+    fn every_rank_must_load_what_was_written() {
+        assert_eq!(judged(vec![load(0, 3.0), load(1, 3.0)]).0, Evidence::Holds);
+        assert_eq!(
+            judged(vec![load(0, 3.0)]),
+            (Evidence::Broken, "rank 1 loaded 0 of the 1 checkpoint(s) written".into())
+        );
     }
 }
