@@ -326,7 +326,7 @@ mod device_mapping_tests {
 }
 
 #[cfg(test)]
-mod read_after_whole_tests {
+mod every_rank_tests {
     use lab_trace::{Event, Trace};
 
     use super::*;
@@ -357,6 +357,45 @@ mod read_after_whole_tests {
         obs.main.trace = Trace { records, malformed: Vec::new() };
         let finding = read_after_whole(&obs).unwrap();
         (finding.evidence, finding.observed)
+    }
+
+    fn run(records: Vec<Record>) -> crate::observe::Run {
+        crate::observe::Run { processes: Vec::new(), trace: Trace { records, malformed: Vec::new() } }
+    }
+
+    /// Resumed after epoch 0 on 2 ranks: rank 0 loads and trains epoch 1; rank 1 as `rank1` says.
+    fn resumed(rank1: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(12);
+        let settings =
+            crate::observe::Variation { nodes: 1, ranks_per_node: 2, epochs: 2, ..obs.variation.clone() };
+        let weights = |rank| at(rank, 3.0, Weights { epoch: 1, digest: "w".into(), projection: [0.0; 8] });
+        let loaded = CheckpointLoaded { epoch: 0, weights: "ck".into(), digest: "c".into() };
+        let mut records =
+            vec![at(0, 1.0, loaded), at(0, 2.0, TrainIndices { epoch: 1, indices: vec![0; 16] }), weights(0)];
+        records.extend(rank1);
+        obs.resume = Some(crate::observe::ResumeRuns {
+            settings,
+            stopped_after: 0,
+            uninterrupted: run(vec![weights(0)]),
+            stopped: run(Vec::new()),
+            resumed: run(records),
+        });
+        let finding = resume_equals_uninterrupted(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    #[test]
+    fn every_rank_of_the_resumed_run_must_load_and_continue_as_rank_0() {
+        let loaded = || at(1, 1.0, CheckpointLoaded { epoch: 0, weights: "ck".into(), digest: "c".into() });
+        let trained = |epoch| at(1, 2.0, TrainIndices { epoch, indices: vec![0; 16] });
+        assert_eq!(resumed(vec![loaded(), trained(1)]).0, Evidence::Holds);
+        // Rank 1 decided not to load: it starts over at epoch 0, though rank 0's weights agree.
+        let (evidence, observed) = resumed(vec![trained(0), trained(1)]);
+        assert_eq!(evidence, Evidence::Broken);
+        assert!(
+            observed.ends_with("; but rank 1 loaded 0 checkpoint(s) and trained epochs {0, 1}"),
+            "{observed}"
+        );
     }
 
     #[test]
