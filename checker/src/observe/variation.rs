@@ -130,6 +130,11 @@ mod tests {
 
     use super::{worlds, Variation};
 
+    /// A global rank as a program computes it from (node, local rank, nodes, ranks per node).
+    type RankFormula = fn(usize, usize, usize, usize) -> usize;
+    /// The rank a sampler is given, from (node, local rank, global rank).
+    type SamplerRank = fn(usize, usize, usize) -> usize;
+
     /// Each rank's (node, local rank, global rank) in a world of `nodes` x `per_node`.
     fn ranks(nodes: usize, per_node: usize) -> impl Iterator<Item = (usize, usize, usize)> {
         (0..nodes)
@@ -139,11 +144,7 @@ mod tests {
     /// Each rank's training indices for a sampler built as `(replicas, rank)` says from
     /// (node, local rank, global rank); `None` where the sampler refuses (a rank beyond
     /// its replicas).
-    fn shares(
-        v: &Variation,
-        replicas: usize,
-        rank: fn(usize, usize, usize) -> usize,
-    ) -> Vec<Option<Vec<usize>>> {
+    fn shares(v: &Variation, replicas: usize, rank: SamplerRank) -> Vec<Option<Vec<usize>>> {
         ranks(v.nodes, v.ranks_per_node)
             .map(|(node, local, global)| {
                 DistributedSampler::with_defaults(v.train_subset, replicas, rank(node, local, global))
@@ -183,7 +184,7 @@ mod tests {
                     assert_ne!(wrong, world, "{what}: `{mistake}` for the world size passes");
                 }
                 // The global rank (step 4).
-                let formulas: [(&str, fn(usize, usize, usize, usize) -> usize); 4] = [
+                let formulas: [(&str, RankFormula); 4] = [
                     ("local_rank", |_, local, _, _| local),
                     ("local_rank * num_nodes + node_id", |node, local, nodes, _| local * nodes + node),
                     ("node_id * num_nodes + local_rank", |node, local, nodes, _| node * nodes + local),
@@ -219,7 +220,7 @@ mod tests {
                 // The sampler (step 6): every rank must get another share than the right one.
                 let right = shares(&v, world, |_, _, global| global);
                 assert!(right.iter().all(Option::is_some), "{what}");
-                let samplers: [(&str, usize, fn(usize, usize, usize) -> usize); 3] = [
+                let samplers: [(&str, usize, SamplerRank); 3] = [
                     ("num_replicas = num_gpus", per_node, |_, _, global| global),
                     ("rank = local rank", world, |_, local, _| local),
                     ("num_replicas = num_gpus, rank = local rank", per_node, |_, local, _| local),
