@@ -3,8 +3,9 @@
 //! wrote down for it (`expected.json`); the checker's unit tests judge each one
 //! (checks::fixtures). Cases: every reference solution (everything holds), every
 //! untouched starter (its own step's checks fail) and every broken variant
-//! (common/variants.rs). A variant that does not compile records the compiler's errors
-//! instead of a run (`verify::BuildFailureRecord`), judged as its failed `builds`.
+//! (common/variants.rs), the mistakes of the world in the finished lab too. A variant
+//! that does not compile records the compiler's errors instead of a run
+//! (`verify::BuildFailureRecord`), judged as its failed `builds`.
 //!
 //! Re-record after a change to what the checker observes or to the lab's programs:
 //!
@@ -30,7 +31,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::variants::VARIANTS;
+use common::variants::recorded;
 
 /// The same seed for every case: its variation (world size, subsets) is in the file.
 const SEED: &str = "4242";
@@ -105,7 +106,7 @@ fn record_every_case() {
             record(&starter, step, &[], None);
         }
     }
-    for v in VARIANTS.iter().filter(|v| wanted(&v.case(), v.step)) {
+    for v in recorded().iter().filter(|v| wanted(&v.case(), v.step)) {
         // Unconfined, as the solutions' own runs: the sandbox changes nothing observed.
         record(&v.case(), v.step, &["--unsandboxed", "--crate"], Some(&v.crate_dir()));
     }
@@ -125,7 +126,7 @@ fn every_case_recorded_todays_program() {
             ]
         })
         .collect();
-    for v in VARIANTS {
+    for v in recorded() {
         programs.push((v.case(), v.program()));
     }
     let stale: Vec<&str> = programs
@@ -149,12 +150,12 @@ fn every_case_recorded_todays_program() {
 /// edit), and every case has both its files.
 #[test]
 fn every_case_is_recorded_and_every_variant_still_applies() {
-    for v in VARIANTS {
+    for v in recorded() {
         let _ = v.program();
     }
     let mut cases: Vec<String> = (0..=coursegen::LAST_STEP)
         .flat_map(|s| [format!("solution-{s:02}"), format!("starter-{s:02}")])
-        .chain(VARIANTS.iter().map(|v| v.case()))
+        .chain(recorded().iter().map(|v| v.case()))
         .collect();
     cases.sort();
     let mut found: Vec<String> = std::fs::read_dir(fixtures())

@@ -1,7 +1,8 @@
 //! Step 4: the global rank, and only rank 0 prints.
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use lab_trace::event::Printed;
+use lab_trace::Record;
 
 use super::{epoch_lines, events, id, malformed, Check, Finding, Needs};
 use crate::observe::Observation;
@@ -27,6 +28,38 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
+/// Each rank process of the main run: its node, its local rank, the global rank it
+/// joined a group with (`None`: it joined none) and the stderr that would say why.
+/// Before step 10 a rank is a process the checker started; from step 10 it is a child
+/// that a node's invocation spawned (its records' parent is that invocation), so that
+/// a finished program is held to the same numbering.
+fn joined<'a>(obs: &'a Observation, trace: &[Record]) -> Vec<(usize, usize, Option<usize>, &'a str)> {
+    let mut out = Vec::new();
+    for p in &obs.main.processes {
+        let stderr = p.ended.stderr.as_str();
+        match p.local_rank {
+            Some(local) => {
+                let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
+                out.push((p.node, local, got, stderr));
+            }
+            None => {
+                let parent = i64::from(p.ended.pid);
+                let mut children: BTreeMap<u32, (Option<usize>, Option<usize>)> = BTreeMap::new();
+                for r in trace.iter().filter(|r| r.ppid == parent) {
+                    let child = children.entry(r.pid).or_default();
+                    child.0 = child.0.or(r.local_rank);
+                    child.1 = child.1.or(r.rank);
+                }
+                let mut spawned: Vec<(usize, Option<usize>)> =
+                    children.into_values().filter_map(|(local, rank)| Some((local?, rank))).collect();
+                spawned.sort();
+                out.extend(spawned.into_iter().map(|(local, rank)| (p.node, local, rank, stderr)));
+            }
+        }
+    }
+    out
+}
+
 /// Whether the ranks that joined a group joined the wrong one: a group of another size
 /// than the world's, or a rank number other than node id x ranks per node + local rank.
 /// (A rank that crashed before joining any group says nothing of step 4.)
@@ -34,11 +67,9 @@ pub(super) fn group_formed_wrongly(obs: &Observation) -> bool {
     let v = &obs.variation;
     let Ok(trace) = obs.main.trace.checked() else { return false };
     let sizes: BTreeSet<usize> = trace.iter().filter_map(|r| r.world_size).collect();
-    let wrong_rank = obs.main.processes.iter().any(|p| {
-        let Some(local) = p.local_rank else { return false };
-        let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
-        got.is_some_and(|rank| rank != p.node * v.ranks_per_node + local)
-    });
+    let wrong_rank = joined(obs, trace)
+        .into_iter()
+        .any(|(node, local, got, _)| got.is_some_and(|rank| rank != node * v.ranks_per_node + local));
     wrong_rank || sizes.iter().any(|&size| size != v.world_size())
 }
 
@@ -47,20 +78,17 @@ pub(super) fn global_rank(obs: &Observation) -> Option<Finding> {
     let ws = v.world_size();
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let mut wrong = Vec::new();
-    for p in &obs.main.processes {
-        let Some(local) = p.local_rank else { continue };
-        let expect = p.node * v.ranks_per_node + local;
-        let got = trace.iter().filter(|r| r.pid == p.ended.pid).find_map(|r| r.rank);
+    for (node, local, got, stderr) in joined(obs, trace) {
+        let expect = node * v.ranks_per_node + local;
         match got {
             Some(rank) if rank == expect => {}
             Some(rank) => {
-                wrong.push(format!("node {} local rank {local}: rank {rank}, expected {expect}", p.node))
+                wrong.push(format!("node {node} local rank {local}: rank {rank}, expected {expect}"))
             }
             // It never joined: its own error says why (init_process_group refused it).
             None => wrong.push(format!(
-                "node {} local rank {local} joined no group (expected global rank {expect}){}",
-                p.node,
-                super::last_error_line(&p.ended.stderr).map(|l| format!(": {l}")).unwrap_or_default()
+                "node {node} local rank {local} joined no group (expected global rank {expect}){}",
+                super::last_error_line(stderr).map(|l| format!(": {l}")).unwrap_or_default()
             )),
         }
     }

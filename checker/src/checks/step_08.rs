@@ -1,7 +1,7 @@
 //! Step 8: the throughput reduced to rank 0, and the epoch's end at a barrier.
 use std::collections::BTreeMap;
 
-use lab_trace::event::{EpochReport, ImagesPerSec, Printed, Weights};
+use lab_trace::event::{EpochReport, ImagesPerSec, Printed, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Record, ReduceOp};
 
 use super::collectives::{self, Call, Run};
@@ -112,10 +112,13 @@ fn throughput_reduced(obs: &Observation) -> Option<Finding> {
 ///
 /// A time alone can also be short because its rank started the epoch late (a rank the
 /// machine starved before its clock started waits less for the others), so a rank
-/// counts as early only when, besides, it was done with the epoch before the late rank
-/// had finished training: its images/sec (taken right after its clock stopped) is
-/// recorded before the late rank's weights of that epoch (recorded as it leaves
-/// `train`, before it reaches the barrier). Behind a barrier that cannot happen.
+/// counts as early only when, besides, its clock provably stopped before the late rank
+/// had finished training (recorded as it leaves `train`, before it reaches the
+/// barrier): behind a barrier that cannot happen. When its clock stopped is bounded
+/// from above twice, by what the rank recorded: its images/sec record (written after
+/// the clock stopped) and the start of its epoch's training plus the epoch time it
+/// measured (the clock started before `train` began). The second bound is what shows a
+/// barrier placed after `t0.elapsed()`, whose images/sec come after the barrier.
 fn epoch_barrier(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
     let delay = labkit::SLOW_RANK_DELAY.as_secs_f64();
@@ -169,19 +172,7 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
 /// `late` rank left `train` ([`epoch_barrier`]); `true` where the trace lacks either
 /// time (then the epoch times alone judge).
 fn done_before_the_late_rank(trace: &[Record], late: usize, margin: f64) -> impl Fn(usize, usize) -> bool {
-    // A rank's n-th images/sec belongs to its n-th epoch report (the figure has no epoch).
-    let mut times: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for (record, _) in events::<ImagesPerSec>(trace) {
-        if let Some(r) = record.rank {
-            times.entry(r).or_default().push(record.time);
-        }
-    }
-    let mut stopped: BTreeMap<(usize, usize), f64> = BTreeMap::new();
-    for (r, reports) in by_rank::<EpochReport>(trace) {
-        for (report, time) in reports.iter().zip(times.get(&r).into_iter().flatten()) {
-            stopped.insert((r, report.epoch), *time);
-        }
-    }
+    let stopped = clocks_stopped_by(trace);
     let mut late_done: BTreeMap<usize, f64> = BTreeMap::new();
     for (record, weights) in events::<Weights>(trace) {
         if record.rank == Some(late) {
@@ -191,5 +182,110 @@ fn done_before_the_late_rank(trace: &[Record], late: usize, margin: f64) -> impl
     move |rank, epoch| match (stopped.get(&(rank, epoch)), late_done.get(&epoch)) {
         (Some(stopped), Some(late_done)) => *stopped < late_done - margin,
         _ => true,
+    }
+}
+
+/// For each (rank, epoch) of its epoch reports, a time by which that rank's clock of
+/// the epoch had stopped, from its own records: the earlier of its images/sec record
+/// (taken after the clock stopped) and the start of its training that epoch plus the
+/// epoch time it measured (its clock started before `train` began).
+fn clocks_stopped_by(trace: &[Record]) -> BTreeMap<(usize, usize), f64> {
+    // A rank's n-th images/sec belongs to its n-th epoch report (the figure has no epoch).
+    let mut figures: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    for (record, _) in events::<ImagesPerSec>(trace) {
+        if let Some(r) = record.rank {
+            figures.entry(r).or_default().push(record.time);
+        }
+    }
+    let mut began: BTreeMap<(usize, usize), f64> = BTreeMap::new();
+    for (record, indices) in events::<TrainIndices>(trace) {
+        if let Some(r) = record.rank {
+            began.entry((r, indices.epoch)).or_insert(record.time);
+        }
+    }
+    let mut stopped: BTreeMap<(usize, usize), f64> = BTreeMap::new();
+    for (r, reports) in by_rank::<EpochReport>(trace) {
+        let mut figure = figures.get(&r).into_iter().flatten();
+        for report in reports {
+            let measured = began.get(&(r, report.epoch)).map(|start| start + report.epoch_time);
+            let bound = match (figure.next(), measured) {
+                (Some(f), Some(m)) => f.min(m),
+                (Some(f), None) => *f,
+                (None, Some(m)) => m,
+                (None, None) => continue,
+            };
+            stopped.insert((r, report.epoch), bound);
+        }
+    }
+    stopped
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_trace::{Event, Trace};
+
+    use super::*;
+    use crate::checks::tests::nothing;
+    use crate::checks::Evidence;
+
+    fn at(rank: usize, time: f64, event: impl Into<Event>) -> Record {
+        let mut record = Record::now(event);
+        record.rank = Some(rank);
+        record.time = time;
+        record
+    }
+
+    /// Rank `rank`'s epoch 0 as its trace shows it: training began at `began`, left
+    /// `train` at `trained`, measured `epoch_time`, and recorded its images/sec at `figure`.
+    fn epoch(rank: usize, began: f64, trained: f64, epoch_time: f64, figure: f64) -> Vec<Record> {
+        let report = EpochReport {
+            epoch: 0,
+            cumulative_time: epoch_time,
+            epoch_time,
+            images_per_sec: 100.0,
+            validation_loss: 1.0,
+            validation_accuracy: 0.5,
+        };
+        vec![
+            at(rank, began, TrainIndices { epoch: 0, indices: vec![0; 16] }),
+            at(rank, trained, Weights { epoch: 0, digest: "d".into(), projection: [0.0; 8] }),
+            at(rank, figure, ImagesPerSec { value: 100.0, batches: 1, batch_size: 16 }),
+            at(rank, figure, report),
+        ]
+    }
+
+    /// Two ranks; rank 1 is the late one: it trains from 0 to 2.0 s and reaches the
+    /// barrier then.
+    fn judged(rank0: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(8);
+        obs.variation.nodes = 1;
+        obs.variation.ranks_per_node = 2;
+        let mut records = rank0;
+        records.extend(epoch(1, 0.0, 2.0, 2.05, 2.1));
+        records.sort_by(|a, b| a.time.total_cmp(&b.time));
+        obs.main.trace = Trace { records, malformed: vec![] };
+        let finding = epoch_barrier(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    #[test]
+    fn a_clock_stopped_before_the_barrier_is_early_though_the_figure_comes_after_it() {
+        // The barrier: rank 0 trains 0.5 s and waits; its clock stops with the late rank.
+        assert_eq!(judged(epoch(0, 0.0, 0.5, 2.05, 2.1)).0, Evidence::Holds);
+        // The barrier after `t0.elapsed()`: the clock stopped at 0.5 s, but the figure
+        // is taken after the barrier, once the late rank is done.
+        let (evidence, observed) = judged(epoch(0, 0.0, 0.5, 0.5, 2.1));
+        assert_eq!(evidence, Evidence::Broken, "{observed}");
+        assert!(observed.contains("epoch 0: rank 0 0.50 s while the late rank took 2.05 s"), "{observed}");
+        // No barrier at all: the figure comes before the late rank is done too.
+        assert_eq!(judged(epoch(0, 0.0, 0.5, 0.5, 0.6)).0, Evidence::Broken);
+    }
+
+    #[test]
+    fn a_rank_that_began_its_epoch_late_is_not_early() {
+        // Starved before its clock started: it began at 1.6 s, trained to 1.9 s, waited at
+        // the barrier until 2.05 s. Its time is short, but its clock ran past the late
+        // rank's training (the guard of step-12-no-barrier-before-load's fixture).
+        assert_eq!(judged(epoch(0, 1.6, 1.9, 0.45, 2.1)).0, Evidence::Holds);
     }
 }

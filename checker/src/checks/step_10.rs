@@ -25,24 +25,40 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
+/// One invocation per node, each the parent of its node's `--num-gpus` workers: a node
+/// that spawns the world size (`dist::spawn(args.world_size, ...)`) starts too many.
 fn self_spawn(obs: &Observation) -> Option<Finding> {
-    let n = obs.variation.ranks_per_node;
+    let (nodes, n) = (obs.variation.nodes, obs.variation.ranks_per_node);
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
     let workers = events::<Worker>(trace);
-    let parent = obs.main.processes.first().map(|p| i64::from(p.ended.pid));
-    let children: BTreeSet<u32> = workers
+    // Each invocation's workers: the distinct processes whose parent it is.
+    let children: Vec<usize> = obs
+        .main
+        .processes
         .iter()
-        .filter(|(record, _)| Some(record.ppid) == parent)
-        .map(|(record, _)| record.pid)
+        .map(|p| {
+            let parent = i64::from(p.ended.pid);
+            let pids: BTreeSet<u32> = workers
+                .iter()
+                .filter(|(record, _)| record.ppid == parent)
+                .map(|(record, _)| record.pid)
+                .collect();
+            pids.len()
+        })
         .collect();
+    let invocations = match nodes {
+        1 => "one invocation".to_string(),
+        _ => format!("{} invocation(s) for {nodes} nodes", children.len()),
+    };
     Finding::shown(
-        obs.main.processes.len() == 1 && children.len() == n && workers.len() == n,
+        children.len() == nodes && children.iter().all(|&c| c == n) && workers.len() == nodes * n,
         format!(
-            "one invocation; {} worker(s) in child processes of it, {} in all",
-            children.len(),
+            "{invocations}; {} worker(s) in child processes of {}, {} in all",
+            children.iter().map(usize::to_string).collect::<Vec<_>>().join(" and "),
+            if nodes == 1 { "it" } else { "each" },
             workers.len()
         ),
-        format!("one invocation starts {n} rank processes (--num-gpus)"),
+        format!("one invocation per node starts that node's {n} rank processes (--num-gpus)"),
     )
 }
 

@@ -2,7 +2,7 @@
 //! the training loop together.
 use std::collections::BTreeMap;
 
-use lab_trace::event::{TrainIndices, Weights};
+use lab_trace::event::{StopDecision, TrainIndices, Weights};
 use lab_trace::Record;
 
 use super::collectives::{self, ranks_words, Run};
@@ -181,6 +181,9 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
         }
         return Finding::shown(false, observed, expected);
     }
+    if let Some(apart) = decided_apart(trace) {
+        return Finding::shown(false, format!("{}; {apart}", described.join("; ")), expected);
+    }
     let together = ends.len() == ws && grouped.len() == 1 && grouped[0].1.finished;
     let succeeded = obs.main.processes.iter().all(|p| p.ended.success());
     if !(together && succeeded) {
@@ -188,6 +191,40 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
         return Finding::missing(format!("{} (of {ws} ranks)", described.join("; ")), expected);
     }
     Finding::shown(true, format!("every rank {}", grouped[0].1.words()), expected)
+}
+
+/// Ranks that decided on different accuracies, or decided otherwise, at the same
+/// decision (their n-th `EarlyStopping::record`), in words; `None` when every rank that
+/// decided decided alike. The main run's early stop is reached on every accuracy, so
+/// ranks deciding on their own accuracy still stop together there; what they decided on
+/// shows it, as it would show on a run where they stop apart. (Only the ranks that
+/// recorded are compared: one rank deciding and telling the others is no mistake.)
+fn decided_apart(trace: &[Record]) -> Option<String> {
+    let mut decisions: BTreeMap<usize, BTreeMap<usize, &StopDecision>> = BTreeMap::new();
+    for (record, decision) in super::events::<StopDecision>(trace) {
+        if let Some(rank) = record.rank {
+            decisions.entry(decision.recorded).or_default().entry(rank).or_insert(decision);
+        }
+    }
+    decisions.values().find_map(|by_rank| {
+        let (first_rank, first) = by_rank.iter().next()?;
+        let (other_rank, other) = by_rank
+            .iter()
+            .find(|(_, d)| d.accuracy.to_bits() != first.accuracy.to_bits() || d.stop != first.stop)?;
+        let words = |rank: &usize, d: &StopDecision| {
+            format!(
+                "rank {rank} recorded accuracy {} and decided to {}",
+                d.accuracy,
+                if d.stop { "stop" } else { "go on" }
+            )
+        };
+        Some(format!(
+            "at decision {}: {}, {} (every rank must decide on the same all-reduced accuracy)",
+            first.recorded,
+            words(first_rank, first),
+            words(other_rank, other)
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -239,6 +276,32 @@ mod tests {
                 "rank 0 left the training loop after epoch 0, 3 steps; rank 1 began epoch 1 after 3 steps and did not finish it"
                     .into()
             )
+        );
+    }
+
+    fn decided(rank: usize, recorded: usize, accuracy: f64, stop: bool) -> Record {
+        at(rank, StopDecision { recorded, accuracy, stop })
+    }
+
+    #[test]
+    fn ranks_that_stop_together_but_decided_on_their_own_accuracies_break() {
+        let run = |accuracies: [f64; 2]| -> Vec<Record> {
+            (0..2)
+                .flat_map(|r| {
+                    let mut records = epoch(r, 0, 40, true);
+                    records.push(decided(r, 1, accuracies[r], false));
+                    records.extend(epoch(r, 1, 40, true));
+                    records.push(decided(r, 2, accuracies[r], true));
+                    records
+                })
+                .collect()
+        };
+        assert_eq!(judged(run([0.5, 0.5])).0, Evidence::Holds);
+        let (evidence, observed) = judged(run([0.5, 0.625]));
+        assert_eq!(evidence, Evidence::Broken);
+        assert_eq!(
+            observed,
+            "ranks 0–1 left the training loop after epoch 1, 6 steps; at decision 1: rank 0 recorded accuracy 0.5 and decided to go on, rank 1 recorded accuracy 0.625 and decided to go on (every rank must decide on the same all-reduced accuracy)"
         );
     }
 

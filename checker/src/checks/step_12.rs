@@ -152,6 +152,26 @@ fn read_after_whole(obs: &Observation) -> Option<Finding> {
             ));
         }
     }
+    // Every rank continues from what was saved: each decides to load after every epoch
+    // written, not only the ranks that happen to (a decision the ranks must take alike).
+    let written: BTreeSet<usize> = writes.iter().map(|w| w.1).collect();
+    let skipped: Vec<String> = (0..obs.variation.world_size())
+        .filter_map(|rank| {
+            let loads = reads.iter().filter(|(r, _)| r.rank == Some(rank)).count();
+            (loads < written.len())
+                .then(|| format!("rank {rank} loaded {loads} of the {} checkpoint(s) written", written.len()))
+        })
+        .collect();
+    if early.is_empty() && !skipped.is_empty() {
+        let observed = skipped.join("; ");
+        let whole_run = obs.main.processes.iter().all(|p| p.ended.success());
+        // A rank that died before its load decided nothing: "could not judge".
+        return if whole_run {
+            Finding::shown(false, observed, READ_AFTER_WHOLE_EXPECTED)
+        } else {
+            Finding::missing(observed, READ_AFTER_WHOLE_EXPECTED)
+        };
+    }
     if early.is_empty() {
         let observed = format!("all {} load(s) began after the checkpoint was whole", reads.len());
         Finding::shown(true, observed, READ_AFTER_WHOLE_EXPECTED)
@@ -188,12 +208,29 @@ fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
             RESUME_EXPECTED,
         );
     };
-    let trained: BTreeSet<usize> = events::<TrainIndices>(resumed)
-        .into_iter()
-        .filter(|(r, _)| r.rank == Some(0))
-        .map(|(_, t)| t.epoch)
+    let trained_by = |rank: usize| -> BTreeSet<usize> {
+        events::<TrainIndices>(resumed)
+            .into_iter()
+            .filter(|(r, _)| r.rank == Some(rank))
+            .map(|(_, t)| t.epoch)
+            .collect()
+    };
+    let loaded_by = |rank: usize| {
+        events::<CheckpointLoaded>(resumed).into_iter().filter(|(r, _)| r.rank == Some(rank)).count()
+    };
+    let (trained, loaded) = (trained_by(0), loaded_by(0));
+    // Every rank must take rank 0's decisions, to load and where to start: what each
+    // one did, not only rank 0 (whose weights are compared).
+    let apart: Vec<String> = (1..runs.settings.world_size())
+        .filter(|&rank| trained_by(rank) != trained || (loaded_by(rank) > 0) != (loaded > 0))
+        .map(|rank| {
+            format!(
+                "rank {rank} loaded {} checkpoint(s) and trained epochs {}",
+                loaded_by(rank),
+                set(&trained_by(rank))
+            )
+        })
         .collect();
-    let loaded = events::<CheckpointLoaded>(resumed).into_iter().filter(|(r, _)| r.rank == Some(0)).count();
     let Some(digest) = final_digest(resumed) else {
         return Finding::missing(
             format!("the resumed run left no weights after epoch {last}"),
@@ -201,12 +238,19 @@ fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
         );
     };
     let continued = trained == (runs.stopped_after + 1..=last).collect::<BTreeSet<_>>();
-    let observed = format!(
+    let mut observed = format!(
         "stopped after epoch {}; the resumed run loaded {loaded} checkpoint(s) on rank 0, trained epochs {}, ended with weights {digest} (uninterrupted: {expected_digest})",
         runs.stopped_after,
         set(&trained)
     );
-    Finding::shown(continued && loaded > 0 && digest == expected_digest, observed, RESUME_EXPECTED)
+    if !apart.is_empty() {
+        observed.push_str(&format!("; but {}", apart.join(", ")));
+    }
+    Finding::shown(
+        continued && loaded > 0 && apart.is_empty() && digest == expected_digest,
+        observed,
+        RESUME_EXPECTED,
+    )
 }
 
 const DEVICE_MAPPING_EXPECTED: &str =
@@ -278,5 +322,88 @@ mod device_mapping_tests {
         let unmapped = judged(vec![load(0, "cuda:0", "cuda:0"), load(1, "cuda:0", "cuda:1")]).unwrap();
         assert_eq!(unmapped.evidence, Evidence::Broken);
         assert_eq!(unmapped.observed, "rank 1 loaded onto cuda:0 while its model is on cuda:1");
+    }
+}
+
+#[cfg(test)]
+mod every_rank_tests {
+    use lab_trace::{Event, Trace};
+
+    use super::*;
+    use crate::checks::tests::nothing;
+    use crate::checks::Evidence;
+
+    fn at(rank: usize, time: f64, event: impl Into<Event>) -> Record {
+        let mut record = Record::now(event);
+        record.rank = Some(rank);
+        record.time = time;
+        record
+    }
+
+    fn load(rank: usize, time: f64) -> Record {
+        at(rank, time, LoadCheckpoint { dir: "ck".into(), device: "cpu".into(), model_device: "cpu".into() })
+    }
+
+    /// Rank 0 writes epoch 0's checkpoint from 1 s to 2 s; then `loads` of 2 ranks.
+    fn judged(loads: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(12);
+        obs.variation.nodes = 1;
+        obs.variation.ranks_per_node = 2;
+        let mut records = vec![
+            at(0, 1.0, SaveCheckpoint { epoch: 0, dir: "ck".into() }),
+            at(0, 2.0, CheckpointSaved { epoch: 0, weights: "w".into(), md5: "m".into() }),
+        ];
+        records.extend(loads);
+        obs.main.trace = Trace { records, malformed: Vec::new() };
+        let finding = read_after_whole(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    fn run(records: Vec<Record>) -> crate::observe::Run {
+        crate::observe::Run { processes: Vec::new(), trace: Trace { records, malformed: Vec::new() } }
+    }
+
+    /// Resumed after epoch 0 on 2 ranks: rank 0 loads and trains epoch 1; rank 1 as `rank1` says.
+    fn resumed(rank1: Vec<Record>) -> (Evidence, String) {
+        let mut obs = nothing(12);
+        let settings =
+            crate::observe::Variation { nodes: 1, ranks_per_node: 2, epochs: 2, ..obs.variation.clone() };
+        let weights = |rank| at(rank, 3.0, Weights { epoch: 1, digest: "w".into(), projection: [0.0; 8] });
+        let loaded = CheckpointLoaded { epoch: 0, weights: "ck".into(), digest: "c".into() };
+        let mut records =
+            vec![at(0, 1.0, loaded), at(0, 2.0, TrainIndices { epoch: 1, indices: vec![0; 16] }), weights(0)];
+        records.extend(rank1);
+        obs.resume = Some(crate::observe::ResumeRuns {
+            settings,
+            stopped_after: 0,
+            uninterrupted: run(vec![weights(0)]),
+            stopped: run(Vec::new()),
+            resumed: run(records),
+        });
+        let finding = resume_equals_uninterrupted(&obs).unwrap();
+        (finding.evidence, finding.observed)
+    }
+
+    #[test]
+    fn every_rank_of_the_resumed_run_must_load_and_continue_as_rank_0() {
+        let loaded = || at(1, 1.0, CheckpointLoaded { epoch: 0, weights: "ck".into(), digest: "c".into() });
+        let trained = |epoch| at(1, 2.0, TrainIndices { epoch, indices: vec![0; 16] });
+        assert_eq!(resumed(vec![loaded(), trained(1)]).0, Evidence::Holds);
+        // Rank 1 decided not to load: it starts over at epoch 0, though rank 0's weights agree.
+        let (evidence, observed) = resumed(vec![trained(0), trained(1)]);
+        assert_eq!(evidence, Evidence::Broken);
+        assert!(
+            observed.ends_with("; but rank 1 loaded 0 checkpoint(s) and trained epochs {0, 1}"),
+            "{observed}"
+        );
+    }
+
+    #[test]
+    fn every_rank_must_load_what_was_written() {
+        assert_eq!(judged(vec![load(0, 3.0), load(1, 3.0)]).0, Evidence::Holds);
+        assert_eq!(
+            judged(vec![load(0, 3.0)]),
+            (Evidence::Broken, "rank 1 loaded 0 of the 1 checkpoint(s) written".into())
+        );
     }
 }

@@ -77,8 +77,8 @@ impl PipelineRuns {
     }
 }
 
-/// Step 14's two runs: the same program, world, data and seeds, with `--fsdp` and
-/// without it (DDP), side by side.
+/// Step 14's two runs: the same program, world (one node of the main run's ranks per
+/// node), data and seeds, with `--fsdp` and without it (DDP), side by side.
 #[derive(Serialize, Deserialize)]
 pub struct FsdpRuns {
     /// Their settings ([`Variation::for_fsdp`]).

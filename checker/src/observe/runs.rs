@@ -33,8 +33,11 @@ pub(super) fn help_and_bad_value(
     (ended.pop(), bad)
 }
 
-/// The program run with rank 1 made to fail (step 10 on).
+/// The program run with rank 1 made to fail (step 10 on), on one node of the main run's
+/// ranks per node: one invocation is the whole job (with more nodes, node 0's ranks
+/// would wait for the others' at the rendezvous until its timeout).
 pub(super) fn failing_rank_run(step: u8, bin: &Path, v: &Variation, setup: &Setup, grace: Duration) -> Ended {
+    let v = &Variation { nodes: 1, ..v.clone() };
     let mut args = common_args(step, v, 0, Stop::AtTheLastEpoch);
     args.extend(["--dataset".into(), "generated".into()]);
     args.extend(["--data-dir".into(), setup.shared_data.display().to_string()]);

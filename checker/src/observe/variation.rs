@@ -26,13 +26,8 @@ impl Variation {
     pub fn for_step(step: u8, seed: u64) -> Variation {
         // SplitMix64: reproducible from the seed, on every machine.
         let mut d = labkit::Rng::new(seed ^ (u64::from(step) << 32));
-        let (nodes, ranks_per_node) = match step {
-            0 | 1 => (1, 1),
-            // Step 4 is about ranks across nodes: two simulated nodes.
-            4 => (2, 2),
-            2 | 3 | 5..=9 => [(1, 2), (1, 3), (2, 2)][d.below(3) as usize],
-            _ => [(1, 2), (1, 3)][d.below(2) as usize],
-        };
+        let worlds = worlds(step);
+        let (nodes, ranks_per_node) = worlds[d.below(worlds.len() as u64) as usize];
         let world = nodes * ranks_per_node;
         // Sizes that the world size does not divide exercise the sampler's padding.
         let mut train_subset = 90 + d.below(60) as usize;
@@ -72,17 +67,21 @@ impl Variation {
         }
     }
 
-    /// The settings of step 14's two runs, FSDP and DDP: the main run's world, one
-    /// epoch of [`FSDP_STEPS`] full global batches (no padding, no short batch): the
-    /// weights of both after K steps are compared to 1e-5, and float32 rounding (a
-    /// reduce-scatter sums in another order than DDP's all-reduce) grows with every step.
+    /// The settings of step 14's two runs, FSDP and DDP: one node of the main run's
+    /// ranks per node (2 or 3), one epoch of [`FSDP_STEPS`] full global batches (no
+    /// padding, no short batch): the weights of both after K steps are compared to 1e-5,
+    /// and float32 rounding (a reduce-scatter sums in another order than DDP's
+    /// all-reduce) grows with every step and every rank: on the main run's 6 ranks they
+    /// differed by 1.1e-5 (`--seed 1014`). The mistakes of the world are the main run's
+    /// to show; what these runs compare does not depend on the nodes.
     pub fn for_fsdp(&self) -> Variation {
-        let global_batch = self.batch_size * self.world_size();
+        let one_node = Variation { nodes: 1, ..self.clone() };
+        let global_batch = one_node.batch_size * one_node.world_size();
         Variation {
             train_subset: FSDP_STEPS * global_batch,
             test_subset: global_batch,
             epochs: 1,
-            ..self.clone()
+            ..one_node
         }
     }
 
@@ -108,12 +107,157 @@ impl Variation {
     }
 }
 
+/// The worlds (nodes, ranks per node) the main run of step `step` draws from.
+///
+/// `verify step N` judges every check of steps 0 to N on step N's runs, so each world
+/// here must expose every mistake that depends on the world, whichever step made it:
+/// more than one node (a rank numbered by its local rank alone, `num_gpus` taken for
+/// the world size, data prepared by global rank 0 only, a sampler split by node),
+/// more than one rank per node (every rank downloading, `local_rank * num_nodes +
+/// node_id`), and not 2 x 2, where `num_nodes + num_gpus` and `node_id * num_nodes +
+/// local_rank` give the right numbers. 2 x 3 and 3 x 2 are the smallest such worlds;
+/// which of them a run gets stays hidden. Steps 0 and 1 have no ranks yet.
+/// `tests::every_draw_exposes_every_mistake_of_the_world` holds every draw to this.
+pub fn worlds(step: u8) -> &'static [(usize, usize)] {
+    match step {
+        0 | 1 => &[(1, 1)],
+        _ => &[(2, 3), (3, 2)],
+    }
+}
+
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
 
 #[cfg(test)]
 mod tests {
-    use super::Variation;
+    use tch_distributed::DistributedSampler;
+
+    use super::{worlds, Variation};
+
+    /// A global rank as a program computes it from (node, local rank, nodes, ranks per node).
+    type RankFormula = fn(usize, usize, usize, usize) -> usize;
+    /// The rank a sampler is given, from (node, local rank, global rank).
+    type SamplerRank = fn(usize, usize, usize) -> usize;
+
+    /// Each rank's (node, local rank, global rank) in a world of `nodes` x `per_node`.
+    fn ranks(nodes: usize, per_node: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+        (0..nodes)
+            .flat_map(move |node| (0..per_node).map(move |local| (node, local, node * per_node + local)))
+    }
+
+    /// Each rank's training indices for a sampler built as `(replicas, rank)` says from
+    /// (node, local rank, global rank); `None` where the sampler refuses (a rank beyond
+    /// its replicas).
+    fn shares(v: &Variation, replicas: usize, rank: SamplerRank) -> Vec<Option<Vec<usize>>> {
+        ranks(v.nodes, v.ranks_per_node)
+            .map(|(node, local, global)| {
+                DistributedSampler::with_defaults(v.train_subset, replicas, rank(node, local, global))
+                    .ok()
+                    .map(|s| s.indices())
+            })
+            .collect()
+    }
+
+    /// Every world a verification of any step can draw shows every mistake that depends
+    /// on the world, written as the mistake computes: a world hiding one would let a
+    /// program with it earn full marks on that draw (issue 48). The comparison's N ranks
+    /// and step 13's stages take the main run's world and must be able to (at most one
+    /// stage per layer of the model); step 14's runs take one node of it.
+    #[test]
+    fn every_draw_exposes_every_mistake_of_the_world() {
+        let mut seen = std::collections::BTreeSet::new();
+        for step in 0..=coursegen::LAST_STEP {
+            for seed in 0..500 {
+                let v = Variation::for_step(step, seed);
+                let (nodes, per_node, world) = (v.nodes, v.ranks_per_node, v.world_size());
+                let what = format!("step {step} seed {seed}: {nodes} node(s) x {per_node}");
+                assert!(worlds(step).contains(&(nodes, per_node)), "{what}: not a world of the step");
+                seen.insert((step, nodes, per_node));
+                if step < 2 {
+                    // No ranks yet: one process, and no mistake of the world to show.
+                    assert_eq!(world, 1, "{what}");
+                    continue;
+                }
+                // The world size (step 2), the group's size (step 4), the divisor of
+                // the metrics (step 9), the ranks a node spawns (step 10).
+                for (mistake, wrong) in [
+                    ("num_nodes + num_gpus", nodes + per_node),
+                    ("num_gpus alone", per_node),
+                    ("num_nodes alone", nodes),
+                ] {
+                    assert_ne!(wrong, world, "{what}: `{mistake}` for the world size passes");
+                }
+                // The global rank (step 4).
+                let formulas: [(&str, RankFormula); 4] = [
+                    ("local_rank", |_, local, _, _| local),
+                    ("local_rank * num_nodes + node_id", |node, local, nodes, _| local * nodes + node),
+                    ("node_id * num_nodes + local_rank", |node, local, nodes, _| node * nodes + local),
+                    ("node_id + local_rank", |node, local, _, _| node + local),
+                ];
+                for (mistake, rank) in formulas {
+                    assert!(
+                        ranks(nodes, per_node).any(|(n, l, g)| rank(n, l, nodes, per_node) != g),
+                        "{what}: a global rank of `{mistake}` numbers every rank right"
+                    );
+                }
+                // Who prepares the data (step 5) and who prints (step 4): once per node
+                // by local rank 0, and only global rank 0 prints.
+                let nodes_with_data = |prepares: fn(usize, usize) -> bool| -> Vec<usize> {
+                    let mut out: Vec<usize> = ranks(nodes, per_node)
+                        .filter(|&(_, l, g)| prepares(l, g))
+                        .map(|(n, _, _)| n)
+                        .collect();
+                    out.dedup();
+                    out
+                };
+                let once_per_node: Vec<usize> = (0..nodes).collect();
+                assert_eq!(nodes_with_data(|local, _| local == 0), once_per_node, "{what}");
+                assert_ne!(
+                    nodes_with_data(|_, global| global == 0),
+                    once_per_node,
+                    "{what}: preparing on global rank 0 alone reaches every node"
+                );
+                let preparations = ranks(nodes, per_node).count();
+                assert_ne!(preparations, nodes, "{what}: every rank preparing is once per node");
+                let printers = ranks(nodes, per_node).filter(|&(_, local, _)| local == 0).count();
+                assert_ne!(printers, 1, "{what}: printing on each local rank 0 prints once");
+                // The sampler (step 6): every rank must get another share than the right one.
+                let right = shares(&v, world, |_, _, global| global);
+                assert!(right.iter().all(Option::is_some), "{what}");
+                let samplers: [(&str, usize, SamplerRank); 3] = [
+                    ("num_replicas = num_gpus", per_node, |_, _, global| global),
+                    ("rank = local rank", world, |_, local, _| local),
+                    ("num_replicas = num_gpus, rank = local rank", per_node, |_, local, _| local),
+                ];
+                for (mistake, replicas, rank) in samplers {
+                    assert_ne!(
+                        shares(&v, replicas, rank),
+                        right,
+                        "{what}: a sampler with {mistake} shares right"
+                    );
+                }
+                // Padding (step 6): sizes the world does not divide.
+                assert!(
+                    !v.train_subset.is_multiple_of(world) && !v.test_subset.is_multiple_of(world),
+                    "{what}"
+                );
+                // Step 14's FSDP and DDP runs: one node of them, at least 2 shards.
+                let fsdp = v.for_fsdp();
+                assert_eq!((fsdp.nodes, fsdp.ranks_per_node), (1, per_node), "{what}");
+                // Step 13 cuts the model into one stage per rank.
+                assert!((2..=labkit::model::LAYERS.len()).contains(&world), "{what}: {world} stages");
+            }
+        }
+        // Both worlds are drawn (the draw stays hidden), for every step with ranks.
+        for step in 2..=coursegen::LAST_STEP {
+            for &(nodes, per_node) in worlds(step) {
+                assert!(
+                    seen.contains(&(step, nodes, per_node)),
+                    "step {step} never draws {nodes} x {per_node}"
+                );
+            }
+        }
+    }
 
     /// An observation recorded before `program_seed` had its name still reads (the
     /// fixtures are all re-written with the new name).

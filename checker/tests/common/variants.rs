@@ -4,6 +4,7 @@
 //! the proof that what is recorded is what a real run shows.
 
 /// One edit of solution `step`: `from` (which occurs exactly once) becomes `to`.
+#[derive(Clone, Copy)]
 pub struct Variant {
     pub step: u8,
     pub name: &'static str,
@@ -14,7 +15,12 @@ pub struct Variant {
 impl Variant {
     /// The variant's crate directory (see [`super::variant`]).
     pub fn crate_dir(&self) -> std::path::PathBuf {
-        super::variant(self.step, self.name, self.from, self.to)
+        super::variant(self.step, &self.case(), self.from, self.to)
+    }
+
+    /// The same edit in the finished lab ([`FINISHED_LAB`]'s solution).
+    pub fn in_the_finished_lab(&self) -> Variant {
+        Variant { step: FINISHED_LAB, ..*self }
     }
 
     /// The variant's program text (nothing written).
@@ -26,6 +32,34 @@ impl Variant {
     pub fn case(&self) -> String {
         format!("step-{:02}-{}", self.step, self.name)
     }
+}
+
+/// The finished lab's step: its `verify` judges every check of the steps before it,
+/// on whatever world it draws.
+pub const FINISHED_LAB: u8 = 11;
+
+/// The mistakes of the world whose edit the finished lab has too: the finished program
+/// with one of them must fail `verify step 11` as well (issue 48: a global rank that
+/// forgets the node passed every check of step 11 on a one-node draw). Recorded as
+/// `step-11-<name>`.
+pub const IN_THE_FINISHED_LAB: &[&str] = &[
+    "world-size-is-sum",
+    "world-size-of-one-node",
+    "rank-is-local-rank",
+    "rank-roles-swapped",
+    "report-on-each-local-rank-0",
+    "prepare-on-global-rank-0",
+    "sampler-rank-is-local-rank",
+    "sampler-replicas-num-gpus",
+    "barrier-after-elapsed",
+    "metrics-divided-by-num-gpus",
+    "spawn-world-size",
+];
+
+/// Every recorded variant: [`VARIANTS`], then [`IN_THE_FINISHED_LAB`]'s in the finished lab.
+pub fn recorded() -> Vec<Variant> {
+    let finished = IN_THE_FINISHED_LAB.iter().map(|name| named(name).in_the_finished_lab());
+    VARIANTS.iter().copied().chain(finished).collect()
 }
 
 /// The variant called `name`.
@@ -390,5 +424,61 @@ pub const VARIANTS: &[Variant] = &[
         name: "only-the-root-sharded",
         from: "            Ok(Box::new(fsdp.fully_shard(block, name)?))",
         to: "            let _ = name;\n            Ok(Box::new(block))",
+    },
+    // Mistakes of the world (issue 48): each shows on every world a verification of its
+    // step or a later one draws (observe/variation.rs), so none earns full marks.
+    Variant {
+        step: 2,
+        name: "world-size-is-sum",
+        from: "args.world_size = args.num_nodes * args.num_gpus;",
+        to: "args.world_size = args.num_nodes + args.num_gpus;",
+    },
+    Variant {
+        step: 4,
+        name: "rank-roles-swapped",
+        from: "let global_rank = args.node_id * args.num_gpus + local_rank;",
+        to: "let global_rank = local_rank * args.num_nodes + args.node_id;",
+    },
+    Variant {
+        step: 4,
+        name: "report-on-each-local-rank-0",
+        from: "if global_rank == 0 {\n            report.print();",
+        to: "if local_rank == 0 {\n            report.print();",
+    },
+    Variant {
+        step: 5,
+        name: "prepare-on-global-rank-0",
+        from: "if local_rank == 0 {\n        labkit::prepare_dataset(&data)?;",
+        to: "if global_rank == 0 {\n        labkit::prepare_dataset(&data)?;",
+    },
+    Variant {
+        step: 6,
+        name: "sampler-rank-is-local-rank",
+        from: "with_defaults(train_set.len(), args.world_size, global_rank)?;\n    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, global_rank)?;",
+        to: "with_defaults(train_set.len(), args.world_size, local_rank)?;\n    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, local_rank)?;",
+    },
+    Variant {
+        step: 6,
+        name: "sampler-replicas-num-gpus",
+        from: "with_defaults(train_set.len(), args.world_size, global_rank)?;\n    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.world_size, global_rank)?;",
+        to: "with_defaults(train_set.len(), args.num_gpus, global_rank)?;\n    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), args.num_gpus, global_rank)?;",
+    },
+    Variant {
+        step: 8,
+        name: "barrier-after-elapsed",
+        from: "        dist::barrier()?;\n        let epoch_time = t0.elapsed().as_secs_f64();\n",
+        to: "        let epoch_time = t0.elapsed().as_secs_f64();\n        dist::barrier()?;\n",
+    },
+    Variant {
+        step: 9,
+        name: "metrics-divided-by-num-gpus",
+        from: "let metrics = metrics / args.world_size as f64;",
+        to: "let metrics = metrics / args.num_gpus as f64;",
+    },
+    Variant {
+        step: 10,
+        name: "spawn-world-size",
+        from: "let result = dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args));",
+        to: "let result = dist::spawn(args.world_size, |local_rank| worker(local_rank, args));",
     },
 ];

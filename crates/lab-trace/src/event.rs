@@ -97,6 +97,8 @@ events! {
     ParameterValues,
     /// `labkit::train` under FSDP, on every rank after each epoch: what the rank holds.
     ShardsHeld,
+    /// `EarlyStopping::record`: the accuracy a rank decided on, and its decision.
+    StopDecision,
 }
 
 /// See [`Event::World`].
@@ -304,6 +306,19 @@ pub struct Resumed {
     pub weights: String,
     /// The loaded weights' digest, as [`Weights::digest`].
     pub digest: String,
+}
+
+/// See [`Event::StopDecision`]: what each rank decided, so that ranks which happen to
+/// agree (every accuracy reaching the target) still show deciding on different values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StopDecision {
+    /// The accuracies recorded so far, this one included (restored ones too).
+    pub recorded: usize,
+    /// The accuracy recorded.
+    #[serde(deserialize_with = "floats::float")]
+    pub accuracy: f64,
+    /// Whether training should stop.
+    pub stop: bool,
 }
 
 /// See [`Event::CheckpointSaved`].

@@ -235,6 +235,7 @@ mod tests {
                 site: Some("src/main.rs:142:13".into()),
             }),
             stamped(event::LoadDataset { dir: "data".into() }),
+            stamped(event::StopDecision { recorded: 2, accuracy: 0.8125, stop: true }),
             stamped(event::ParameterValues {
                 epoch: 0,
                 sharded: true,

@@ -327,7 +327,10 @@ impl EarlyStopping {
     /// Records an epoch's validation accuracy; true when training should stop.
     pub fn record(&mut self, accuracy: f64) -> bool {
         self.history.push(accuracy);
-        self.should_stop()
+        let stop = self.should_stop();
+        // Every rank must decide alike: the checker compares what each one decided on.
+        crate::trace::record(event::StopDecision { recorded: self.history.len(), accuracy, stop });
+        stop
     }
 
     /// Whether the last `patience` accuracies all reached the target.
