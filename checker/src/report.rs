@@ -288,7 +288,11 @@ mod tests {
         anstream::adapter::strip_str(&text).to_string()
     }
 
+    /// The report's shape, with the guide's line numbers masked: the pages change
+    /// more often than the report, and that a link lands on its check's line is
+    /// guide-hints' test (`every_check_without_a_book_points_at_its_line_of_the_real_guide`).
     fn snapshot(name: &str, text: &str) {
+        let text = regex::Regex::new(r"(step-\d\d\.md):\d+").unwrap().replace_all(text, "$1:[line]");
         insta::with_settings!({ snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false }, {
             insta::assert_snapshot!(name, text);
         });

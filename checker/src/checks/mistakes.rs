@@ -230,17 +230,24 @@ fn bullet_problems(
 }
 
 /// The recorded variants among `cases`, by name (`step-08-reduce-max` is variant
-/// `reduce-max` of step 8).
+/// `reduce-max` of step 8). A mistake also recorded in a later step's program (the
+/// finished lab's `step-11-…` copies of the world's mistakes) is judged by its own
+/// step's recording, the earliest.
 fn recorded_variants(cases: Vec<Case>) -> BTreeMap<String, Case> {
-    cases
-        .into_iter()
-        .filter_map(|case| {
-            let rest = case.name.strip_prefix("step-")?;
-            let (step, name) = rest.split_once('-')?;
-            step.parse::<u8>().ok()?;
-            Some((name.to_string(), case))
-        })
-        .collect()
+    let mut by_name: BTreeMap<String, (u8, Case)> = BTreeMap::new();
+    for case in cases {
+        let Some((step, name)) = case.name.strip_prefix("step-").and_then(|rest| rest.split_once('-')) else {
+            continue;
+        };
+        let (Ok(step), name) = (step.parse::<u8>(), name.to_string()) else { continue };
+        match by_name.get(&name) {
+            Some((earlier, _)) if *earlier <= step => {}
+            _ => {
+                by_name.insert(name, (step, case));
+            }
+        }
+    }
+    by_name.into_iter().map(|(name, (_, case))| (name, case)).collect()
 }
 
 fn pages() -> Vec<(u8, String)> {
