@@ -555,6 +555,36 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    /// A check's hint nudges: no line of its step's answer (as coursegen picks them for
+    /// the hint levels and the students' copy) is in it. The report shows it to a
+    /// student who has not asked for the answer.
+    #[test]
+    fn no_checks_hint_gives_its_steps_answer_away() {
+        let master = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(coursegen::MASTER);
+        let master = std::fs::read_to_string(&master).unwrap();
+        // Compared without spaces, `args.` and a `let name =`: a hint that writes the
+        // line a little otherwise still gives it away.
+        let bare = |text: &str| -> String {
+            let text = text
+                .strip_prefix("let mut ")
+                .or_else(|| text.strip_prefix("let "))
+                .map_or(text, |rest| rest.split_once(" = ").map_or(rest, |(_, value)| value));
+            text.replace("args.", "").chars().filter(|c| !c.is_whitespace()).collect()
+        };
+        for check in REGISTRY.iter().flat_map(|c| c.iter()) {
+            let hint = bare(check.hint);
+            for line in coursegen::answer_lines(&master, check.step).unwrap() {
+                let line = bare(&line);
+                assert!(
+                    line.len() < 12 || !hint.contains(&line),
+                    "`{}`'s hint gives step {}'s line `{line}`",
+                    check.id,
+                    check.step
+                );
+            }
+        }
+    }
     use crate::job::Ended;
     use crate::observe::{since, Run, Variation};
 

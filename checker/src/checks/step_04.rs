@@ -15,7 +15,7 @@ pub const CHECKS: &[Check] = &[
         // A group that never forms is this check's own property (two ranks claiming one
         // number never meet): no rank at all is a failure here, not "could not judge".
         needs: Needs::Nothing,
-        hint: "global_rank = node_id * num_gpus + local_rank; pass it and the world size to init_process_group (guide: step 4)",
+        hint: "a global rank counts every rank of the nodes before this one, then adds the local rank; pass it and the world size to init_process_group (guide: step 4)",
         judge: global_rank,
     },
     Check {

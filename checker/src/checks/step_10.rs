@@ -12,7 +12,7 @@ pub const CHECKS: &[Check] = &[
         step: 10,
         observes: "which processes ran the workers, and their parent",
         needs: Needs::Nothing,
-        hint: "dist::spawn(args.num_gpus, |local_rank| worker(local_rank, args)) (guide: step 10)",
+        hint: "main starts this node's ranks itself with dist::spawn, one worker per GPU of the node, each given its local rank and the arguments (guide: step 10)",
         judge: self_spawn,
     },
     Check {

@@ -49,7 +49,7 @@ pub const CHECKS: &[Check] = &[
         step: 12,
         observes: "the device each rank loads the checkpoint onto (map_location) against its model's, where the ranks compute on GPUs (left out on CPU, where every device is the CPU)",
         needs: Needs::Main,
-        hint: "load onto this rank's own device: labkit::load_checkpoint(&args.run, &vs, device), as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} (guide: step 12)",
+        hint: "load onto the device this rank trains on, not a fixed one, as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} does (guide: step 12)",
         judge: device_mapping,
     },
 ];

@@ -22,7 +22,7 @@ pub const CHECKS: &[Check] = &[
         step: 13,
         observes: "the layers and the parameter count each rank's optimizer holds with --pipeline",
         needs: Needs::Pipeline,
-        hint: "rank r builds only stage r: labkit::WideResNet::stage(.., labkit::stage_layers(global_rank, world_size)) on a VarStore of its own, no whole model beside it (guide: step 13)",
+        hint: "rank r builds only stage r (labkit::WideResNet::stage over the layers labkit::stage_layers gives its rank) on a VarStore of its own, no whole model beside it (guide: step 13)",
         judge: own_stage,
     },
     Check {
