@@ -25,6 +25,7 @@ mod pipeline;
 mod reduce_op;
 mod rendezvous;
 mod sampler;
+mod shim_callback;
 pub mod spans;
 mod spawn;
 mod store;

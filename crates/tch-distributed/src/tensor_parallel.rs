@@ -17,7 +17,6 @@
 //! [`parallelize_module`] splits a model's layers over the group as a plan says
 //! ([`ParallelStyle::Colwise`], [`ParallelStyle::Rowwise`]), from TP rank 0's weights.
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::Arc;
 
@@ -27,6 +26,7 @@ use crate::error::{check, DistError, Result};
 use crate::ffi;
 use crate::group::ProcessGroup;
 use crate::reduce_op::ReduceOp;
+use crate::shim_callback::for_shim;
 
 /// Megatron's *f*: `x` unchanged in forward; in backward its gradient all-reduced (summed)
 /// over `group`. Every rank of the group must call it at the same point of its forward.
@@ -228,20 +228,11 @@ extern "C" fn region_backward(
         .filter(|p| !p.is_null())
         .map(|p| unsafe { Tensor::from_ptr(p as *mut torch_sys::C_tensor) });
     let Some(grad) = grad else { return ffi::TCHD_OK };
-    let outcome = catch_unwind(AssertUnwindSafe(|| region.backward(grad)));
-    let message = match outcome {
-        Ok(Ok(mut t)) => {
-            // Ownership goes to the shim, which frees the handle.
-            unsafe { *input_grads = t.as_mut_ptr() as *mut c_void };
-            std::mem::forget(t);
-            return ffi::TCHD_OK;
-        }
-        Ok(Err(e)) => format!("{}: {e}", region.node_name()),
-        Err(_) => format!("{}: a panic in backward", region.node_name()),
-    };
-    if !err.is_null() {
-        let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
-        unsafe { *err = libc::strdup(text.as_ptr()) };
-    }
-    ffi::TCHD_ERR_OTHER
+    for_shim(err, region.node_name(), || {
+        let mut t = region.backward(grad)?;
+        // Ownership goes to the shim, which frees the handle.
+        unsafe { *input_grads = t.as_mut_ptr() as *mut c_void };
+        std::mem::forget(t);
+        Ok(())
+    })
 }

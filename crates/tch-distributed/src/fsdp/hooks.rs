@@ -1,7 +1,6 @@
 //! How a unit hooks into the forward and backward passes (FSDP2's `FSDPState` hooks):
 //! its pre- and post-forward, and the shim's callbacks from autograd into it.
-use std::ffi::{c_char, c_int, c_void, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
 
@@ -10,6 +9,7 @@ use tch::Tensor;
 use super::unit::{lock, Unit};
 use crate::error::{check, Result};
 use crate::ffi;
+use crate::shim_callback::for_shim;
 
 impl Unit {
     pub(super) fn pre_forward(self: &Arc<Self>) -> Result<()> {
@@ -76,32 +76,6 @@ fn grad_enabled() -> bool {
     unsafe { ffi::tchd_grad_enabled() != 0 }
 }
 
-/// An error for the shim, which frees it with `free`.
-fn report(err: *mut *mut c_char, message: &str) -> c_int {
-    if !err.is_null() {
-        let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
-        unsafe { *err = libc::strdup(text.as_ptr()) };
-    }
-    ffi::TCHD_ERR_OTHER
-}
-
-/// Runs `body` for the shim: errors and panics become a status and a message (nothing
-/// may unwind into C++).
-fn for_shim(err: *mut *mut c_char, body: impl FnOnce() -> Result<()>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => ffi::TCHD_OK,
-        Ok(Err(e)) => report(err, &format!("FSDP: {e}")),
-        Err(panic) => {
-            let text = panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("a panic");
-            report(err, &format!("FSDP: {text}"))
-        }
-    }
-}
-
 extern "C" fn drop_unit(ctx: *mut c_void) {
     // SAFETY: every context handed to the shim is an Arc<Unit> from Arc::into_raw.
     drop(unsafe { Arc::from_raw(ctx as *const Unit) });
@@ -110,7 +84,7 @@ extern "C" fn drop_unit(ctx: *mut c_void) {
 extern "C" fn unshard_for_backward(ctx: *mut c_void, err: *mut *mut c_char) -> c_int {
     // SAFETY: the hook's context, alive until drop_unit.
     let unit = unsafe { &*(ctx as *const Unit) };
-    for_shim(err, || unit.pre_backward().map_err(|e| e.context(&unit.name)))
+    for_shim(err, "FSDP", || unit.pre_backward().map_err(|e| e.context(&unit.name)))
 }
 
 extern "C" fn reduce_scatter_gradients(
@@ -129,7 +103,7 @@ extern "C" fn reduce_scatter_gradients(
             (!p.is_null()).then(|| unsafe { Tensor::from_ptr(p as *mut torch_sys::C_tensor) })
         })
         .collect();
-    for_shim(err, || {
+    for_shim(err, "FSDP", || {
         let out = unit.post_backward(grads).map_err(|e| e.context(&unit.name))?;
         for (i, mut t) in out.into_iter().enumerate() {
             // Ownership goes to the shim, which frees the handle.
