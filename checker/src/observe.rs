@@ -17,7 +17,7 @@ mod variation;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use build_errors::{build, BuildFailure};
+pub use build_errors::{build, BuildFailure, BuildFailureRecord};
 use command_line::checkpoint_args;
 pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run};
 use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, WhichRun};

@@ -254,7 +254,7 @@ fn summary(step: u8, results: &[CheckResult]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
@@ -262,7 +262,7 @@ mod tests {
 
     /// A repository root holding only the guide's step pages: no built book, so every
     /// report names the pages' sources, whatever this checkout has built.
-    fn guide_only() -> tempfile::TempDir {
+    pub(crate) fn guide_only() -> tempfile::TempDir {
         let root = tempfile::tempdir().unwrap();
         let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab-guide/src/steps");
         let to = root.path().join("lab-guide/src/steps");
@@ -274,7 +274,7 @@ mod tests {
         root
     }
 
-    fn fixture(name: &str) -> Observation {
+    pub(crate) fn fixture(name: &str) -> Observation {
         let path: PathBuf =
             [env!("CARGO_MANIFEST_DIR"), "fixtures/observations", name, "observation.json"].iter().collect();
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
@@ -291,7 +291,7 @@ mod tests {
     /// The report's shape, with the guide's line numbers masked: the pages change
     /// more often than the report, and that a link lands on its check's line is
     /// guide-hints' test (`every_check_without_a_book_points_at_its_line_of_the_real_guide`).
-    fn snapshot(name: &str, text: &str) {
+    pub(crate) fn snapshot(name: &str, text: &str) {
         let text = regex::Regex::new(r"(step-\d\d\.md):\d+").unwrap().replace_all(text, "$1:[line]");
         insta::with_settings!({ snapshot_path => "../tests/snapshots", prepend_module_to_snapshot => false }, {
             insta::assert_snapshot!(name, text);
@@ -317,66 +317,6 @@ mod tests {
         let verbose = report_of("step-09-metrics-all-reduced-on-rank-0-only", true);
         assert!(verbose.contains("CollectiveFingerPrint"), "{verbose}");
         assert_eq!(verbose.matches("a collective only rank 0 reaches").count(), 1, "{verbose}");
-    }
-
-    /// Every platform's report of the rank-0-only all-reduce: the diagnosis once, in the
-    /// failing check's test; no test without points that only repeats it; no c10d dump.
-    #[test]
-    fn every_platform_shows_the_diagnosis_once() {
-        use crate::formats::{autolab, classroom, coderunner, exercism, gradescope, junit, prairielearn};
-        use crate::grade::{Confinement, Grade, StepGrade};
-        let obs = fixture("step-09-metrics-all-reduced-on-rank-0-only");
-        let root = guide_only();
-        let results = checks::judge(&obs);
-        let step = StepGrade::judged(root.path(), 9, &results, obs.first_output(), 1_700_000_000, 19.0);
-        let grade = Grade {
-            seed: 4242,
-            confinement: Confinement::Unconfined { why: None },
-            submission: None,
-            steps: vec![step],
-        };
-        let pl = prairielearn::render(&grade);
-        let tests: Vec<String> = pl
-            .tests
-            .iter()
-            .map(|t| format!("--- {} ({} of {})\n{}", t.name, t.points, t.max_points, t.message))
-            .collect();
-        snapshot("prairielearn_rank_0_only_all_reduce", &tests.join("\n"));
-        assert!(pl.tests.iter().all(|t| t.max_points > 0.0), "a test without points: {tests:#?}");
-        let json = |value: &dyn erased::Json| value.text();
-        let rendered = [
-            ("prairielearn", json(&pl)),
-            ("gradescope", json(&gradescope::render(&grade, &[]))),
-            ("exercism", json(&exercism::render(&grade))),
-            ("classroom", json(&classroom::render(&grade))),
-            ("coderunner", json(&coderunner::render(&grade, &[]))),
-            ("autolab", json(&autolab::render(&grade))),
-            ("junit", junit::render(&grade, junit::Listing::Graded)),
-            ("junit, every check", junit::render(&grade, junit::Listing::EveryCheck)),
-            ("codegrade", junit::render_codegrade(&grade)),
-        ];
-        // JUnit repeats a failure's first line as its `message` attribute, by design.
-        let attribute = regex::Regex::new(r#" message="[^"]*""#).unwrap();
-        for (format, text) in rendered {
-            let text = attribute.replace_all(&text, "").into_owned();
-            let times = text.matches("a collective only rank 0 reaches").count();
-            // Autolab's autoresult holds only the points.
-            let expected = usize::from(format != "autolab");
-            assert_eq!(times, expected, "{format} says the diagnosis {times} times:\n{text}");
-            assert!(!text.contains(C10D_DUMP), "{format} shows c10d's dump:\n{text}");
-        }
-    }
-
-    /// The formats' reports as text, whatever their type.
-    mod erased {
-        pub trait Json {
-            fn text(&self) -> String;
-        }
-        impl<T: serde::Serialize> Json for T {
-            fn text(&self) -> String {
-                serde_json::to_string_pretty(self).unwrap()
-            }
-        }
     }
 
     #[test]

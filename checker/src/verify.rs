@@ -19,40 +19,6 @@ pub enum Subject<'a> {
     Elsewhere(&'a Path),
 }
 
-/// What [`checker::RECORD_OBSERVATION_ENV`] receives when the crate did not build: a
-/// listed mistake that does not compile is a judges' fixture too (its `builds` check
-/// fails with these errors), and nothing ran to observe.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BuildFailureRecord {
-    pub step: u8,
-    pub package: String,
-    /// The program's text, as an observation records it.
-    pub source: String,
-    /// The compiler's errors, made readable as the report shows them.
-    pub build_errors: String,
-}
-
-impl BuildFailureRecord {
-    fn record_if_asked(step: u8, package: &str, source: &str, failure: &observe::BuildFailure) {
-        let Some(path) = std::env::var_os(checker::RECORD_OBSERVATION_ENV) else { return };
-        // cargo not found is the machine's failure, not the program's: nothing to record.
-        let observe::BuildFailure::Errors(errors) = failure else { return };
-        let record = BuildFailureRecord {
-            step,
-            package: package.to_string(),
-            source: source.to_string(),
-            build_errors: errors.clone(),
-        };
-        let written = serde_json::to_string_pretty(&record)
-            .map_err(std::io::Error::other)
-            .and_then(|text| atomic_file::write_atomically(Path::new(&path), text));
-        if let Err(e) = written {
-            eprintln!("warning: cannot record the build failure in {}: {e}", Path::new(&path).display());
-        }
-    }
-}
-
 /// What one step's verification gave.
 pub struct StepRun {
     pub package: String,
@@ -159,7 +125,7 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
         Ok(cargo_build::binary_path(root, &package))
     } else {
         observe::build(root, &package, manifest_dir.as_deref(), sandbox).map_err(|failure| {
-            BuildFailureRecord::record_if_asked(step, &package, &source, &failure);
+            observe::BuildFailureRecord::record_if_asked(step, &package, &source, &failure);
             checks::build_failed(&package, &failure)
         })
     };

@@ -5,7 +5,7 @@
 //! untouched starter (its own step's checks fail) and every broken variant
 //! (common/variants.rs), the mistakes of the world in the finished lab too. A variant
 //! that does not compile records the compiler's errors instead of a run
-//! (`verify::BuildFailureRecord`), judged as its failed `builds`.
+//! (`observe::BuildFailureRecord`), judged as its failed `builds`.
 //!
 //! Re-record after a change to what the checker observes or to the lab's programs:
 //!

@@ -42,7 +42,7 @@ struct Expected {
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub(super) enum Recorded {
-    BuildFailed(crate::verify::BuildFailureRecord),
+    BuildFailed(crate::observe::BuildFailureRecord),
     // Boxed: an observation is far larger than a build failure.
     Ran(Box<Observation>),
 }

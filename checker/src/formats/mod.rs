@@ -175,3 +175,72 @@ pub fn summary(grade: &Grade, markdown: bool) -> String {
 // much it left out (messages keep their start, where the diagnosis is; the program's
 // output its end).
 pub use crate::cut::{keep_end, keep_start};
+
+/// Every platform's report shows a failing check's diagnosis once (the report's own
+/// shape is report.rs's test; this one reads each format).
+#[cfg(test)]
+mod diagnosis_once {
+    use crate::checks;
+    use crate::report::tests::{fixture, guide_only, snapshot};
+    use crate::report::C10D_DUMP;
+
+    /// Every platform's report of the rank-0-only all-reduce: the diagnosis once, in the
+    /// failing check's test; no test without points that only repeats it; no c10d dump.
+    #[test]
+    fn every_platform_shows_the_diagnosis_once() {
+        use crate::formats::{autolab, classroom, coderunner, exercism, gradescope, junit, prairielearn};
+        use crate::grade::{Confinement, Grade, StepGrade};
+        let obs = fixture("step-09-metrics-all-reduced-on-rank-0-only");
+        let root = guide_only();
+        let results = checks::judge(&obs);
+        let step = StepGrade::judged(root.path(), 9, &results, obs.first_output(), 1_700_000_000, 19.0);
+        let grade = Grade {
+            seed: 4242,
+            confinement: Confinement::Unconfined { why: None },
+            submission: None,
+            steps: vec![step],
+        };
+        let pl = prairielearn::render(&grade);
+        let tests: Vec<String> = pl
+            .tests
+            .iter()
+            .map(|t| format!("--- {} ({} of {})\n{}", t.name, t.points, t.max_points, t.message))
+            .collect();
+        snapshot("prairielearn_rank_0_only_all_reduce", &tests.join("\n"));
+        assert!(pl.tests.iter().all(|t| t.max_points > 0.0), "a test without points: {tests:#?}");
+        let json = |value: &dyn erased::Json| value.text();
+        let rendered = [
+            ("prairielearn", json(&pl)),
+            ("gradescope", json(&gradescope::render(&grade, &[]))),
+            ("exercism", json(&exercism::render(&grade))),
+            ("classroom", json(&classroom::render(&grade))),
+            ("coderunner", json(&coderunner::render(&grade, &[]))),
+            ("autolab", json(&autolab::render(&grade))),
+            ("junit", junit::render(&grade, junit::Listing::Graded)),
+            ("junit, every check", junit::render(&grade, junit::Listing::EveryCheck)),
+            ("codegrade", junit::render_codegrade(&grade)),
+        ];
+        // JUnit repeats a failure's first line as its `message` attribute, by design.
+        let attribute = regex::Regex::new(r#" message="[^"]*""#).unwrap();
+        for (format, text) in rendered {
+            let text = attribute.replace_all(&text, "").into_owned();
+            let times = text.matches("a collective only rank 0 reaches").count();
+            // Autolab's autoresult holds only the points.
+            let expected = usize::from(format != "autolab");
+            assert_eq!(times, expected, "{format} says the diagnosis {times} times:\n{text}");
+            assert!(!text.contains(C10D_DUMP), "{format} shows c10d's dump:\n{text}");
+        }
+    }
+
+    /// The formats' reports as text, whatever their type.
+    mod erased {
+        pub trait Json {
+            fn text(&self) -> String;
+        }
+        impl<T: serde::Serialize> Json for T {
+            fn text(&self) -> String {
+                serde_json::to_string_pretty(self).unwrap()
+            }
+        }
+    }
+}

@@ -16,7 +16,7 @@ pub fn crate_files(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, S
     let version = version.validate()?;
     // A students' copy has no master: its starters are the pristine copies it was given.
     if let (Version::Starter(_), false, Some(_)) =
-        (version, repo_root.join(MASTER).exists(), crate::students_copy::read_mark(repo_root))
+        (version, repo_root.join(MASTER).exists(), crate::copy_mark::read_mark(repo_root))
     {
         return pristine_starter(repo_root, version);
     }
@@ -35,10 +35,10 @@ pub fn crate_files(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, S
     ])
 }
 
-/// The starter of `version` as a students' copy keeps it under [`crate::students_copy::STARTERS`].
+/// The starter of `version` as a students' copy keeps it under [`crate::copy_mark::STARTERS`].
 fn pristine_starter(repo_root: &Path, version: Version) -> Result<Vec<(PathBuf, String)>, CourseError> {
     let dir = version.crate_dir();
-    let kept = Path::new(crate::students_copy::STARTERS).join(dir.strip_prefix("steps").expect("a starter"));
+    let kept = Path::new(crate::copy_mark::STARTERS).join(dir.strip_prefix("steps").expect("a starter"));
     ["Cargo.toml", "build.rs", "src/main.rs"]
         .into_iter()
         .map(|file| Ok((dir.join(file), read(&repo_root.join(&kept).join(file))?)))

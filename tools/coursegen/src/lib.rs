@@ -6,6 +6,7 @@
 //! `steps/step_NN` (the student's starter: steps before N done, step N marked `TODO`)
 //! and `solutions/step_NN` (steps up to N done). Keeping one master means a fix lands
 //! in all the step and solution crates at once, and `check_all` catches crates edited by hand.
+mod copy_mark;
 pub mod files;
 mod format;
 pub mod markers;

@@ -17,14 +17,9 @@ use std::process::Command;
 
 use toml_edit::DocumentMut;
 
-use crate::{crate_files, CourseError, Version, LAST_STEP, MASTER};
+pub use crate::copy_mark::{read_mark, Mark, MARK, STARTERS};
+use crate::{crate_files, CourseError, Version, MASTER};
 
-/// The file at a students' copy's root that marks it as one (the checker, the hints
-/// and `reset` read it); it holds the last step released, as `through = N`.
-pub const MARK: &str = ".students-copy";
-/// Where a students' copy keeps each released starter as coursegen rendered it, for
-/// `cargo checker reset` (which renders starters from the master, absent there).
-pub const STARTERS: &str = "course/starters";
 /// The `<summary>` line opening the step pages' folded part that names the API (hint level 2).
 pub const API_SUMMARY: &str = "<summary>Which API</summary>";
 /// The `<summary>` line opening the step pages' folded part that holds the step's code
@@ -50,24 +45,6 @@ const LEFT_OUT: &[(&str, &str)] = &[
     (".github/", "the instructor's CI; a class's workflow comes from `checker autograder github-classroom`"),
     (".ci/", "the instructor's CI"),
 ];
-
-/// A students' copy as its mark describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mark {
-    /// The last step released: the copy holds the starters of steps 0 to this one.
-    pub through: u8,
-}
-
-/// The mark of the students' copy at `root`, or `None` when `root` is not one (the
-/// instructor's full repository).
-pub fn read_mark(root: &Path) -> Option<Mark> {
-    let text = fs::read_to_string(root.join(MARK)).ok()?;
-    let through = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("through")?.trim().strip_prefix('=')?.trim().parse().ok())
-        .unwrap_or(LAST_STEP);
-    Some(Mark { through })
-}
 
 /// What [`write`] wrote.
 #[derive(Debug)]
