@@ -66,20 +66,17 @@ macro_rules! solutions_pass {
 // Every solution's verdicts are judged from a recorded run of today's solution as well
 // (checks::fixtures, the `solution-NN` cases; tests/record_fixtures.rs fails when a
 // solution changed since). These run live, in the grading sandbox, one per kind of run
-// the checker makes, as the starters below: a single process (step 0); one process per
-// rank with the help and bad-value runs (step 1); two simulated nodes (step 4); the
-// ranks downloading from the local mirror (step 5); a late rank and the collectives
-// traced (step 8); the finished lab (step 11: self-spawning ranks, the comparison with
-// one rank, a failing rank and the quick evaluation, every check of steps 0-11);
-// steps 12-14 at once (step 14's verification runs them all): step 12's resumed job
-// starts from the stopped job's checkpoint, carried between sandboxed jobs, and the
-// pipeline's and FSDP's runs.
+// the checker makes: a single process (step 0); one process per rank with the help and
+// bad-value runs (step 1); the finished lab (step 11: ranks on two or three simulated
+// nodes from step 2 on, downloading from the local mirror (step 5), a late rank and the
+// collectives traced (step 8), self-spawning ranks, the comparison with one rank, a
+// failing rank and the quick evaluation, every check of steps 0-11: so steps 4, 5 and 8
+// are not run apart); steps 12-14 at once (step 14's verification runs them all): step
+// 12's resumed job starts from the stopped job's checkpoint, carried between sandboxed
+// jobs, and the pipeline's and FSDP's runs.
 solutions_pass! {
     0: solution_00_passes;
     1: solution_01_passes;
-    4: solution_04_passes;
-    5: solution_05_passes;
-    8: solution_08_passes;
     11: solution_11_passes;
     14: solution_14_passes;
 }
