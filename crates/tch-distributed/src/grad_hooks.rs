@@ -71,7 +71,7 @@ impl Drop for RemovableHandle {
 /// use tch_distributed as dist;
 ///
 /// let w = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
-/// let double = dist::register_hook(&w, |grad| Ok(Some(grad * 2)))?;
+/// let double = dist::register_hook(&w, |grad| Ok(Some(grad * 2.0)))?;
 /// (&w * &w).sum(Kind::Float).backward();
 /// assert_eq!(Vec::<f32>::try_from(w.grad())?, [4.0, 8.0]); // 2w, doubled
 /// double.remove();
