@@ -54,8 +54,14 @@ pub const TOLERANCE: f64 = 1e-5;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if args.world_size == 0 || args.steps == 0 || args.batch_size <= 0 || args.bucket_cap_kb == 0 {
-        eprintln!("error: --world-size, --steps, --batch-size and --bucket-cap-kb must be at least 1");
+    let sizes = [
+        ("--world-size", args.world_size as i64),
+        ("--steps", args.steps as i64),
+        ("--batch-size", args.batch_size),
+        ("--bucket-cap-kb", args.bucket_cap_kb as i64),
+    ];
+    if let Some((name, value)) = sizes.iter().find(|(_, value)| *value < 1) {
+        eprintln!("error: {name} must be at least 1, got {value}");
         return ExitCode::from(2);
     }
     if dist::spawned_rank().is_none() {
@@ -241,9 +247,10 @@ impl Report {
     fn print(&self, args: &Args) {
         let first = &self.launches[0];
         println!(
-            "{} parameters in {} buckets of at most {} KiB; bucket 0's all-reduce started with {} of {} gradients ready",
+            "{} parameters in {} bucket{} of at most {} KiB; bucket 0's all-reduce started with {} of {} gradients ready",
             self.params,
             self.buckets,
+            if self.buckets == 1 { "" } else { "s" },
             args.bucket_cap_kb,
             first.first().map_or(0, |l| l.1),
             self.params
