@@ -42,6 +42,9 @@ fn loss(p: &[Tensor]) -> Tensor {
     (h.matmul(&p[2].tr()) + &p[3]).square().sum(Kind::Float)
 }
 
+/// What post-accumulate-grad hooks saw: (parameter index, its .grad).
+type Seen = Arc<Mutex<Vec<(usize, Vec<f32>)>>>;
+
 fn values(t: &Tensor) -> Vec<f32> {
     Vec::<f32>::try_from(t.flatten(0, -1)).unwrap()
 }
@@ -56,7 +59,7 @@ fn plain_grads() -> Vec<Vec<f32>> {
 #[test]
 fn post_accumulate_grad_hooks_run_once_per_parameter_after_accumulation_last_layer_first() {
     let p = net();
-    let seen: Arc<Mutex<Vec<(usize, Vec<f32>)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let _handles: Vec<_> = p
         .iter()
         .enumerate()
