@@ -229,14 +229,30 @@ fn max_diff(a: &[Tensor], b: &[Tensor]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs().max().double_value(&[])).fold(0.0, f64::max)
 }
 
+/// One step's first all-reduce and backward on the timeline (µs since the Unix epoch):
+/// the collective's span runs from its launch to the return of its `wait()`.
+pub struct Overlap {
+    pub all_reduce_start: f64,
+    pub all_reduce_waited: f64,
+    pub backward_end: f64,
+}
+
+impl Overlap {
+    /// Launched during backward and waited for after it: in flight while backward went
+    /// on (a program that waits right after each launch has it end before backward's end).
+    pub fn overlapped(&self) -> bool {
+        self.all_reduce_start < self.backward_end && self.backward_end <= self.all_reduce_waited
+    }
+}
+
 /// What a run showed.
 pub struct Report {
     pub buckets: usize,
     pub params: usize,
     /// Per step: the launches (bucket, gradients ready when it started).
     pub launches: Vec<Vec<(usize, usize)>>,
-    /// Per step, from the timeline: the first all-reduce's start and backward's end (µs).
-    pub first_all_reduce_and_backward_end: Vec<(f64, f64)>,
+    /// Per step, from the timeline: when the first bucket's all-reduce was in flight.
+    pub overlap: Vec<Overlap>,
     /// The largest difference from one process on the whole batch: averaged gradients
     /// (over every step) and weights (after the last).
     pub max_grad_diff: f64,
@@ -255,10 +271,9 @@ impl Report {
             first.first().map_or(0, |l| l.1),
             self.params
         );
-        let overlapped =
-            self.first_all_reduce_and_backward_end.iter().filter(|(start, end)| start < end).count();
+        let overlapped = self.overlap.iter().filter(|o| o.overlapped()).count();
         println!(
-            "overlap: the first all-reduce started before backward returned in {overlapped} of {} steps",
+            "overlap: the first all-reduce was in flight while backward went on in {overlapped} of {} steps",
             self.launches.len()
         );
         println!(
@@ -314,7 +329,7 @@ pub fn train(rank: usize, args: &Args) -> dist::Result<Report> {
         buckets: ddp.bucket_count(),
         params: params.len(),
         launches: Vec::new(),
-        first_all_reduce_and_backward_end: Vec::new(),
+        overlap: Vec::new(),
         max_grad_diff: 0.0,
         max_param_diff: 0.0,
     };
@@ -342,9 +357,13 @@ pub fn train(rank: usize, args: &Args) -> dist::Result<Report> {
         let backward_end =
             events.iter().find(|e| e.name == "backward").map(|e| e.start_us + e.dur_us.unwrap_or(0.0));
         let first_all_reduce =
-            events.iter().filter(|e| e.name == "all_reduce").map(|e| e.start_us).min_by(f64::total_cmp);
-        if let (Some(start), Some(end)) = (first_all_reduce, backward_end) {
-            report.first_all_reduce_and_backward_end.push((start, end));
+            events.iter().filter(|e| e.name == "all_reduce").min_by(|a, b| a.start_us.total_cmp(&b.start_us));
+        if let (Some(all_reduce), Some(backward_end)) = (first_all_reduce, backward_end) {
+            report.overlap.push(Overlap {
+                all_reduce_start: all_reduce.start_us,
+                all_reduce_waited: all_reduce.start_us + all_reduce.dur_us.unwrap_or(0.0),
+                backward_end,
+            });
         }
     }
     report.max_param_diff = max_diff(&params, &reference);

@@ -206,7 +206,7 @@ fn bucketed_ddp_overlaps_backward_and_equals_one_process() {
     let ready = number_after(&out, "6 parameters", "started with");
     assert!(ready < 6.0, "bucket 0 waited for every gradient:\n{out}");
     assert!(
-        out.contains("overlap: the first all-reduce started before backward returned in 3 of 3 steps"),
+        out.contains("overlap: the first all-reduce was in flight while backward went on in 3 of 3 steps"),
         "{out}"
     );
     // Printed as 1.2e-7: number_after reads plain decimals only.
