@@ -104,10 +104,15 @@ struct Buckets {
 }
 
 impl Buckets {
-    /// Parameter `param`'s gradient is accumulated; launches its bucket if it was the last.
+    /// One more gradient of bucket `index` is accumulated; launches the bucket if that was
+    /// its last.
     fn gradient_ready(&mut self, index: usize) -> dist::Result<()> {
         self.ready += 1;
         let bucket = &mut self.buckets[index];
+        if bucket.pending == 0 {
+            let message = format!("bucket {index} got its gradients twice: call finish_gradient_synchronization after every backward");
+            return Err(dist::DistError::new(dist::ErrorKind::Other, message));
+        }
         bucket.pending -= 1;
         if bucket.pending == 0 {
             let grads: Vec<Tensor> = bucket.params.iter().map(Tensor::grad).collect();
