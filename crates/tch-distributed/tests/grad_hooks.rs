@@ -222,6 +222,28 @@ fn hooks_on_tensors_without_a_gradient_or_a_grad_are_refused() {
     assert!(err.to_string().contains("not a leaf"), "{err}");
 }
 
+/// The example's DDP on one rank refuses, by name, what PyTorch's refuses: a parameter
+/// without a gradient (its bucket never reduced) and a second backward before the
+/// gradients were synchronized.
+#[test]
+fn bucketed_ddp_names_an_unused_parameter_and_a_missed_synchronization() {
+    let group = Arc::new(single_rank_group(None));
+    let p = net();
+    let unused = Tensor::zeros([3], (Kind::Float, tch::Device::Cpu)).set_requires_grad(true);
+    let with_unused: Vec<Tensor> = p.iter().chain([&unused]).map(Tensor::shallow_clone).collect();
+    let ddp = bucketed_ddp::BucketedDdp::new(group.clone(), &with_unused, 1 << 20).unwrap();
+    loss(&p).backward();
+    let err = ddp.finish_gradient_synchronization().unwrap_err().to_string();
+    assert!(err.contains("bucket 0 was never reduced: 1 of its parameters got no gradient"), "{err}");
+    drop(ddp);
+
+    let ddp = bucketed_ddp::BucketedDdp::new(group, &p, 1 << 20).unwrap();
+    loss(&p).backward();
+    let err = loss(&p).f_backward().unwrap_err().to_string();
+    assert!(err.contains("call finish_gradient_synchronization after every backward"), "{err}");
+    drop(ddp);
+}
+
 fn bucketed_scenario() {
     let args = bucketed_ddp::Args { world_size: 2, steps: 4, batch_size: 16, bucket_cap_kb: 8 };
     let report = bucketed_ddp::train(test_rank(), &args).unwrap();
