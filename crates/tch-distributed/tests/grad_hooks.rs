@@ -4,7 +4,8 @@
 //! backward call instead of the process. On 2 Gloo ranks: `examples/bucketed_ddp.rs`'s
 //! buckets, launched from post-accumulate-grad hooks, start their all-reduce before
 //! backward returns (the timeline and the hooks' count both show it) and average the
-//! gradients to one process's on the whole batch.
+//! gradients to one process's on the whole batch. And tch's optimizer on a part of the
+//! parameters, which a ZeRO-1 steps on each rank's part.
 mod common;
 
 #[allow(dead_code)] // the example's `main` and printing; the test runs its `train`
@@ -220,6 +221,46 @@ fn hooks_on_tensors_without_a_gradient_or_a_grad_are_refused() {
     let err = dist::register_post_accumulate_grad_hook(&(&leaf * 2), |_| Ok(())).unwrap_err();
     assert_eq!(err.kind(), dist::ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("not a leaf"), "{err}");
+}
+
+/// What the README promises a ZeRO-1 for its optimizer: tch's `COptimizer` on a part of
+/// the parameters (`add_parameters`) steps that part only, with state of its own, so two
+/// optimizers on two halves (two ranks' parts) step as one on the whole does.
+#[test]
+fn optimizers_on_parts_of_the_parameters_step_as_one_on_the_whole() {
+    let sgd = || tch::COptimizer::sgd(0.1, 0.9, 0.0, 0.0, false).unwrap();
+    let (whole, parts) = (net(), net());
+    let mut one = sgd();
+    for t in &whole {
+        one.add_parameters(t, 0).unwrap();
+    }
+    let (mut first, mut second) = (sgd(), sgd());
+    for (i, t) in parts.iter().enumerate() {
+        if i < 2 { &mut first } else { &mut second }.add_parameters(t, 0).unwrap();
+    }
+    let untouched = values(&parts[2]);
+    for step in 0..3 {
+        for (params, opts) in [(&whole, vec![&one]), (&parts, vec![&first, &second])] {
+            for opt in &opts {
+                opt.zero_grad().unwrap();
+            }
+            loss(params).backward();
+            if step == 0 && opts.len() == 2 {
+                // One part steps: the other's parameters stay.
+                first.step().unwrap();
+                assert_eq!(values(&parts[2]), untouched, "the first part's optimizer moved the second's");
+                second.step().unwrap();
+            } else {
+                for opt in &opts {
+                    opt.step().unwrap();
+                }
+            }
+        }
+    }
+    // Three steps with momentum: the parts' optimizers together are the whole's.
+    for (a, b) in whole.iter().zip(&parts) {
+        assert_eq!(values(a), values(b));
+    }
 }
 
 /// The example's DDP on one rank refuses, by name, what PyTorch's refuses: a parameter
