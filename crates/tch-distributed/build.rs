@@ -1,7 +1,7 @@
 //! Compiles the C++ shim over libtorch's c10d (shim/tchd.cpp) and its SyncBatchNorm
 //! (shim/sync_batch_norm.cpp), bf16 autocast (shim/amp.cpp) and FSDP's autograd and
 //! storage pieces, whose backward node tensor parallelism's region operators share
-//! (shim/fsdp.cpp).
+//! (shim/fsdp.cpp), and the gradient hooks (shim/hooks.cpp).
 //!
 //! libtorch is found through torch-sys (`links = "tch"` gives us `DEP_TCH_LIBTORCH_LIB`),
 //! so by its rules: `LIBTORCH`, or `LIBTORCH_USE_PYTORCH=1` for python's torch; the gloo
@@ -30,6 +30,7 @@ fn main() {
         "sync_batch_norm.cpp",
         "amp.cpp",
         "fsdp.cpp",
+        "hooks.cpp",
         "cuda_anchor.cpp",
         "tchd.h",
         "tchd_internal.h",
@@ -54,6 +55,7 @@ fn main() {
         .file("shim/sync_batch_norm.cpp")
         .file("shim/amp.cpp")
         .file("shim/fsdp.cpp")
+        .file("shim/hooks.cpp")
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
@@ -107,8 +109,16 @@ fn main() {
 }
 
 /// The shim's C++ sources, whose content is part of [`compile_once`]'s key.
-const SHIM_FILES: [&str; 7] =
-    ["tchd.cpp", "ddp.cpp", "sync_batch_norm.cpp", "amp.cpp", "fsdp.cpp", "tchd.h", "tchd_internal.h"];
+const SHIM_FILES: [&str; 8] = [
+    "tchd.cpp",
+    "ddp.cpp",
+    "sync_batch_norm.cpp",
+    "amp.cpp",
+    "fsdp.cpp",
+    "hooks.cpp",
+    "tchd.h",
+    "tchd_internal.h",
+];
 
 /// Compiles `build` into OUT_DIR's `lib<name>.a`, or copies the archive an identical
 /// compile made before, kept beside the target directory's builds

@@ -34,14 +34,6 @@ namespace {
 
 using torch::autograd::variable_list;
 
-// Throws the Rust callback's error as a c10::Error: the backward pass fails with it.
-void check_callback(int status, char* err) {
-  if (status == TCHD_OK) return;
-  std::string message = err != nullptr ? err : "FSDP callback failed";
-  std::free(err);
-  TORCH_CHECK(false, message);
-}
-
 // A node whose backward is Rust's: FSDP's reduce-scatter of the full parameters'
 // gradients into the shards', and tensor parallelism's region operators (the gradient
 // all-reduced, or passed on as it is). Its name is the one autograd graphs show.
@@ -74,7 +66,7 @@ struct RustBackward : public torch::autograd::Node {
         delete t;
       }
     }
-    check_callback(status, err);
+    throw_callback_error(status, err, "FSDP callback");
     return result;
   }
 };
@@ -154,22 +146,6 @@ int tchd_attach_backward(void* const* params, size_t n_params, void* const* shar
       if (meta != nullptr) meta->set_requires_grad(false, p.unsafeGetTensorImpl());
       torch::autograd::impl::set_gradient_edge(p, torch::autograd::Edge(node, input_nr));
     }
-  });
-}
-
-int tchd_register_grad_hook(void* tensor, tchd_grad_hook_fn callback, tchd_ctx_drop_fn drop, void* ctx,
-                            char** err) {
-  std::shared_ptr<void> owned(ctx, drop);
-  return guarded(err, [&] {
-    auto& t = tensor_ref(tensor);
-    TORCH_CHECK_VALUE(t.requires_grad(), "cannot hook the gradient of a tensor that does not require grad");
-    t.register_hook([callback, owned](const at::Tensor&) {
-      char* message = nullptr;
-      // Two statements: in one call the order of the arguments' evaluation is
-      // unspecified, and GCC read `message` (still null) before the callback set it.
-      int status = callback(owned.get(), &message);
-      check_callback(status, message);
-    });
   });
 }
 

@@ -198,7 +198,6 @@ int tchd_copy_unversioned(void* dst, const void* src, char** err);
 // NULL where none arrived); fills shard_grads[i] with owned `at::Tensor*` (or NULL).
 typedef int (*tchd_fsdp_backward_fn)(void* ctx, void* const* grads, size_t n, void** shard_grads,
                                      char** err);
-typedef int (*tchd_grad_hook_fn)(void* ctx, char** err);
 // Frees a context handed to the functions below (always called, also on failure).
 typedef void (*tchd_ctx_drop_fn)(void* ctx);
 // Makes each params[i] the output i of a new autograd node whose inputs are the shards
@@ -211,10 +210,27 @@ int tchd_fsdp_attach(void* const* params, size_t n_params, void* const* shards, 
 int tchd_attach_backward(void* const* outputs, size_t n_outputs, void* const* inputs, size_t n_inputs,
                          const char* name, tchd_fsdp_backward_fn callback, tchd_ctx_drop_fn drop, void* ctx,
                          char** err);
-// Calls `callback` when the gradient of `tensor` (which must require grad) is computed,
-// before it flows on; the gradient is unchanged.
+
+// --- Gradient hooks (hooks.cpp) ---------------------------------------------------------
+// A registered hook; removing it frees it.
+typedef struct tchd_hook_handle tchd_hook_handle;
+// Called with the gradient flowing into a tensor (an owned `at::Tensor*`, for tch to
+// free); may set *replacement to an owned `at::Tensor*` that flows on instead.
+typedef int (*tchd_grad_hook_fn)(void* ctx, void* grad, void** replacement, char** err);
+// Called with the parameter (an owned `at::Tensor*`) once its .grad holds this
+// backward's gradient, accumulated.
+typedef int (*tchd_post_accumulate_grad_hook_fn)(void* ctx, void* param, char** err);
+// Tensor.register_hook: `callback` runs when the gradient of `tensor` (which must require
+// grad) is computed, before it flows on (for a leaf: before it is accumulated). With
+// `handle` NULL the hook stays as long as the tensor; otherwise *handle removes it.
 int tchd_register_grad_hook(void* tensor, tchd_grad_hook_fn callback, tchd_ctx_drop_fn drop, void* ctx,
-                            char** err);
+                            tchd_hook_handle** handle, char** err);
+// Tensor.register_post_accumulate_grad_hook, on a leaf that requires grad.
+int tchd_register_post_accumulate_grad_hook(void* param, tchd_post_accumulate_grad_hook_fn callback,
+                                            tchd_ctx_drop_fn drop, void* ctx, tchd_hook_handle** handle,
+                                            char** err);
+// Removes the hook (its context is dropped once no call of it is running) and frees the handle.
+void tchd_hook_remove(tchd_hook_handle* handle);
 
 #ifdef __cplusplus
 }

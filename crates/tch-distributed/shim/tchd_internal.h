@@ -79,6 +79,15 @@ int guarded(char** err, F&& body) {
   }
 }
 
+// Throws a Rust callback's error (its status, and the malloc'ed message it set, freed
+// here) as a c10::Error: the backward pass that called it fails with it.
+inline void throw_callback_error(int status, char* err, const char* what) {
+  if (status == TCHD_OK) return;
+  std::string message = err != nullptr ? err : std::string(what) + " failed";
+  std::free(err);
+  TORCH_CHECK(false, message);
+}
+
 // The `void*` tensors of the C ABI point at `at::Tensor`s (tch's C_tensor).
 inline at::Tensor& tensor_ref(void* p) { return *static_cast<at::Tensor*>(p); }
 inline const at::Tensor& tensor_ref(const void* p) { return *static_cast<const at::Tensor*>(p); }

@@ -17,6 +17,11 @@ pub struct tchd_work {
 }
 
 #[repr(C)]
+pub struct tchd_hook_handle {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
 pub struct tchd_reducer {
     _private: [u8; 0],
 }
@@ -29,8 +34,10 @@ pub type BucketTimingFn = extern "C" fn(usize, usize, i64, f64, f64);
 /// the shards' gradients to fill, error.
 pub type FsdpBackwardFn =
     extern "C" fn(*mut c_void, *const *mut c_void, usize, *mut *mut c_void, *mut *mut c_char) -> c_int;
-/// `tchd_grad_hook_fn`: context, error.
-pub type GradHookFn = extern "C" fn(*mut c_void, *mut *mut c_char) -> c_int;
+/// `tchd_grad_hook_fn`: context, the gradient (owned), its replacement to fill (owned), error.
+pub type GradHookFn = extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_void, *mut *mut c_char) -> c_int;
+/// `tchd_post_accumulate_grad_hook_fn`: context, the parameter (owned), error.
+pub type PostAccumulateGradHookFn = extern "C" fn(*mut c_void, *mut c_void, *mut *mut c_char) -> c_int;
 /// `tchd_ctx_drop_fn`.
 pub type CtxDropFn = extern "C" fn(*mut c_void);
 
@@ -304,6 +311,16 @@ extern "C" {
         callback: GradHookFn,
         drop: CtxDropFn,
         ctx: *mut c_void,
+        handle: *mut *mut tchd_hook_handle,
         err: *mut *mut c_char,
     ) -> c_int;
+    pub fn tchd_register_post_accumulate_grad_hook(
+        param: *mut c_void,
+        callback: PostAccumulateGradHookFn,
+        drop: CtxDropFn,
+        ctx: *mut c_void,
+        handle: *mut *mut tchd_hook_handle,
+        err: *mut *mut c_char,
+    ) -> c_int;
+    pub fn tchd_hook_remove(handle: *mut tchd_hook_handle);
 }

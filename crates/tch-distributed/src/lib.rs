@@ -17,6 +17,7 @@ pub mod diagnostics;
 mod error;
 mod ffi;
 mod fsdp;
+mod grad_hooks;
 mod group;
 mod launch_env;
 mod mismatch;
@@ -49,6 +50,7 @@ pub use default_group::{
 pub use device_mesh::{init_device_mesh, DeviceMesh};
 pub use error::{DistError, ErrorKind, Result};
 pub use fsdp::{FsdpModule, FsdpOptions, FullyShard, ShardMemory, ShardedUnit};
+pub use grad_hooks::{register_hook, register_post_accumulate_grad_hook, RemovableHandle};
 pub use group::{
     checks_collectives, nccl_compiled_in, Backend, GroupOptions, ProcessGroup, Work, CHECK_COLLECTIVES_ENV,
 };

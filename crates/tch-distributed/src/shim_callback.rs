@@ -1,6 +1,6 @@
-//! The Rust side of the shim's callbacks (autograd nodes' backward, gradient hooks:
-//! FSDP's and tensor parallelism's): nothing may unwind into C++, and an error goes
-//! back as a status and a message the shim frees with `free`.
+//! The Rust side of the shim's callbacks (autograd nodes' backward: FSDP's and tensor
+//! parallelism's; the gradient hooks of crate::grad_hooks): nothing may unwind into
+//! C++, and an error goes back as a status and a message the shim frees with `free`.
 use std::ffi::{c_char, c_int, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

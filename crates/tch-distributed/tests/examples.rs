@@ -199,6 +199,26 @@ fn tp_train_splits_the_model_and_its_slices_equal_the_whole_one() {
     assert!(bad.stderr.contains("--world-size must divide the hidden width 64"), "{}", bad.stderr);
 }
 
+#[test]
+fn bucketed_ddp_overlaps_backward_and_equals_one_process() {
+    let out = run_ok("bucketed_ddp", &["--world-size", "2", "--steps", "3", "--bucket-cap-kb", "8"]);
+    assert!(out.contains("6 parameters in 4 buckets of at most 8 KiB"), "{out}");
+    let ready = number_after(&out, "6 parameters", "started with");
+    assert!(ready < 6.0, "bucket 0 waited for every gradient:\n{out}");
+    assert!(
+        out.contains("overlap: the first all-reduce was in flight while backward went on in 3 of 3 steps"),
+        "{out}"
+    );
+    // Printed as 1.2e-7: number_after reads plain decimals only.
+    let line = out.lines().find(|l| l.starts_with("2 ranks equal one process")).expect(&out);
+    let diff: f64 =
+        line.split("max |diff| ").nth(1).and_then(|r| r.split(' ').next()).expect(line).parse().expect(line);
+    assert!(diff <= 1e-5, "{out}");
+    let bad = run("bucketed_ddp", &["--bucket-cap-kb", "0"]);
+    assert_eq!(bad.status.code(), Some(2), "a bucket of 0 KiB: {}", bad.stderr);
+    assert!(bad.stderr.contains("--bucket-cap-kb must be at least 1"), "{}", bad.stderr);
+}
+
 /// The README's list of examples names every file of `examples/` (and nothing else), and
 /// no example picks its rendezvous port by hand: each starts its ranks as the README's
 /// first program does, with `SpawnOptions::standalone`.

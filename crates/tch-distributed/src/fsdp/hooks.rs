@@ -1,5 +1,6 @@
 //! How a unit hooks into the forward and backward passes (FSDP2's `FSDPState` hooks):
-//! its pre- and post-forward, and the shim's callbacks from autograd into it.
+//! its pre- and post-forward, and the shim's callbacks from autograd into it (its
+//! pre-backward hook is a gradient hook of crate::grad_hooks).
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use tch::Tensor;
 use super::unit::{lock, Unit};
 use crate::error::{check, Result};
 use crate::ffi;
+use crate::grad_hooks::register_lasting_hook;
 use crate::shim_callback::for_shim;
 
 impl Unit {
@@ -51,21 +53,11 @@ impl Unit {
         }
         if recorded && !state.params.is_empty() {
             // Before the block's backward: its parameters again.
-            let mut out = out.shallow_clone();
-            let ctx = Arc::into_raw(self.clone()) as *mut c_void;
-            let mut err = ptr::null_mut();
-            check(
-                unsafe {
-                    ffi::tchd_register_grad_hook(
-                        out.as_mut_ptr() as *mut c_void,
-                        unshard_for_backward,
-                        drop_unit,
-                        ctx,
-                        &mut err,
-                    )
-                },
-                err,
-            )
+            let unit = self.clone();
+            register_lasting_hook(out, "FSDP", move |_| {
+                unit.pre_backward().map_err(|e| e.context(&unit.name))?;
+                Ok(None)
+            })
             .map_err(|e| e.context(&self.name))?;
         }
         Ok(())
@@ -79,12 +71,6 @@ fn grad_enabled() -> bool {
 extern "C" fn drop_unit(ctx: *mut c_void) {
     // SAFETY: every context handed to the shim is an Arc<Unit> from Arc::into_raw.
     drop(unsafe { Arc::from_raw(ctx as *const Unit) });
-}
-
-extern "C" fn unshard_for_backward(ctx: *mut c_void, err: *mut *mut c_char) -> c_int {
-    // SAFETY: the hook's context, alive until drop_unit.
-    let unit = unsafe { &*(ctx as *const Unit) };
-    for_shim(err, "FSDP", || unit.pre_backward().map_err(|e| e.context(&unit.name)))
 }
 
 extern "C" fn reduce_scatter_gradients(
