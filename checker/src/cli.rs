@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use coursegen::{LAB_LAST_STEP, LAST_STEP};
+use lab_course::{LAB_LAST_STEP, LAST_STEP};
 
 use crate::formats::Reports;
 use crate::grade::Graded;
@@ -419,7 +419,7 @@ pub fn repo_root() -> PathBuf {
     let mut dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     loop {
         // The instructor's repository has the master; a students' copy, its mark.
-        if dir.join(coursegen::MASTER).is_file() || dir.join(coursegen::students_copy::MARK).is_file() {
+        if dir.join(lab_course::MASTER).is_file() || dir.join(lab_course::students_copy::MARK).is_file() {
             return dir;
         }
         if !dir.pop() {

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use coursegen::{LAB_LAST_STEP, LAST_STEP};
+use lab_course::{LAB_LAST_STEP, LAST_STEP};
 
 use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
@@ -104,7 +104,7 @@ pub fn watch_step(
     let root = repo_root();
     let crate_dir = match krate {
         Some(dir) => dir.to_path_buf(),
-        None => root.join(coursegen::Version::Starter(step).crate_dir()),
+        None => root.join(lab_course::Version::Starter(step).crate_dir()),
     };
     let src = crate_dir.join("src");
     if !src.join("main.rs").is_file() {
@@ -404,7 +404,7 @@ pub fn autograder_gradescope(graded: Graded, hidden_until_due: &[String], out: &
 /// An autograder is the instructor's: it carries the course and checks the reference
 /// solutions as it is set up, which a students' copy does not hold.
 fn instructors_repository() -> Result<(), Failure> {
-    match coursegen::students_copy::read_mark(&repo_root()) {
+    match lab_course::students_copy::read_mark(&repo_root()) {
         None => Ok(()),
         Some(_) => Err(Failure::CannotRun(
             "this is the students' copy of the lab: make the autograder from your full repository, \
@@ -461,7 +461,7 @@ pub fn autograder_github_classroom(
     // What students receive is the template repository: a students' copy, never this
     // repository with its solutions. A new folder gets one; a copy made before (with
     // `coursegen students-copy --through N`, say) gets the workflow only.
-    let made_copy = match coursegen::students_copy::read_mark(out) {
+    let made_copy = match lab_course::students_copy::read_mark(out) {
         Some(_) => false,
         None => {
             let empty = std::fs::read_dir(out).map_or(true, |mut d| d.next().is_none());
@@ -473,7 +473,7 @@ pub fn autograder_github_classroom(
                     out.display()
                 )));
             }
-            coursegen::students_copy::write(&root, out, LAST_STEP).map_err(|e| e.to_string())?;
+            lab_course::students_copy::write(&root, out, LAST_STEP).map_err(|e| e.to_string())?;
             true
         }
     };
@@ -532,7 +532,7 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
     };
     match step_reset::reset(&root, step, &mut confirm).map_err(|e| e.to_string())? {
         step_reset::ResetOutcome::AlreadyPristine => {
-            let dir = coursegen::Version::Starter(step).crate_dir();
+            let dir = lab_course::Version::Starter(step).crate_dir();
             println!("{} is already the untouched starter; nothing to do", dir.display());
             Ok(())
         }
@@ -544,7 +544,7 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
             println!(
                 "restored {} file(s) of {}; your version is in {}",
                 files.len(),
-                coursegen::Version::Starter(step).crate_dir().display(),
+                lab_course::Version::Starter(step).crate_dir().display(),
                 backup.display()
             );
             Ok(())

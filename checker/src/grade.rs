@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use coursegen::LAB_LAST_STEP;
+use lab_course::LAB_LAST_STEP;
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
@@ -317,7 +317,7 @@ pub fn unix_now() -> u64 {
 }
 
 fn title(step: u8) -> &'static str {
-    coursegen::STEPS[usize::from(step)]
+    lab_course::STEPS[usize::from(step)]
 }
 
 /// Why a check did not pass, as every report says it; `None` when it passed. A failure

@@ -136,10 +136,10 @@ fn rank_of(parts: &[&str], step: u8) -> Option<Rank> {
     if parts.iter().any(|p| skipped(p)) {
         return None;
     }
-    let step_dir = format!("step_{step:02}");
+    let step_dir = lab_course::Version::Starter(step).crate_dir();
     match parts {
         ["src", "main.rs"] => Some(Rank::CrateFolder),
-        ["steps", dir, "src", "main.rs"] if *dir == step_dir => Some(Rank::LabClone),
+        [top, dir, "src", "main.rs"] if Path::new(top).join(dir) == step_dir => Some(Rank::LabClone),
         ["main.rs"] | [_, "src", "main.rs"] | [_, "main.rs"] => Some(Rank::Elsewhere),
         _ => None,
     }
@@ -149,7 +149,12 @@ fn rank_of(parts: &[&str], step: u8) -> Option<Rank> {
 fn from_folder(root: &Path, step: u8, out: &mut Vec<Candidate>) -> Result<(), Refusal> {
     let relative = [
         vec!["src".to_string(), "main.rs".into()],
-        vec!["steps".into(), format!("step_{step:02}"), "src".into(), "main.rs".into()],
+        lab_course::Version::Starter(step)
+            .crate_dir()
+            .join("src/main.rs")
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect(),
         vec!["main.rs".into()],
     ];
     let mut paths: Vec<Vec<String>> = relative.to_vec();

@@ -107,7 +107,7 @@ fn hint_level(n: u8) -> guide_hints::Level {
 
 /// `--solutions`, unless this is a students' copy, which holds none.
 fn solutions_here() -> Result<Subject<'static>, Failure> {
-    match coursegen::students_copy::read_mark(&repo_root()) {
+    match lab_course::students_copy::read_mark(&repo_root()) {
         None => Ok(Subject::Solution),
         Some(_) => Err(Failure::CannotRun(
             "this is the students' copy of the lab: it holds no solutions (they are with your \
@@ -120,7 +120,7 @@ fn solutions_here() -> Result<Subject<'static>, Failure> {
 fn try_main(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List { checks: false } => {
-            print!("{}", progress::render(&progress::load(&repo_root())?, coursegen::STEPS));
+            print!("{}", progress::render(&progress::load(&repo_root())?, lab_course::STEPS));
             Ok(())
         }
         Command::List { checks: true } => {

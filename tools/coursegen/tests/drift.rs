@@ -5,7 +5,7 @@ use std::path::Path;
 #[test]
 fn generated_crates_match_the_master() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let drift = coursegen::check_all(&root).unwrap_or_else(|e| panic!("cannot render the course: {e}"));
+    let drift = lab_course::check_all(&root).unwrap_or_else(|e| panic!("cannot render the course: {e}"));
     if !drift.is_empty() {
         let list: Vec<String> = drift.iter().map(|d| d.to_string()).collect();
         panic!(
