@@ -15,14 +15,14 @@ const READ_THE_CONSTANT: &[&str] = &[
     "checker/tests/class.rs",
     "checker/tests/guide_checks.rs",
     "checker/tests/record_fixtures.rs",
-    "tools/coursegen/src/lib.rs",
+    "crates/lab-course/src/lib.rs",
     "tools/coursegen/src/main.rs",
-    "tools/coursegen/src/markers.rs",
+    "crates/lab-course/src/markers.rs",
     "tools/coursegen/src/new_step.rs",
     "tools/coursegen/tests/new_step.rs",
     "tools/coursegen/tests/solutions.rs",
-    "tools/guide-hints/src/lib.rs",
-    "tools/guide-hints/tests/hint.rs",
+    "crates/guide-hints/src/lib.rs",
+    "crates/guide-hints/tests/hint.rs",
 ];
 
 /// How a step count or last step is written as a literal: a range `0..12`, `0..=11`,
