@@ -38,14 +38,35 @@ pub enum Confinement {
     Unconfined { why: Option<String> },
 }
 
-impl Confinement {
-    pub fn of(sandbox: Option<&Sandbox>, why_none: Option<String>) -> Confinement {
-        match sandbox {
+/// The sandbox the runs go into (none when unconfined), resolved once from the options,
+/// with the [`Confinement`] the reports state: the one value the commands pass along.
+#[derive(Debug, Clone)]
+pub struct Sandboxing {
+    sandbox: Option<Sandbox>,
+    confinement: Confinement,
+}
+
+impl Sandboxing {
+    /// In `sandbox`, or unconfined (`why_none`: why no sandbox could be made, when the
+    /// options allowed going without).
+    pub fn new(sandbox: Option<Sandbox>, why_none: Option<String>) -> Sandboxing {
+        let confinement = match &sandbox {
             Some(sandbox) => Confinement::Sandboxed(sandbox.describe()),
             None => Confinement::Unconfined { why: why_none },
-        }
+        };
+        Sandboxing { sandbox, confinement }
     }
 
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    pub fn confinement(&self) -> &Confinement {
+        &self.confinement
+    }
+}
+
+impl Confinement {
     /// The sandbox as a report's JSON shows it: its description, or "none".
     pub fn sandbox_json(&self) -> serde_json::Value {
         match self {

@@ -58,7 +58,8 @@ fn links_into_tools(root: &Path) -> Vec<String> {
             text.parse().unwrap_or_else(|e| panic!("{}/Cargo.toml: {e}", member.display()));
         for table in dependency_tables(&manifest) {
             for (name, dependency) in table.iter() {
-                let Some(path) = dependency.as_table_like().and_then(|d| d.get("path")).and_then(Item::as_str)
+                let Some(path) =
+                    dependency.as_table_like().and_then(|d| d.get("path")).and_then(Item::as_str)
                 else {
                     continue;
                 };
@@ -108,7 +109,10 @@ fn a_library_that_links_a_tool_is_found() {
         std::fs::write(path, text).unwrap();
     };
     write("Cargo.toml", "[workspace]\nmembers = [\"crates/*\", \"tools/gen\", \"checker\"]\n");
-    write("tools/gen/Cargo.toml", "[package]\nname = \"gen\"\n[dependencies]\nlib = { path = \"../../crates/lib\" }\n");
+    write(
+        "tools/gen/Cargo.toml",
+        "[package]\nname = \"gen\"\n[dependencies]\nlib = { path = \"../../crates/lib\" }\n",
+    );
     write(
         "crates/lib/Cargo.toml",
         "[package]\nname = \"lib\"\n[target.'cfg(unix)'.dev-dependencies]\ngen = { path = \"../../tools/gen\" }\n",
