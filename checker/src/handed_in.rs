@@ -67,9 +67,11 @@ enum Rank {
 
 /// What the layouts accept, for messages.
 fn accepted(step: u8) -> String {
+    let lab_clone = lab_course::Version::Starter(step).crate_dir().join("src/main.rs");
     format!(
-        "src/main.rs, main.rs, <folder>/src/main.rs, <folder>/main.rs or steps/step_{step:02}/src/main.rs, \
-         or a .zip holding one of these"
+        "src/main.rs, main.rs, <folder>/src/main.rs, <folder>/main.rs or {}, \
+         or a .zip holding one of these",
+        lab_clone.display()
     )
 }
 
