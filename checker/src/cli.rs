@@ -508,4 +508,27 @@ mod tests {
             assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
         }
     }
+
+    /// Each format of the one list is an option of `grade` that lands in its own field
+    /// of `Reports`, and one that `--crates` refuses (the list is what it conflicts with).
+    #[test]
+    fn every_format_is_a_grade_option_that_crates_refuses() {
+        use crate::formats::Format;
+        assert!(!Reports::default().any());
+        for format in Format::ALL {
+            let option = format!("--{}", format.arg());
+            let cli = Cli::try_parse_from(["checker", "grade", "step", "1", &option, "out.x"])
+                .unwrap_or_else(|e| panic!("{option}: {e}"));
+            let Command::Grade { reports, .. } = cli.command else { panic!("{option}: not grade") };
+            for other in Format::ALL {
+                let expected = (other == format).then_some(std::path::Path::new("out.x"));
+                assert_eq!(reports.path(other), expected, "{option} set {other:?}'s path");
+            }
+            assert!(reports.any(), "{option}");
+            let batch =
+                ["checker", "grade", "step", "1", "--crates", "in", "--json-dir", "o", &option, "out.x"];
+            let err = Cli::try_parse_from(batch).err().unwrap_or_else(|| panic!("--crates took {option}"));
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{option}: {err}");
+        }
+    }
 }
