@@ -121,3 +121,26 @@ fn a_library_that_links_a_tool_is_found() {
     let found = links_into_tools(dir.path());
     assert_eq!(found, ["crates/lib -> gen (tools/gen)", "checker -> gen (tools/gen)"]);
 }
+
+/// The members of `tools/` with no program: tests of the workspace and of setup, which
+/// nothing links.
+const TEST_ONLY: &[&str] = &["tools/module-graph", "tools/setup-tests"];
+
+#[test]
+fn every_crate_in_tools_is_a_program_or_a_test_only_tool() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap();
+    let tools: Vec<PathBuf> =
+        members(&root).into_iter().filter(|m| m.starts_with(root.join(TOOLS))).collect();
+    assert!(tools.contains(&root.join("tools/coursegen")), "{tools:?}");
+    for member in &tools {
+        let rel = member.strip_prefix(&root).unwrap().display().to_string();
+        let program = member.join("src/main.rs").is_file() || member.join("src/bin").is_dir();
+        assert!(
+            program || TEST_ONLY.contains(&rel.as_str()),
+            "{rel} is in tools/ but has no program (src/main.rs): a library belongs under crates/"
+        );
+    }
+    for listed in TEST_ONLY {
+        assert!(tools.contains(&root.join(listed)), "{listed} is no member of tools/ any more: drop it");
+    }
+}
