@@ -123,7 +123,7 @@ pub fn step_id(step: u8) -> String {
 /// sandbox would protect nothing there, and Ubuntu 24.04's runners refuse bubblewrap
 /// the user namespaces it needs.
 pub fn step_command(step: u8) -> String {
-    let starter = coursegen::Version::Starter(step).crate_dir();
+    let starter = lab_course::Version::Starter(step).crate_dir();
     format!(
         "ws=$PWD && cd {GRADER_DIR} && cargo checker verify step {step} --crate \"$ws/{SUBMISSION_DIR}/{}\" --unsandboxed",
         starter.display()
@@ -136,7 +136,7 @@ pub fn step_command(step: u8) -> String {
 /// the reporter still counts the step's 10 points as possible.
 pub fn runner_command(step: u8) -> String {
     let id = step_id(step);
-    let starter = coursegen::Version::Starter(step).crate_dir();
+    let starter = lab_course::Version::Starter(step).crate_dir();
     let starter = starter.display();
     format!(
         "ws=$PWD && result=\"$ws/{id}.json\" && (cd {GRADER_DIR} && cargo checker grade step {step} \
@@ -192,7 +192,7 @@ pub fn workflow(grader: &Grader, steps: &[u8], points: Points) -> Workflow {
         },
     ];
     for &step in steps {
-        let title = coursegen::STEPS[usize::from(step)];
+        let title = lab_course::STEPS[usize::from(step)];
         if points == Points::PerCheck {
             job_steps.push(Step {
                 name: format!("Step {step}: {title}"),

@@ -1,13 +1,14 @@
 //! The command line: its subcommands and options (clap), and reading what they name
 //! (`step N`, `all`, the repository).
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
-use coursegen::{LAB_LAST_STEP, LAST_STEP};
+use lab_course::{LAB_LAST_STEP, LAST_STEP};
 
 use crate::formats::Reports;
-use crate::grade::Graded;
+use crate::grade::{Graded, Sandboxing};
+use crate::verify::Subject;
 use crate::{sandbox, Failure};
 
 /// Checks the steps of the DDP lab: builds your step crate, runs it on several CPU
@@ -94,10 +95,10 @@ pub enum Command {
         #[arg(
             long,
             value_name = "DIR",
-            conflicts_with_all = [
-                "solutions", "krate", "json", "junit", "gradescope", "prairielearn", "autolab",
-                "coderunner", "classroom", "codegrade", "hidden_until_due",
-            ],
+            // Each submission gets its exercism report in --json-dir: no other report.
+            conflicts_with_all = ["solutions", "krate", "hidden_until_due"]
+                .into_iter()
+                .chain(crate::formats::Format::ALL.map(crate::formats::Format::arg)),
             requires = "json_dir",
             help = format!(
                 "Grade every submission in DIR (a folder per student holding its program, or a .zip), \
@@ -143,7 +144,7 @@ pub enum Command {
     /// `cargo checker autograder github-classroom --repository OWNER/NAME --out DIR`.
     Autograder {
         #[command(subcommand)]
-        platform: Platform,
+        platform: AutograderFor,
     },
     /// Verify a step (and every earlier step's checks): `cargo checker verify step 7`, or `cargo checker verify all`.
     Verify {
@@ -201,9 +202,11 @@ pub enum Command {
     },
 }
 
-/// The grading platforms `autograder` writes for.
+/// What `autograder` writes, a subcommand per grading platform, with its options (the
+/// platforms themselves are [`crate::autograder::Platform`], Gradescope and GitHub
+/// Classroom aside, whose files are made their own way).
 #[derive(Subcommand, Debug)]
-pub enum Platform {
+pub enum AutograderFor {
     /// Gradescope's autograder: setup.sh, run_autograder and the course, zipped as
     /// DIR/autograder.zip to upload on the assignment's "Configure Autograder" page.
     ///
@@ -372,17 +375,14 @@ impl RunArgs {
 
     /// The sandbox the runs go into: required for handed-in code (`untrusted`) unless
     /// `--unsandboxed`, asked for with `--sandbox`; an error (exit 2) when wanted and
-    /// impossible here, unless `--unsandboxed-fallback`.
-    pub fn sandbox(&self, untrusted: bool) -> Result<Option<sandbox::Sandbox>, Failure> {
-        self.sandbox_or_why(untrusted).map(|(sandbox, _)| sandbox)
+    /// impossible here, unless `--unsandboxed-fallback` (then the reports say why there
+    /// is none).
+    pub fn sandboxing(&self, untrusted: bool) -> Result<Sandboxing, Failure> {
+        let (sandbox, why_none) = self.sandbox_or_why(untrusted)?;
+        Ok(Sandboxing::new(sandbox, why_none))
     }
 
-    /// [`RunArgs::sandbox`], and why there is none when `--unsandboxed-fallback` had to
-    /// do without one (for the reports).
-    pub fn sandbox_or_why(
-        &self,
-        untrusted: bool,
-    ) -> Result<(Option<sandbox::Sandbox>, Option<String>), Failure> {
+    fn sandbox_or_why(&self, untrusted: bool) -> Result<(Option<sandbox::Sandbox>, Option<String>), Failure> {
         if self.unsandboxed {
             if untrusted {
                 eprintln!(
@@ -411,6 +411,24 @@ impl RunArgs {
     }
 }
 
+/// Whose program a command checks, from `--crate` and `--solutions` (worked out here
+/// once, for verify, grade and watch): `--solutions` fails in a students' copy, which
+/// holds none.
+pub fn subject(krate: Option<&Path>, solutions: bool) -> Result<Subject<'_>, Failure> {
+    match (krate, solutions) {
+        (Some(dir), _) => Ok(Subject::Elsewhere(dir)),
+        (None, false) => Ok(Subject::Step),
+        (None, true) => match lab_course::students_copy::read_mark(&repo_root()) {
+            None => Ok(Subject::Solution),
+            Some(_) => Err(Failure::CannotRun(
+                "this is the students' copy of the lab: it holds no solutions (they are with your \
+                 instructor); drop --solutions to check your own steps"
+                    .into(),
+            )),
+        },
+    }
+}
+
 pub fn repo_root() -> PathBuf {
     // The checker runs from the repository (cargo run -p checker), or names it.
     if let Ok(dir) = std::env::var(checker::ROOT_ENV) {
@@ -419,7 +437,7 @@ pub fn repo_root() -> PathBuf {
     let mut dir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     loop {
         // The instructor's repository has the master; a students' copy, its mark.
-        if dir.join(coursegen::MASTER).is_file() || dir.join(coursegen::students_copy::MARK).is_file() {
+        if dir.join(lab_course::MASTER).is_file() || dir.join(lab_course::students_copy::MARK).is_file() {
             return dir;
         }
         if !dir.pop() {
@@ -488,6 +506,29 @@ mod tests {
         for bad in ["3/3", "1", "a/b", "-1/2", "1/0"] {
             let err = bad.parse::<Shard>().unwrap_err();
             assert!(err.contains("SLURM_ARRAY_TASK_ID"), "{bad}: {err}");
+        }
+    }
+
+    /// Each format of the one list is an option of `grade` that lands in its own field
+    /// of `Reports`, and one that `--crates` refuses (the list is what it conflicts with).
+    #[test]
+    fn every_format_is_a_grade_option_that_crates_refuses() {
+        use crate::formats::Format;
+        assert!(!Reports::default().any());
+        for format in Format::ALL {
+            let option = format!("--{}", format.arg());
+            let cli = Cli::try_parse_from(["checker", "grade", "step", "1", &option, "out.x"])
+                .unwrap_or_else(|e| panic!("{option}: {e}"));
+            let Command::Grade { reports, .. } = cli.command else { panic!("{option}: not grade") };
+            for other in Format::ALL {
+                let expected = (other == format).then_some(std::path::Path::new("out.x"));
+                assert_eq!(reports.path(other), expected, "{option} set {other:?}'s path");
+            }
+            assert!(reports.any(), "{option}");
+            let batch =
+                ["checker", "grade", "step", "1", "--crates", "in", "--json-dir", "o", &option, "out.x"];
+            let err = Cli::try_parse_from(batch).err().unwrap_or_else(|| panic!("--crates took {option}"));
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{option}: {err}");
         }
     }
 }

@@ -6,15 +6,15 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use coursegen::{LAB_LAST_STEP, LAST_STEP};
+use lab_course::{LAB_LAST_STEP, LAST_STEP};
 
 use crate::cli::{parse_target, repo_root, Shard};
 use crate::formats::{junit::Listing, Reports};
-use crate::grade::{Confinement, Grade, Graded, StepGrade};
+use crate::grade::{Grade, Graded, Sandboxing, StepGrade};
 use crate::handed_in::{self, Refusal};
 use crate::report::print_run;
 use crate::verify::{build_all, run_step, StepRun, StepRunOptions, Subject};
-use crate::{autograder, classroom, grade, gradebook, sandbox, watch, Failure};
+use crate::{autograder, classroom, grade, gradebook, watch, Failure};
 
 /// What `checker verify` was asked.
 pub struct Verify<'a> {
@@ -32,11 +32,9 @@ pub struct Verify<'a> {
 
 /// `checker verify`: each step's report in turn, and with `--junit` its verdicts as
 /// JUnit XML; fails when a check of any failed.
-pub fn verify(
-    asked: Verify,
-    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
-) -> Result<(), Failure> {
+pub fn verify(asked: Verify, sandboxing: &Sandboxing) -> Result<(), Failure> {
     let Verify { steps, subject, seed, limit, keep, junit, prebuilt } = asked;
+    let sandbox = sandboxing.sandbox();
     let root = repo_root();
     let mut all_passed = true;
     let submission = steps.first().and_then(|&step| found_in(subject, step));
@@ -53,8 +51,7 @@ pub fn verify(
         graded.push(grade);
     }
     if let Some(path) = junit {
-        let grade =
-            Grade { seed, confinement: Confinement::of(sandbox, why_none), submission, steps: graded };
+        let grade = Grade { seed, confinement: sandboxing.confinement().clone(), submission, steps: graded };
         let reports = Reports { junit: Some(path), ..Reports::default() };
         for path in reports.write(&grade, Listing::EveryCheck)? {
             println!("JUnit report written to {}", path.display());
@@ -95,33 +92,29 @@ fn found_in(subject: Subject, step: u8) -> Option<String> {
 /// `checker watch`: verify, wait for a saved change under the crate's src/, repeat.
 pub fn watch_step(
     step: u8,
-    krate: Option<&Path>,
+    subject: Subject,
     seed: u64,
     limit: Duration,
     max_runs: Option<usize>,
-    sandbox: Option<&sandbox::Sandbox>,
+    sandboxing: &Sandboxing,
 ) -> Result<(), Failure> {
     let root = repo_root();
-    let crate_dir = match krate {
-        Some(dir) => dir.to_path_buf(),
-        None => root.join(coursegen::Version::Starter(step).crate_dir()),
+    let sandbox = sandboxing.sandbox();
+    let crate_dir = match (subject, subject.version(step)) {
+        (Subject::Elsewhere(dir), _) => dir.to_path_buf(),
+        (_, version) => root.join(version.expect("a crate of the course").crate_dir()),
     };
     let src = crate_dir.join("src");
     if !src.join("main.rs").is_file() {
         return Err(Failure::CannotRun(format!(
             "{} has no src/main.rs to watch{}",
             crate_dir.display(),
-            if krate.is_none() {
-                format!("; restore it with `cargo checker reset step {step}`")
-            } else {
-                String::new()
+            match subject {
+                Subject::Elsewhere(_) => String::new(),
+                _ => format!("; restore it with `cargo checker reset step {step}`"),
             }
         )));
     }
-    let subject = match krate {
-        Some(dir) => Subject::Elsewhere(dir),
-        None => Subject::Step,
-    };
     let clear = std::io::stdout().is_terminal();
     let mut snapshot = watch::Snapshot::of(&src);
     let mut done = 0usize;
@@ -178,15 +171,16 @@ pub fn grade(
     seed: u64,
     limit: Duration,
     reports: &Reports,
-    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
+    sandboxing: &Sandboxing,
 ) -> Result<(), Failure> {
+    let sandbox = sandboxing.sandbox();
     // `all` is the DLI lab's steps; a step beyond it is graded on its own (`grade step 12`).
     let steps = if target.is_empty() || target == ["all"] {
         (0..=LAB_LAST_STEP).collect()
     } else {
         parse_target(target)?
     };
-    let confinement = Confinement::of(sandbox, why_none);
+    let confinement = sandboxing.confinement().clone();
     let mut submission = None;
     let handed_in = matches!(subject, Subject::Elsewhere(_));
     let graded = if steps.len() > 1 { Graded::Final } else { Graded::Step(steps[0]) };
@@ -269,10 +263,8 @@ pub fn submissions_in(dir: &Path, step: u8) -> Result<Vec<(String, PathBuf)>, St
 /// `grade step N --crates DIR --json-dir OUT` (or `grade all ...`): every submission
 /// in DIR, `--jobs` side by side; a report and a gradebook entry each, and the class's
 /// gradebook at the end (unless this is one shard of several).
-pub fn grade_batch(
-    batch: &Batch,
-    (sandbox, why_none): (Option<&sandbox::Sandbox>, Option<String>),
-) -> Result<(), Failure> {
+pub fn grade_batch(batch: &Batch, sandboxing: &Sandboxing) -> Result<(), Failure> {
+    let sandbox = sandboxing.sandbox();
     let Batch { dir, out, graded, seed, limit, shard, .. } = *batch;
     let everyone = submissions_in(dir, graded.run_as())?;
     if everyone.is_empty() {
@@ -290,7 +282,7 @@ pub fn grade_batch(
     std::fs::create_dir_all(out).map_err(|e| format!("--json-dir {}: {e}", out.display()))?;
     let jobs = jobs_that_fit(batch.jobs, batch.memory_per_job, available_memory(), mine.len());
     let root = repo_root();
-    let confinement = Confinement::of(sandbox, why_none);
+    let confinement = sandboxing.confinement();
     let max = grade::fmt_points(graded.max_points());
     println!("submission  points  status");
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -404,7 +396,7 @@ pub fn autograder_gradescope(graded: Graded, hidden_until_due: &[String], out: &
 /// An autograder is the instructor's: it carries the course and checks the reference
 /// solutions as it is set up, which a students' copy does not hold.
 fn instructors_repository() -> Result<(), Failure> {
-    match coursegen::students_copy::read_mark(&repo_root()) {
+    match lab_course::students_copy::read_mark(&repo_root()) {
         None => Ok(()),
         Some(_) => Err(Failure::CannotRun(
             "this is the students' copy of the lab: make the autograder from your full repository, \
@@ -461,7 +453,7 @@ pub fn autograder_github_classroom(
     // What students receive is the template repository: a students' copy, never this
     // repository with its solutions. A new folder gets one; a copy made before (with
     // `coursegen students-copy --through N`, say) gets the workflow only.
-    let made_copy = match coursegen::students_copy::read_mark(out) {
+    let made_copy = match lab_course::students_copy::read_mark(out) {
         Some(_) => false,
         None => {
             let empty = std::fs::read_dir(out).map_or(true, |mut d| d.next().is_none());
@@ -473,7 +465,7 @@ pub fn autograder_github_classroom(
                     out.display()
                 )));
             }
-            coursegen::students_copy::write(&root, out, LAST_STEP).map_err(|e| e.to_string())?;
+            lab_course::students_copy::write(&root, out, LAST_STEP).map_err(|e| e.to_string())?;
             true
         }
     };
@@ -532,7 +524,7 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
     };
     match step_reset::reset(&root, step, &mut confirm).map_err(|e| e.to_string())? {
         step_reset::ResetOutcome::AlreadyPristine => {
-            let dir = coursegen::Version::Starter(step).crate_dir();
+            let dir = lab_course::Version::Starter(step).crate_dir();
             println!("{} is already the untouched starter; nothing to do", dir.display());
             Ok(())
         }
@@ -544,7 +536,7 @@ pub fn reset(step: u8, yes: bool) -> Result<(), Failure> {
             println!(
                 "restored {} file(s) of {}; your version is in {}",
                 files.len(),
-                coursegen::Version::Starter(step).crate_dir().display(),
+                lab_course::Version::Starter(step).crate_dir().display(),
                 backup.display()
             );
             Ok(())

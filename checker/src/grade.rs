@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use coursegen::LAB_LAST_STEP;
+use lab_course::LAB_LAST_STEP;
 use serde::Serialize;
 
 use crate::checks::{self, id, CheckResult, Verdict};
@@ -38,14 +38,35 @@ pub enum Confinement {
     Unconfined { why: Option<String> },
 }
 
-impl Confinement {
-    pub fn of(sandbox: Option<&Sandbox>, why_none: Option<String>) -> Confinement {
-        match sandbox {
+/// The sandbox the runs go into (none when unconfined), resolved once from the options,
+/// with the [`Confinement`] the reports state: the one value the commands pass along.
+#[derive(Debug, Clone)]
+pub struct Sandboxing {
+    sandbox: Option<Sandbox>,
+    confinement: Confinement,
+}
+
+impl Sandboxing {
+    /// In `sandbox`, or unconfined (`why_none`: why no sandbox could be made, when the
+    /// options allowed going without).
+    pub fn new(sandbox: Option<Sandbox>, why_none: Option<String>) -> Sandboxing {
+        let confinement = match &sandbox {
             Some(sandbox) => Confinement::Sandboxed(sandbox.describe()),
             None => Confinement::Unconfined { why: why_none },
-        }
+        };
+        Sandboxing { sandbox, confinement }
     }
 
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    pub fn confinement(&self) -> &Confinement {
+        &self.confinement
+    }
+}
+
+impl Confinement {
     /// The sandbox as a report's JSON shows it: its description, or "none".
     pub fn sandbox_json(&self) -> serde_json::Value {
         match self {
@@ -317,7 +338,7 @@ pub fn unix_now() -> u64 {
 }
 
 fn title(step: u8) -> &'static str {
-    coursegen::STEPS[usize::from(step)]
+    lab_course::STEPS[usize::from(step)]
 }
 
 /// Why a check did not pass, as every report says it; `None` when it passed. A failure

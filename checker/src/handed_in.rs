@@ -67,9 +67,11 @@ enum Rank {
 
 /// What the layouts accept, for messages.
 fn accepted(step: u8) -> String {
+    let lab_clone = lab_course::Version::Starter(step).crate_dir().join("src/main.rs");
     format!(
-        "src/main.rs, main.rs, <folder>/src/main.rs, <folder>/main.rs or steps/step_{step:02}/src/main.rs, \
-         or a .zip holding one of these"
+        "src/main.rs, main.rs, <folder>/src/main.rs, <folder>/main.rs or {}, \
+         or a .zip holding one of these",
+        lab_clone.display()
     )
 }
 
@@ -136,10 +138,10 @@ fn rank_of(parts: &[&str], step: u8) -> Option<Rank> {
     if parts.iter().any(|p| skipped(p)) {
         return None;
     }
-    let step_dir = format!("step_{step:02}");
+    let step_dir = lab_course::Version::Starter(step).crate_dir();
     match parts {
         ["src", "main.rs"] => Some(Rank::CrateFolder),
-        ["steps", dir, "src", "main.rs"] if *dir == step_dir => Some(Rank::LabClone),
+        [top, dir, "src", "main.rs"] if Path::new(top).join(dir) == step_dir => Some(Rank::LabClone),
         ["main.rs"] | [_, "src", "main.rs"] | [_, "main.rs"] => Some(Rank::Elsewhere),
         _ => None,
     }
@@ -149,7 +151,12 @@ fn rank_of(parts: &[&str], step: u8) -> Option<Rank> {
 fn from_folder(root: &Path, step: u8, out: &mut Vec<Candidate>) -> Result<(), Refusal> {
     let relative = [
         vec!["src".to_string(), "main.rs".into()],
-        vec!["steps".into(), format!("step_{step:02}"), "src".into(), "main.rs".into()],
+        lab_course::Version::Starter(step)
+            .crate_dir()
+            .join("src/main.rs")
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect(),
         vec!["main.rs".into()],
     ];
     let mut paths: Vec<Vec<String>> = relative.to_vec();

@@ -33,8 +33,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{one_step, parse_target, repo_root, Cli, Command, Platform};
-use verify::Subject;
+use cli::{one_step, parse_target, repo_root, AutograderFor, Cli, Command};
 
 /// Why a command did not succeed. [`Failure::exit_code`] is the checker's one table of
 /// exit codes, so the same failure ends every subcommand the same way.
@@ -105,22 +104,10 @@ fn hint_level(n: u8) -> guide_hints::Level {
     guide_hints::Level::from_number(n).unwrap_or(guide_hints::Level::Look)
 }
 
-/// `--solutions`, unless this is a students' copy, which holds none.
-fn solutions_here() -> Result<Subject<'static>, Failure> {
-    match coursegen::students_copy::read_mark(&repo_root()) {
-        None => Ok(Subject::Solution),
-        Some(_) => Err(Failure::CannotRun(
-            "this is the students' copy of the lab: it holds no solutions (they are with your \
-             instructor); drop --solutions to check your own steps"
-                .into(),
-        )),
-    }
-}
-
 fn try_main(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List { checks: false } => {
-            print!("{}", progress::render(&progress::load(&repo_root())?, coursegen::STEPS));
+            print!("{}", progress::render(&progress::load(&repo_root())?, lab_course::STEPS));
             Ok(())
         }
         Command::List { checks: true } => {
@@ -147,7 +134,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 [step] => grade::Graded::Step(*step),
                 _ => grade::Graded::Final,
             };
-            let (sandbox, why_none) = runs.sandbox_or_why(true)?;
+            let sandboxing = runs.sandboxing(true)?;
             let out = json_dir.unwrap_or_else(|| PathBuf::from("."));
             let batch = commands::Batch {
                 dir: &crates,
@@ -159,15 +146,11 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 memory_per_job: runs.memory_limit_bytes(),
                 shard,
             };
-            commands::grade_batch(&batch, (sandbox.as_ref(), why_none))
+            commands::grade_batch(&batch, &sandboxing)
         }
         Command::Gradebook { results, crates } => commands::gradebook(&results, crates.as_deref()),
         Command::Grade { target, solutions, runs, reports, krate, crates: None, prebuilt, .. } => {
-            let subject = match (&krate, solutions) {
-                (Some(dir), _) => Subject::Elsewhere(dir),
-                (None, true) => solutions_here()?,
-                (None, false) => Subject::Step,
-            };
+            let subject = cli::subject(krate.as_deref(), solutions)?;
             if krate.is_some() && target.is_empty() {
                 return Err(Failure::CannotRun(
                     "--crate grades one step's program, or a finished one on every check: \
@@ -176,28 +159,27 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 ));
             }
             // Grading is for handed-in work: sandboxed unless told otherwise.
-            let (sandbox, why_none) = runs.sandbox_or_why(true)?;
-            let confinement = (sandbox.as_ref(), why_none);
+            let sandboxing = runs.sandboxing(true)?;
             let program = (subject, prebuilt.as_deref());
-            commands::grade(&target, program, runs.seed(), runs.limit(), &reports, confinement)
+            commands::grade(&target, program, runs.seed(), runs.limit(), &reports, &sandboxing)
         }
-        Command::Autograder { platform: Platform::Gradescope { graded, hidden_until_due } } => {
+        Command::Autograder { platform: AutograderFor::Gradescope { graded, hidden_until_due } } => {
             commands::autograder_gradescope(graded.step, &hidden_until_due, &graded.out)
         }
-        Command::Autograder { platform: Platform::Prairielearn(args) } => {
+        Command::Autograder { platform: AutograderFor::Prairielearn(args) } => {
             commands::autograder_platform(autograder::Platform::Prairielearn, &args)
         }
-        Command::Autograder { platform: Platform::Autolab(args) } => {
+        Command::Autograder { platform: AutograderFor::Autolab(args) } => {
             commands::autograder_platform(autograder::Platform::Autolab, &args)
         }
-        Command::Autograder { platform: Platform::Coderunner(args) } => {
+        Command::Autograder { platform: AutograderFor::Coderunner(args) } => {
             commands::autograder_platform(autograder::Platform::Coderunner, &args)
         }
-        Command::Autograder { platform: Platform::Codegrade(args) } => {
+        Command::Autograder { platform: AutograderFor::Codegrade(args) } => {
             commands::autograder_platform(autograder::Platform::Codegrade, &args)
         }
         Command::Autograder {
-            platform: Platform::GithubClassroom { repository, revision, points_per_step, out },
+            platform: AutograderFor::GithubClassroom { repository, revision, points_per_step, out },
         } => {
             let points =
                 if points_per_step { classroom::Points::PerStep } else { classroom::Points::PerCheck };
@@ -209,15 +191,9 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
         }
         Command::Watch { target, runs, krate, max_runs } => {
             let step = one_step(&target)?;
-            let sandbox = runs.sandbox(krate.is_some())?;
-            commands::watch_step(
-                step,
-                krate.as_deref(),
-                runs.seed(),
-                runs.limit(),
-                max_runs,
-                sandbox.as_ref(),
-            )
+            let subject = cli::subject(krate.as_deref(), false)?;
+            let sandboxing = runs.sandboxing(krate.is_some())?;
+            commands::watch_step(step, subject, runs.seed(), runs.limit(), max_runs, &sandboxing)
         }
         Command::Verify { target, solutions, runs, keep, krate, junit, prebuilt } => {
             let steps = parse_target(&target)?;
@@ -226,14 +202,9 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                     "--crate checks one step: `verify step N --crate PATH`".into(),
                 ));
             }
-            let subject = match (&krate, solutions) {
-                (Some(dir), _) => Subject::Elsewhere(dir),
-                (None, true) => solutions_here()?,
-                (None, false) => Subject::Step,
-            };
+            let subject = cli::subject(krate.as_deref(), solutions)?;
             // A handed-in crate is sandboxed; your own steps only with --sandbox.
-            let (sandbox, why_none) = runs.sandbox_or_why(krate.is_some())?;
-            let confinement = (sandbox.as_ref(), why_none);
+            let sandboxing = runs.sandboxing(krate.is_some())?;
             let asked = commands::Verify {
                 steps,
                 subject,
@@ -243,7 +214,7 @@ fn try_main(cli: Cli) -> Result<(), Failure> {
                 junit,
                 prebuilt: prebuilt.as_deref(),
             };
-            commands::verify(asked, confinement)
+            commands::verify(asked, &sandboxing)
         }
     }
 }

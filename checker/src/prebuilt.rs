@@ -5,17 +5,19 @@
 //! another would be judged on what it never was.
 use std::path::{Path, PathBuf};
 
+use lab_course::Version;
 use labkit::revision::{self, COURSE_REVISION};
 
 /// `DIR/<package>` (e.g. `DIR/solution_14`), once it is known to be a program of this
 /// course revision; else why not, and what to do.
-pub fn binary(dir: &Path, package: &str) -> Result<PathBuf, String> {
-    let path = dir.join(package);
+pub fn binary(dir: &Path, version: Version) -> Result<PathBuf, String> {
+    let package = version.package_name();
+    let path = dir.join(&package);
     if !path.is_file() {
         // The other kind of the same step is there: the option that takes it.
-        let other = match package.strip_prefix("solution_") {
-            Some(n) => (format!("step_{n}"), "without --solutions"),
-            None => (package.replacen("step_", "solution_", 1), "with --solutions"),
+        let other = match version {
+            Version::Solution(n) => (Version::Starter(n).package_name(), "without --solutions"),
+            Version::Starter(n) => (Version::Solution(n).package_name(), "with --solutions"),
         };
         let instead = if dir.join(&other.0).is_file() {
             format!(" ({} is: run it {})", other.0, other.1)

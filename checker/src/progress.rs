@@ -38,8 +38,9 @@ enum Kept {
 /// (a later course's steps) are kept as they are.
 type ProgressFile = BTreeMap<String, Kept>;
 
+/// A step's key: its starter's package name.
 fn key(step: u8) -> String {
-    format!("step_{step:02}")
+    lab_course::Version::Starter(step).package_name()
 }
 
 fn file(root: &Path) -> PathBuf {
@@ -68,7 +69,7 @@ fn read(path: &Path) -> Result<ProgressFile, String> {
 /// Every step's status (steps never verified are `NotTried`).
 pub fn load(root: &Path) -> Result<BTreeMap<u8, Status>, String> {
     let kept = read(&file(root))?;
-    Ok((0..=coursegen::LAST_STEP)
+    Ok((0..=lab_course::LAST_STEP)
         .map(|step| {
             let status = match kept.get(&key(step)) {
                 Some(Kept::Done) => Status::Done,
@@ -157,10 +158,10 @@ mod tests {
         assert_eq!(statuses[&3], Status::Done);
         assert_eq!(statuses[&7], Status::Failing);
         assert_eq!(statuses[&5], Status::NotTried);
-        let text = render(&statuses, coursegen::STEPS);
-        assert!(text.contains(&format!("step  7  failing    {}\n", coursegen::STEPS[7])), "{text}");
+        let text = render(&statuses, lab_course::STEPS);
+        assert!(text.contains(&format!("step  7  failing    {}\n", lab_course::STEPS[7])), "{text}");
         // 2 steps done of every step of the lab, on a bar 24 wide.
-        let steps = coursegen::STEPS.len();
+        let steps = lab_course::STEPS.len();
         let filled = 2 * 24 / steps;
         let bar = format!("[{}{}] 2/{steps} steps done\n", "#".repeat(filled), "-".repeat(24 - filled));
         assert!(text.ends_with(&bar), "{text}");

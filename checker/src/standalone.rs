@@ -25,7 +25,7 @@ pub struct Standalone {
 /// a `.zip`: see `handed_in`) as step `step`'s program.
 pub fn prepare(root: &Path, step: u8, given: &Path) -> Result<Standalone, String> {
     let source = handed_in::find(given, step).map_err(|refusal| refusal.message().to_string())?.source;
-    let step_dir = root.join(coursegen::Version::Starter(step).crate_dir());
+    let step_dir = root.join(lab_course::Version::Starter(step).crate_dir());
     let manifest = std::fs::read_to_string(step_dir.join("Cargo.toml"))
         .map_err(|e| format!("cannot read {}/Cargo.toml: {e}", step_dir.display()))?;
     let build_rs = std::fs::read_to_string(step_dir.join("build.rs"))
@@ -35,7 +35,7 @@ pub fn prepare(root: &Path, step: u8, given: &Path) -> Result<Standalone, String
     // One crate (and binary) per given directory, so that checks of two copies, even
     // at the same time, do not mix.
     let key = fnv(&given.canonicalize().unwrap_or_else(|_| given.to_path_buf()).display().to_string());
-    let package = format!("checked_step_{step:02}_{:08x}", key >> 32);
+    let package = format!("checked_{}_{:08x}", lab_course::Version::Starter(step).package_name(), key >> 32);
     let manifest = standalone_manifest(&manifest, &workspace, root, step, &package)?;
     let dir = root.join("target").join("checker-crates").join(&package);
     let write = |rel: &str, text: &str| -> Result<(), String> {
@@ -80,7 +80,7 @@ fn standalone_manifest(
     step: u8,
     package: &str,
 ) -> Result<String, String> {
-    let step_dir = root.join(coursegen::Version::Starter(step).crate_dir());
+    let step_dir = root.join(lab_course::Version::Starter(step).crate_dir());
     let mut doc = manifest.parse::<DocumentMut>().map_err(|e| {
         format!(
             "{}/Cargo.toml is not valid TOML, so handed-in code cannot be built with it: {e}\

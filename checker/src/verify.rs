@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use lab_course::Version;
+
 use crate::checks::{self, CheckResult};
 use crate::observe::{self, Setup, Variation};
 use crate::{cargo_build, confined, prebuilt, progress, sandbox, spinner, standalone};
@@ -17,6 +19,17 @@ pub enum Subject<'a> {
     Solution,
     /// `--crate DIR`.
     Elsewhere(&'a Path),
+}
+
+impl Subject<'_> {
+    /// The course's crate of `step` this subject names: none for `--crate DIR`.
+    pub fn version(self, step: u8) -> Option<Version> {
+        match self {
+            Subject::Step => Some(Version::Starter(step)),
+            Subject::Solution => Some(Version::Solution(step)),
+            Subject::Elsewhere(_) => None,
+        }
+    }
 }
 
 /// What one step's verification gave.
@@ -39,10 +52,10 @@ pub fn build_all(root: &Path, steps: &[u8], subject: Subject, sandbox: Option<&s
         // Each step is built in a sandbox of its own.
         return false;
     }
-    let prefix = match subject {
-        Subject::Step => "step",
-        Subject::Solution => "solution",
-        Subject::Elsewhere(_) => return false,
+    let Some(packages) =
+        steps.iter().map(|s| subject.version(*s).map(Version::package_name)).collect::<Option<Vec<String>>>()
+    else {
+        return false;
     };
     if steps.len() < 2 {
         return false;
@@ -54,7 +67,6 @@ pub fn build_all(root: &Path, steps: &[u8], subject: Subject, sandbox: Option<&s
         ""
     };
     spinner.phase(&format!("building {} crates{first}", steps.len()));
-    let packages: Vec<String> = steps.iter().map(|s| format!("{prefix}_{s:02}")).collect();
     let built = cargo_build::build_all(root, &packages);
     spinner.clear();
     built
@@ -89,25 +101,23 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
             )
         })
     };
-    let (package, source, manifest_dir) = match subject {
-        Subject::Step | Subject::Solution => {
-            let version = match subject {
-                Subject::Step => coursegen::Version::Starter(step),
-                _ => coursegen::Version::Solution(step),
-            };
-            (version.package_name(), read(root.join(version.crate_dir()))?, None)
-        }
-        Subject::Elsewhere(dir) => {
+    let version = subject.version(step);
+    let (package, source, manifest_dir) = match (subject, version) {
+        (_, Some(version)) => (version.package_name(), read(root.join(version.crate_dir()))?, None),
+        (Subject::Elsewhere(dir), None) => {
             let crate_ = standalone::prepare(root, step, dir)?;
             (crate_.package, crate_.source, Some(crate_.dir))
         }
+        (_, None) => unreachable!("only --crate DIR names no crate of the course"),
     };
     let variation = Variation::for_step(step, seed);
     // A binary of another revision is not judged at all: the command cannot run (exit 2).
-    let prebuilt = match prebuilt {
-        Some(dir) if manifest_dir.is_none() => Some(prebuilt::binary(dir, &package)?),
-        Some(_) => return Err("--prebuilt runs the steps' or the solutions' binaries, not --crate's".into()),
-        None => None,
+    let prebuilt = match (prebuilt, version) {
+        (Some(dir), Some(version)) => Some(prebuilt::binary(dir, version)?),
+        (Some(_), None) => {
+            return Err("--prebuilt runs the steps' or the solutions' binaries, not --crate's".into())
+        }
+        (None, _) => None,
     };
     let spinner = spinner::Spinner::new(quiet);
     spinner.step(step);

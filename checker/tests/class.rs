@@ -16,11 +16,13 @@ fn write(path: &Path, text: &str) {
 }
 
 fn solution(step: u8) -> String {
-    std::fs::read_to_string(repo().join(format!("solutions/step_{step:02}/src/main.rs"))).unwrap()
+    std::fs::read_to_string(repo().join(lab_course::Version::Solution(step).crate_dir()).join("src/main.rs"))
+        .unwrap()
 }
 
 fn starter(step: u8) -> String {
-    std::fs::read_to_string(repo().join(format!("steps/step_{step:02}/src/main.rs"))).unwrap()
+    std::fs::read_to_string(repo().join(lab_course::Version::Starter(step).crate_dir()).join("src/main.rs"))
+        .unwrap()
 }
 
 /// A zip holding `name/src/main.rs`, as a student's "compress folder" makes one.
@@ -70,11 +72,15 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     let scratch = tempfile::tempdir().unwrap();
     let (handed_in, results) = (scratch.path().join("handed-in"), scratch.path().join("results"));
     // Sorted: alice (task 0), bob (task 1), carol (task 0) with two tasks.
-    let last = coursegen::LAB_LAST_STEP;
+    let last = lab_course::LAB_LAST_STEP;
     write(&handed_in.join("alice/src/main.rs"), &solution(last));
     write(&handed_in.join("bob/src/main.rs"), "fn main() { let x: u8 = 300; }\n");
     std::fs::create_dir_all(&handed_in).unwrap();
-    zipped_crate(&handed_in.join("carol.zip"), &format!("step_{last:02}"), &starter(last));
+    zipped_crate(
+        &handed_in.join("carol.zip"),
+        &lab_course::Version::Starter(last).package_name(),
+        &starter(last),
+    );
     let how = if sandbox_works() { "--sandbox" } else { "--unsandboxed" };
     let course = repo();
     let course = course.to_str().unwrap();
@@ -139,7 +145,7 @@ fn a_class_graded_by_two_slurm_tasks_makes_one_gradebook() {
     assert!(out.contains("carol  113.3/120  fail"), "{out}\n{}", reports());
     let rows = gradebook();
     let header: Vec<&str> = rows[0].iter().map(String::as_str).collect();
-    let steps: Vec<String> = (0..=coursegen::LAB_LAST_STEP).map(|s| format!("step {s}")).collect();
+    let steps: Vec<String> = (0..=lab_course::LAB_LAST_STEP).map(|s| format!("step {s}")).collect();
     assert_eq!(header[..4], ["submission", "status", "points", "max_points"]);
     assert_eq!(header[4..4 + steps.len()], steps.iter().map(String::as_str).collect::<Vec<_>>()[..]);
     let alice = rows.iter().find(|r| r[0] == "alice").unwrap();
@@ -219,9 +225,12 @@ fn every_command_of_the_classroom_workflow_runs_as_the_command_grader_runs_it() 
     let ws = scratch.path().join("workspace");
     std::fs::create_dir_all(&ws).unwrap();
     std::os::unix::fs::symlink(repo().canonicalize().unwrap(), ws.join("grader")).unwrap();
-    for step in 0..=coursegen::LAST_STEP {
+    for step in 0..=lab_course::LAST_STEP {
         let source = if step == 0 { solution(0) } else { "fn main() { undefined_in_this_step() }\n".into() };
-        write(&ws.join(format!("submission/steps/step_{step:02}/src/main.rs")), &source);
+        write(
+            &ws.join("submission").join(lab_course::Version::Starter(step).crate_dir()).join("src/main.rs"),
+            &source,
+        );
     }
     let run = |command: &str| -> Ran {
         let mut cmd = Command::new("sh");
@@ -292,9 +301,10 @@ fn the_classroom_template_is_a_students_copy() {
     assert_eq!(v.code, Some(0), "{}", v.output());
     assert!(out.join(".github/workflows/classroom.yml").is_file());
     assert!(
-        out.join(coursegen::students_copy::MARK).is_file() && out.join("steps/step_07/src/main.rs").is_file()
+        out.join(lab_course::students_copy::MARK).is_file()
+            && out.join("steps/step_07/src/main.rs").is_file()
     );
-    assert!(!out.join("solutions").exists() && !out.join(coursegen::MASTER).exists());
+    assert!(!out.join("solutions").exists() && !out.join(lab_course::MASTER).exists());
     // Again on the copy: the workflow only, the copy as it was.
     std::fs::remove_file(out.join(".github/workflows/classroom.yml")).unwrap();
     std::fs::write(out.join("steps/step_07/notes.md"), "mine").unwrap();

@@ -78,7 +78,7 @@ fn hint_goes_a_level_at_a_time() {
 #[test]
 fn a_students_copy_has_no_solutions_to_check() {
     let copy = tempfile::tempdir().unwrap();
-    std::fs::write(copy.path().join(coursegen::students_copy::MARK), "through = 3\n").unwrap();
+    std::fs::write(copy.path().join(lab_course::students_copy::MARK), "through = 3\n").unwrap();
     for command in [&["verify", "step", "0", "--solutions"][..], &["grade", "step", "0", "--solutions"]] {
         cmd()
             .args(command)
@@ -103,11 +103,11 @@ fn a_students_copy_has_no_solutions_to_check() {
 
 #[test]
 fn a_step_out_of_range_is_a_usage_error() {
-    cmd().args(["verify", "step", &(coursegen::LAST_STEP + 1).to_string()]).assert().code(2).stderr(
+    cmd().args(["verify", "step", &(lab_course::LAST_STEP + 1).to_string()]).assert().code(2).stderr(
         contains(format!(
             "there is no step {}: the steps are 0 to {}",
-            coursegen::LAST_STEP + 1,
-            coursegen::LAST_STEP
+            lab_course::LAST_STEP + 1,
+            lab_course::LAST_STEP
         )),
     );
     cmd().args(["grade", "step", "x"]).assert().code(2).stderr(contains("there is no step x"));

@@ -73,7 +73,10 @@ fn the_guide_lists_every_check_of_the_registry() {
     let page =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(GUIDE_PAGE)).unwrap();
     let (registry, guide) = (registry(), guide_table(&page));
-    assert_eq!(registry.keys().copied().collect::<Vec<_>>(), (0..=coursegen::LAST_STEP).collect::<Vec<u8>>());
+    assert_eq!(
+        registry.keys().copied().collect::<Vec<_>>(),
+        (0..=lab_course::LAST_STEP).collect::<Vec<u8>>()
+    );
     for (step, ids) in &registry {
         assert_eq!(
             guide.get(step),
@@ -97,7 +100,7 @@ fn each_step_page_explains_each_of_its_checks() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut missing = Vec::new();
     for (step, ids) in registry() {
-        let page = format!("lab-guide/src/steps/step-{step:02}.md");
+        let page = lab_course::guide_page(step).display().to_string();
         let text = std::fs::read_to_string(root.join(&page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         for id in ids {
             if !text.lines().any(|l| l.trim_start().starts_with(&format!("- `{id}`"))) {

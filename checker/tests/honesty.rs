@@ -118,6 +118,6 @@ fn list_shows_the_verdicts_of_verify() {
     assert!(text.contains("step  0  done"), "{text}");
     assert!(text.contains("step  1  failing"), "{text}");
     assert!(text.contains("step  2  not tried"), "{text}");
-    assert!(text.contains(&format!("1/{} steps done", coursegen::STEPS.len())), "{text}");
+    assert!(text.contains(&format!("1/{} steps done", lab_course::STEPS.len())), "{text}");
     let _ = std::fs::remove_file(&progress);
 }

@@ -48,7 +48,7 @@ fn same_verdicts_built_and_prebuilt(step: u8, seed: &str) {
     let built_run = checker(&target);
     assert_eq!(built_run.code, Some(0), "the built run failed:\n{}", built_run.output());
     let dir = tempfile::tempdir().unwrap();
-    copied(dir.path(), &format!("solution_{step:02}"));
+    copied(dir.path(), &lab_course::Version::Solution(step).package_name());
     let prebuilt_dir = dir.path().to_str().unwrap();
     let prebuilt_run = checker(&[&target[..], &["--prebuilt", prebuilt_dir]].concat());
     assert_eq!(prebuilt_run.code, Some(0), "the prebuilt run failed:\n{}", prebuilt_run.output());
@@ -59,7 +59,10 @@ fn same_verdicts_built_and_prebuilt(step: u8, seed: &str) {
         built_run.stdout
     );
     assert_eq!(a, b, "built:\n{}\nprebuilt:\n{}", built_run.stdout, prebuilt_run.stdout);
-    let judged = format!("judging {prebuilt_dir}/solution_{step:02}, built elsewhere");
+    let judged = format!(
+        "judging {prebuilt_dir}/{}, built elsewhere",
+        lab_course::Version::Solution(step).package_name()
+    );
     assert!(prebuilt_run.stdout.contains(&judged), "not the copy judged:\n{}", prebuilt_run.stdout);
     assert!(!built_run.stdout.contains("built elsewhere"), "{}", built_run.stdout);
 }

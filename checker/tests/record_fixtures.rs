@@ -67,12 +67,12 @@ const RECORD_STEPS_ENV: &str = "RECORD_STEPS";
 
 /// The steps `RECORD_STEPS` names.
 fn steps_to_record() -> std::ops::RangeInclusive<u8> {
-    let Ok(text) = std::env::var(RECORD_STEPS_ENV) else { return 0..=coursegen::LAST_STEP };
+    let Ok(text) = std::env::var(RECORD_STEPS_ENV) else { return 0..=lab_course::LAST_STEP };
     let parse = |s: &str| -> u8 {
         s.trim().parse().unwrap_or_else(|_| {
             panic!(
                 "{RECORD_STEPS_ENV}={text:?}: a step (0-{}) or a range of steps (5-11) expected",
-                coursegen::LAST_STEP
+                lab_course::LAST_STEP
             )
         })
     };
@@ -97,7 +97,7 @@ fn wanted(case: &str, step: u8) -> bool {
 #[test]
 #[ignore = "re-records the fixtures (minutes): cargo test -p checker --test record_fixtures -- --ignored"]
 fn record_every_case() {
-    for step in 0..=coursegen::LAST_STEP {
+    for step in 0..=lab_course::LAST_STEP {
         let (solution, starter) = (format!("solution-{step:02}"), format!("starter-{step:02}"));
         if wanted(&solution, step) {
             record(&solution, step, &["--solutions"], None);
@@ -117,12 +117,14 @@ fn record_every_case() {
 /// A change to the lab's programs (course/lab/main.rs) means re-recording.
 #[test]
 fn every_case_recorded_todays_program() {
-    let read = |path: String| std::fs::read_to_string(common::repo().join(path)).unwrap();
-    let mut programs: Vec<(String, String)> = (0..=coursegen::LAST_STEP)
+    let read = |version: lab_course::Version| {
+        std::fs::read_to_string(common::repo().join(version.crate_dir()).join("src/main.rs")).unwrap()
+    };
+    let mut programs: Vec<(String, String)> = (0..=lab_course::LAST_STEP)
         .flat_map(|s| {
             [
-                (format!("solution-{s:02}"), read(format!("solutions/step_{s:02}/src/main.rs"))),
-                (format!("starter-{s:02}"), read(format!("steps/step_{s:02}/src/main.rs"))),
+                (format!("solution-{s:02}"), read(lab_course::Version::Solution(s))),
+                (format!("starter-{s:02}"), read(lab_course::Version::Starter(s))),
             ]
         })
         .collect();
@@ -153,7 +155,7 @@ fn every_case_is_recorded_and_every_variant_still_applies() {
     for v in recorded() {
         let _ = v.program();
     }
-    let mut cases: Vec<String> = (0..=coursegen::LAST_STEP)
+    let mut cases: Vec<String> = (0..=lab_course::LAST_STEP)
         .flat_map(|s| [format!("solution-{s:02}"), format!("starter-{s:02}")])
         .chain(recorded().iter().map(|v| v.case()))
         .collect();

@@ -9,7 +9,7 @@
 //! line with `//| `, which coursegen strips, so this file stays the finished lab and
 //! rustfmt, clippy and rust-analyzer work on it. Each crate gets its own header in
 //! place of this one. Edit here, then `cargo run -p coursegen -- write` renders
-//! steps/step_NN and solutions/step_NN (see tools/coursegen/src/markers.rs).
+//! steps/step_NN and solutions/step_NN (see crates/lab-course/src/markers.rs).
 //@ end
 //@ step 4
 //@ old

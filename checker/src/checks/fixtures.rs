@@ -268,7 +268,7 @@ fn no_recorded_process_crashed() {
 #[test]
 fn every_step_from_4_has_an_out_of_step_mistake_blamed_on_it() {
     let blamed: BTreeSet<u8> = cases().iter().filter_map(|c| c.expected.blames).collect();
-    for step in 4..=coursegen::LAST_STEP {
+    for step in 4..=lab_course::LAST_STEP {
         assert!(
             blamed.contains(&step),
             "no recorded mistake blamed on step {step} (expected.json's `blames`)"

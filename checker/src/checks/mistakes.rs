@@ -251,10 +251,10 @@ fn recorded_variants(cases: Vec<Case>) -> BTreeMap<String, Case> {
 }
 
 fn pages() -> Vec<(u8, String)> {
-    let guide = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lab-guide/src/steps");
-    (0..=coursegen::LAST_STEP)
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    (0..=lab_course::LAST_STEP)
         .map(|step| {
-            let path = guide.join(format!("step-{step:02}.md"));
+            let path = root.join(lab_course::guide_page(step));
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             (step, text)
         })

@@ -316,7 +316,7 @@ impl Excerpt {
 }
 
 /// Every check, step by step, in the order reports show them.
-pub static REGISTRY: [&[Check]; coursegen::STEPS.len()] = [
+pub static REGISTRY: [&[Check]; lab_course::STEPS.len()] = [
     step_00::CHECKS,
     step_01::CHECKS,
     step_02::CHECKS,
@@ -561,7 +561,7 @@ mod tests {
     /// student who has not asked for the answer.
     #[test]
     fn no_checks_hint_gives_its_steps_answer_away() {
-        let master = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(coursegen::MASTER);
+        let master = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(lab_course::MASTER);
         let master = std::fs::read_to_string(&master).unwrap();
         // Compared without spaces, `args.` and a `let name =`: a hint that writes the
         // line a little otherwise still gives it away.
@@ -574,7 +574,7 @@ mod tests {
         };
         for check in REGISTRY.iter().flat_map(|c| c.iter()) {
             let hint = bare(check.hint);
-            for line in coursegen::answer_lines(&master, check.step).unwrap() {
+            for line in lab_course::answer_lines(&master, check.step).unwrap() {
                 let line = bare(&line);
                 assert!(
                     line.len() < 12 || !hint.contains(&line),
@@ -614,7 +614,7 @@ mod tests {
 
     #[test]
     fn the_registry_is_what_judge_reports() {
-        for step in 0..=coursegen::LAST_STEP {
+        for step in 0..=lab_course::LAST_STEP {
             let results = judge(&nothing(step));
             for s in 0..=step {
                 let reported: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();
@@ -641,8 +641,8 @@ mod tests {
             let bullet = guide_hints::check_hint_for(root, check.step, check.id);
             assert!(
                 bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{}`: ", check.id))),
-                "lab-guide/src/steps/step-{:02}.md: no bullet `{}`: ... under \"What the checker will test\"",
-                check.step,
+                "{}: no bullet `{}`: ... under \"What the checker will test\"",
+                lab_course::guide_page(check.step).display(),
                 check.id
             );
         }

@@ -10,7 +10,7 @@
 //! leaderboard. Their column specification is [`scoreboard_spec`].
 use std::collections::BTreeMap;
 
-use coursegen::LAB_LAST_STEP;
+use lab_course::LAB_LAST_STEP;
 use serde::Serialize;
 
 use crate::grade::{Grade, Graded};

@@ -54,7 +54,7 @@ pub fn render(grade: &Grade) -> RunnerResult {
                 message: keep_start(c.message.as_deref().unwrap_or(&c.observed), MESSAGE_LIMIT),
                 score: c.points,
                 test_code: s.repeat_command(grade.seed),
-                filename: coursegen::Version::Starter(s.step)
+                filename: lab_course::Version::Starter(s.step)
                     .crate_dir()
                     .join("src/main.rs")
                     .display()

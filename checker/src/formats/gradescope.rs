@@ -242,7 +242,7 @@ mod tests {
     // The spec's leaderboard: [{"name": ..., "value": ..., "order": "asc"|"desc"}].
     #[test]
     fn the_finished_lab_ranks_on_images_per_sec() {
-        let mut s = step_run(coursegen::LAB_LAST_STEP, vec![]);
+        let mut s = step_run(lab_course::LAB_LAST_STEP, vec![]);
         s.output = "Epoch =  0: Cumulative Time = 2.000, Epoch Time = 2.000, Images/sec = 812.4, Validation Loss = 0.500, Validation Accuracy = 0.800".into();
         let json = serde_json::to_value(render_all(&grade_of(vec![s]))).unwrap();
         assert_eq!(

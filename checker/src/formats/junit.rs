@@ -119,9 +119,9 @@ fn properties(xml: &mut String, grade: &Grade, step: &StepGrade) {
 fn case(xml: &mut String, check: &CheckGrade) {
     let _ = write!(
         xml,
-        "    <testcase name=\"{}\" classname=\"ddp-lab.step_{:02}\" time=\"0\"",
+        "    <testcase name=\"{}\" classname=\"ddp-lab.{}\" time=\"0\"",
         attr(check.id),
-        check.step
+        lab_course::Version::Starter(check.step).package_name()
     );
     let (element, kind) = match check.verdict {
         Verdict::Pass => {

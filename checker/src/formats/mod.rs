@@ -18,6 +18,67 @@ pub mod gradescope;
 pub mod junit;
 pub mod prairielearn;
 
+/// A report format: one per option of [`Reports`], each rendered by its module. Every
+/// list of the formats (the options `--crates` conflicts with, "any report asked for",
+/// the writing) is iterated from [`Format::ALL`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Junit,
+    Gradescope,
+    Prairielearn,
+    Autolab,
+    Coderunner,
+    Classroom,
+    Codegrade,
+}
+
+impl Format {
+    /// Every format, in the order [`Reports::write`] writes them.
+    pub const ALL: [Format; 8] = [
+        Format::Json,
+        Format::Junit,
+        Format::Gradescope,
+        Format::Prairielearn,
+        Format::Autolab,
+        Format::Coderunner,
+        Format::Classroom,
+        Format::Codegrade,
+    ];
+
+    /// The id of its option in [`Reports`] (`--json` is `json`), as clap names it.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Junit => "junit",
+            Format::Gradescope => "gradescope",
+            Format::Prairielearn => "prairielearn",
+            Format::Autolab => "autolab",
+            Format::Coderunner => "coderunner",
+            Format::Classroom => "classroom",
+            Format::Codegrade => "codegrade",
+        }
+    }
+
+    /// The report of `grade` in this format. `listing` is JUnit's; `hidden` the checks
+    /// shown only after the due date (Gradescope, CodeRunner).
+    pub fn render(self, grade: &Grade, listing: junit::Listing, hidden: &[String]) -> String {
+        match self {
+            Format::Json => json(&exercism::render(grade)),
+            Format::Junit => junit::render(grade, listing),
+            Format::Gradescope => json(&gradescope::render(grade, hidden)),
+            Format::Prairielearn => json(&prairielearn::render(grade)),
+            // One line: Autolab reads the last line the autograder prints.
+            Format::Autolab => {
+                serde_json::to_string(&autolab::render(grade)).expect("a report serialises") + "\n"
+            }
+            Format::Coderunner => json(&coderunner::render(grade, hidden)),
+            Format::Classroom => json(&classroom::render(grade)),
+            Format::Codegrade => junit::render_codegrade(grade),
+        }
+    }
+}
+
 /// Where the reports go; each is optional. `grade`'s report options, as the command line
 /// spells them.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -61,10 +122,22 @@ pub struct Reports {
 
 impl Reports {
     pub fn any(&self) -> bool {
-        [&self.json, &self.junit, &self.gradescope, &self.prairielearn]
-            .into_iter()
-            .chain([&self.autolab, &self.coderunner, &self.classroom, &self.codegrade])
-            .any(Option::is_some)
+        Format::ALL.into_iter().any(|format| self.path(format).is_some())
+    }
+
+    /// Where the report in `format` goes, if it was asked for.
+    pub fn path(&self, format: Format) -> Option<&Path> {
+        let path = match format {
+            Format::Json => &self.json,
+            Format::Junit => &self.junit,
+            Format::Gradescope => &self.gradescope,
+            Format::Prairielearn => &self.prairielearn,
+            Format::Autolab => &self.autolab,
+            Format::Coderunner => &self.coderunner,
+            Format::Classroom => &self.classroom,
+            Format::Codegrade => &self.codegrade,
+        };
+        path.as_deref()
     }
 
     /// Renders every report asked for and writes them atomically: each to a temporary
@@ -72,34 +145,13 @@ impl Reports {
     /// A report is whole or absent, and a path that cannot be written leaves none of
     /// them. Returns the paths written.
     pub fn write(&self, grade: &Grade, listing: junit::Listing) -> Result<Vec<PathBuf>, String> {
-        let mut rendered: Vec<(&Path, String)> = Vec::new();
-        if let Some(path) = &self.json {
-            rendered.push((path, json(&exercism::render(grade))));
-        }
-        if let Some(path) = &self.junit {
-            rendered.push((path, junit::render(grade, listing)));
-        }
-        let hidden = &self.hidden_until_due;
-        if let Some(path) = &self.gradescope {
-            rendered.push((path, json(&gradescope::render(grade, hidden))));
-        }
-        if let Some(path) = &self.prairielearn {
-            rendered.push((path, json(&prairielearn::render(grade))));
-        }
-        if let Some(path) = &self.autolab {
-            // One line: Autolab reads the last line the autograder prints.
-            let line = serde_json::to_string(&autolab::render(grade)).expect("a report serialises");
-            rendered.push((path, line + "\n"));
-        }
-        if let Some(path) = &self.coderunner {
-            rendered.push((path, json(&coderunner::render(grade, hidden))));
-        }
-        if let Some(path) = &self.classroom {
-            rendered.push((path, json(&classroom::render(grade))));
-        }
-        if let Some(path) = &self.codegrade {
-            rendered.push((path, junit::render_codegrade(grade)));
-        }
+        let rendered: Vec<(&Path, String)> = Format::ALL
+            .into_iter()
+            .filter_map(|format| {
+                let path = self.path(format)?;
+                Some((path, format.render(grade, listing, &self.hidden_until_due)))
+            })
+            .collect();
         let cannot = |path: &Path, e: std::io::Error| {
             format!("cannot write the report {}: {e}; name a writable path", path.display())
         };
@@ -188,7 +240,7 @@ mod diagnosis_once {
     /// failing check's test; no test without points that only repeats it; no c10d dump.
     #[test]
     fn every_platform_shows_the_diagnosis_once() {
-        use crate::formats::{autolab, classroom, coderunner, exercism, gradescope, junit, prairielearn};
+        use crate::formats::{junit, prairielearn, Format};
         use crate::grade::{Confinement, Grade, StepGrade};
         let obs = fixture("step-09-metrics-all-reduced-on-rank-0-only");
         let root = guide_only();
@@ -208,18 +260,11 @@ mod diagnosis_once {
             .collect();
         snapshot("prairielearn_rank_0_only_all_reduce", &tests.join("\n"));
         assert!(pl.tests.iter().all(|t| t.max_points > 0.0), "a test without points: {tests:#?}");
-        let json = |value: &dyn erased::Json| value.text();
-        let rendered = [
-            ("prairielearn", json(&pl)),
-            ("gradescope", json(&gradescope::render(&grade, &[]))),
-            ("exercism", json(&exercism::render(&grade))),
-            ("classroom", json(&classroom::render(&grade))),
-            ("coderunner", json(&coderunner::render(&grade, &[]))),
-            ("autolab", json(&autolab::render(&grade))),
-            ("junit", junit::render(&grade, junit::Listing::Graded)),
-            ("junit, every check", junit::render(&grade, junit::Listing::EveryCheck)),
-            ("codegrade", junit::render_codegrade(&grade)),
-        ];
+        let mut rendered: Vec<(&str, String)> = Format::ALL
+            .into_iter()
+            .map(|format| (format.arg(), format.render(&grade, junit::Listing::Graded, &[])))
+            .collect();
+        rendered.push(("junit, every check", junit::render(&grade, junit::Listing::EveryCheck)));
         // JUnit repeats a failure's first line as its `message` attribute, by design.
         let attribute = regex::Regex::new(r#" message="[^"]*""#).unwrap();
         for (format, text) in rendered {
@@ -229,18 +274,6 @@ mod diagnosis_once {
             let expected = usize::from(format != "autolab");
             assert_eq!(times, expected, "{format} says the diagnosis {times} times:\n{text}");
             assert!(!text.contains(C10D_DUMP), "{format} shows c10d's dump:\n{text}");
-        }
-    }
-
-    /// The formats' reports as text, whatever their type.
-    mod erased {
-        pub trait Json {
-            fn text(&self) -> String;
-        }
-        impl<T: serde::Serialize> Json for T {
-            fn text(&self) -> String {
-                serde_json::to_string_pretty(self).unwrap()
-            }
         }
     }
 }

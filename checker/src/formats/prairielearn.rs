@@ -15,7 +15,7 @@
 //! - `images`: each a `url` (a data URI) and a `label`; here a figure per run of the
 //!   step: its validation accuracy and images/sec, epoch by epoch, from rank 0's lines.
 use base64::Engine;
-use guide_figures::svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
+use guide_svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
 use serde::Serialize;
 
 use super::{keep_end, keep_start, summary};

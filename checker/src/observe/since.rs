@@ -2,7 +2,7 @@
 //! one table, read wherever a verification plans its runs (what to run, with which
 //! options and environment) and wherever a check asks what the program already does.
 //! A step that changes how its program is run adds its line here; the test below ties
-//! each line to the step's title in `coursegen::STEPS`, so that a step inserted before
+//! each line to the step's title in `lab_course::STEPS`, so that a step inserted before
 //! them cannot leave the numbers behind.
 
 /// Step 1: `--num-nodes`, `--num-gpus`, `--node-id` (and so `--help` and a bad value).
@@ -47,7 +47,7 @@ mod tests {
             (PIPELINE, "pipeline"),
             (FSDP, "FSDP"),
         ] {
-            let title = coursegen::STEPS[usize::from(step)];
+            let title = lab_course::STEPS[usize::from(step)];
             assert!(title.contains(words), "step {step} is {title:?}, not the one about {words:?}");
         }
     }

@@ -166,7 +166,7 @@ mod tests {
     #[test]
     fn every_draw_exposes_every_mistake_of_the_world() {
         let mut seen = std::collections::BTreeSet::new();
-        for step in 0..=coursegen::LAST_STEP {
+        for step in 0..=lab_course::LAST_STEP {
             for seed in 0..500 {
                 let v = Variation::for_step(step, seed);
                 let (nodes, per_node, world) = (v.nodes, v.ranks_per_node, v.world_size());
@@ -249,7 +249,7 @@ mod tests {
             }
         }
         // Both worlds are drawn (the draw stays hidden), for every step with ranks.
-        for step in 2..=coursegen::LAST_STEP {
+        for step in 2..=lab_course::LAST_STEP {
             for &(nodes, per_node) in worlds(step) {
                 assert!(
                     seen.contains(&(step, nodes, per_node)),

@@ -24,8 +24,10 @@ pub fn variant(step: u8, name: &str, from: &str, to: &str) -> PathBuf {
 /// The program text of that variant, without writing it anywhere (tests that only
 /// read it must not race one that writes its crate).
 pub fn variant_source(step: u8, from: &str, to: &str) -> String {
-    let source =
-        std::fs::read_to_string(repo().join(format!("solutions/step_{step:02}/src/main.rs"))).unwrap();
+    let source = std::fs::read_to_string(
+        repo().join(lab_course::Version::Solution(step).crate_dir()).join("src/main.rs"),
+    )
+    .unwrap();
     assert_eq!(source.matches(from).count(), 1, "solution {step} must contain `{from}` exactly once");
     source.replace(from, to)
 }

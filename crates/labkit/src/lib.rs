@@ -2,7 +2,7 @@
 //! (download, checksums, a generated stand-in), batch iteration, the lab's report
 //! lines, the trace the checker reads, and a timeline of a run for Perfetto.
 //!
-//! The modules depend on one another without a cycle (`tests/module_graph.rs`); from
+//! The modules depend on one another without a cycle (`tools/module-graph`'s workspace test); from
 //! the bottom: `course_sources` and `revision` (the course revision every program
 //! carries), `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
 //! each rank of a node gets), `trace`, `perfetto`; `data`, `perf`, `probes`,

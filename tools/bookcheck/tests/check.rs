@@ -238,7 +238,7 @@ fn the_repository_readme_links_resolve() {
 }
 
 /// Every repository path the README, the crates' READMEs and the guide name in a code span
-/// is there (`tools/coursegen/src/markers.rs`, not where it was before a move), or is
+/// is there (`crates/lab-course/src/markers.rs`, not where it was before a move), or is
 /// one git ignores, made at run time.
 #[test]
 fn the_paths_the_readmes_and_the_guide_name_are_there() {

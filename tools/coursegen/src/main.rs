@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use coursegen::{CourseError, Version, MASTER};
+use lab_course::{CourseError, Version, MASTER};
 
 const FIX: &str = "run `cargo run -p coursegen -- write`";
 
@@ -61,7 +61,7 @@ struct StudentsCopyArgs {
     #[arg(value_name = "DIR")]
     dir: PathBuf,
     /// Release steps 0 to N only [default: every step]
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(coursegen::LAST_STEP)))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(lab_course::LAST_STEP)))]
     through: Option<u8>,
 }
 
@@ -81,10 +81,10 @@ struct NewStepArgs {
 #[command(group(ArgGroup::new("version").required(true).args(["starter", "solution"])))]
 struct RenderArgs {
     /// The student's starter for step N (steps/step_NN)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(coursegen::LAST_STEP)))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(lab_course::LAST_STEP)))]
     starter: Option<u8>,
     /// The solution of step N (solutions/step_NN)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(coursegen::LAST_STEP)))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=i64::from(lab_course::LAST_STEP)))]
     solution: Option<u8>,
     /// Skip rustfmt: the text whose line numbers rustfmt's errors refer to
     #[arg(long)]
@@ -113,7 +113,7 @@ fn main() -> ExitCode {
 fn run(root: &Path, command: Command) -> Result<ExitCode, CourseError> {
     match command {
         Command::Write => {
-            let changed = coursegen::write_all(root)?;
+            let changed = lab_course::write_all(root)?;
             for path in &changed {
                 println!("wrote {}", path.display());
             }
@@ -124,7 +124,7 @@ fn run(root: &Path, command: Command) -> Result<ExitCode, CourseError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check => {
-            let drift = coursegen::check_all(root)?;
+            let drift = lab_course::check_all(root)?;
             if drift.is_empty() {
                 println!("all {} crates match {MASTER}", Version::all().count());
                 return Ok(ExitCode::SUCCESS);
@@ -144,9 +144,9 @@ fn run(root: &Path, command: Command) -> Result<ExitCode, CourseError> {
             if args.raw {
                 let master = std::fs::read_to_string(root.join(MASTER))
                     .map_err(|source| CourseError::Io { path: root.join(MASTER), source })?;
-                print!("{}", coursegen::render_main(&master, version)?);
+                print!("{}", lab_course::render_main(&master, version)?);
             } else {
-                let files = coursegen::crate_files(root, version)?;
+                let files = lab_course::crate_files(root, version)?;
                 let main = files.iter().find(|(rel, _)| rel.ends_with("src/main.rs")).expect("a main.rs");
                 print!("{}", main.1);
             }
@@ -195,8 +195,8 @@ fn new_step(root: &Path, args: &NewStepArgs) -> ExitCode {
 
 /// `students-copy`: exit 2 when it refuses (DIR not new, no master), as for a usage error.
 fn students_copy(root: &Path, args: &StudentsCopyArgs) -> ExitCode {
-    let through = args.through.unwrap_or(coursegen::LAST_STEP);
-    match coursegen::students_copy::write(root, &args.dir, through) {
+    let through = args.through.unwrap_or(lab_course::LAST_STEP);
+    match lab_course::students_copy::write(root, &args.dir, through) {
         Ok(written) => {
             println!(
                 "wrote the students' copy in {} ({} files; steps 0 to {}; no solutions, no master, no code in the step pages)",

@@ -11,11 +11,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::{LAST_STEP, MASTER, STEPS};
+use lab_course::{page_in_book, Version, LAST_STEP, MASTER, STEPS};
 
 /// The files `new-step` edits, relative to the repository root (it creates two more:
 /// [`checks_module`] and [`guide_page`]).
-pub const LIB: &str = "tools/coursegen/src/lib.rs";
+pub const LIB: &str = "crates/lab-course/src/lib.rs";
 pub const REGISTRY: &str = "checker/src/checks/mod.rs";
 pub const SUMMARY: &str = "lab-guide/src/SUMMARY.md";
 pub const CHECKER_PAGE: &str = "lab-guide/src/checker.md";
@@ -25,10 +25,7 @@ pub fn checks_module(step: u8) -> PathBuf {
     PathBuf::from(format!("checker/src/checks/step_{step:02}.rs"))
 }
 
-/// The guide page of `step`, e.g. `lab-guide/src/steps/step-15.md`.
-pub fn guide_page(step: u8) -> PathBuf {
-    PathBuf::from(format!("lab-guide/src/steps/step-{step:02}.md"))
-}
+pub use lab_course::guide_page;
 
 /// Why `new-step` wrote nothing. The messages say what to do.
 #[derive(Debug, thiserror::Error)]
@@ -115,7 +112,7 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
         Text::read(root, CHECKER_PAGE)?,
     );
     let opener = format!("//@ step {step}");
-    let page_link = format!("(steps/step-{step:02}.md)");
+    let page_link = format!("({})", page_in_book(step).display());
     let row = |n: u8| format!("| {n} |");
     let there = [
         (master.has_line(&opener), format!("{MASTER} has a `{opener}` block")),
@@ -152,8 +149,8 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
             &format!("    pub const {}: &str = {id:?};", new.id_const()),
         )?;
     let summary = summary.insert_after_line_containing(
-        &format!("(steps/step-{last:02}.md)"),
-        &format!("- [Step {step}: {title}](steps/step-{step:02}.md)"),
+        &format!("({})", page_in_book(last).display()),
+        &format!("- [Step {step}: {title}]{page_link}"),
     )?;
     let checker_page = checker_page
         .insert_after_line_starting(&row(last), &format!("{} `{id}` (not judged yet) |", row(step)))?;
@@ -320,6 +317,8 @@ impl Scaffold<'_> {
 
     fn guide_page(&self) -> String {
         let Scaffold { step, title, id } = self;
+        let starter = Version::Starter(*step).crate_dir();
+        let starter = starter.display();
         format!(
             "# Step {step}: {title}
 
@@ -329,7 +328,7 @@ TODO (author): what the program does after this step that it did not before.
 
 ## What to change
 
-Look for the `TODO Step {step}` comments in `steps/step_{step:02}`.
+Look for the `TODO Step {step}` comments in `{starter}`.
 
 TODO (author): where to look and the idea, in words: no line of the step's code here
 (`cargo checker hint step {step}` shows this first).
@@ -383,9 +382,9 @@ mod tests {
     fn the_masters_block_renders() {
         let block = Scaffold { step: LAST_STEP, title: "Tensor parallelism", id: "x" }.master_block();
         let master = format!("fn main() {{}}\n{block}");
-        let starter = crate::render_main(&master, crate::Version::Starter(LAST_STEP)).unwrap();
+        let starter = lab_course::render_main(&master, lab_course::Version::Starter(LAST_STEP)).unwrap();
         assert!(starter.contains(&format!("// TODO Step {LAST_STEP}: Tensor parallelism.")), "{starter}");
-        let solution = crate::render_main(&master, crate::Version::Solution(LAST_STEP)).unwrap();
+        let solution = lab_course::render_main(&master, lab_course::Version::Solution(LAST_STEP)).unwrap();
         assert!(solution.contains(&format!("// Step {LAST_STEP} (Tensor parallelism): its code goes here")));
         assert!(!solution.contains("TODO"), "{solution}");
     }

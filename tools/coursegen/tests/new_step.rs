@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use coursegen::new_step::{checks_module, guide_page, CHECKER_PAGE, LIB, REGISTRY, SUMMARY};
-use coursegen::{LAST_STEP, MASTER};
+use lab_course::{LAST_STEP, MASTER};
 
 const EDITED: [&str; 5] = [LIB, MASTER, REGISTRY, SUMMARY, CHECKER_PAGE];
 const TITLE: &str = "Tensor parallelism";
@@ -103,7 +103,7 @@ fn each_file_gets_exactly_the_steps_addition() {
     let was = |rel: &str| &before[Path::new(rel)];
     let now = |rel: &str| &after[Path::new(rel)];
 
-    let last_title = format!("    {:?},", coursegen::STEPS[usize::from(last)]);
+    let last_title = format!("    {:?},", lab_course::STEPS[usize::from(last)]);
     assert_eq!(added(was(LIB), now(LIB)), pairs(&[(&last_title, &format!("    {TITLE:?},"))]));
 
     let master = added(was(MASTER), now(MASTER));
@@ -200,7 +200,7 @@ fn a_step_partly_there_is_refused() {
 fn a_missing_anchor_refuses_naming_file_and_anchor_and_writes_nothing() {
     let tree = Tree::new("anchor");
     // The SUMMARY without its line for the last step, which the new step's line follows.
-    let link = format!("(steps/step-{:02}.md)", LAST_STEP);
+    let link = format!("({})", lab_course::page_in_book(LAST_STEP).display());
     let summary: String =
         tree.read(SUMMARY).lines().filter(|l| !l.contains(&link)).map(|l| format!("{l}\n")).collect();
     std::fs::write(tree.0.join(SUMMARY), summary).unwrap();
@@ -247,7 +247,7 @@ fn a_check_id_taken_is_refused() {
 #[test]
 fn a_tree_coursegen_was_not_built_from_is_refused() {
     let tree = Tree::new("other");
-    let last_title = format!("    {:?},", coursegen::STEPS[usize::from(LAST_STEP)]);
+    let last_title = format!("    {:?},", lab_course::STEPS[usize::from(LAST_STEP)]);
     let lib = tree.read(LIB).replacen(&last_title, &format!("{last_title}\n    \"one more\","), 1);
     std::fs::write(tree.0.join(LIB), lib).unwrap();
     let before = tree.files();

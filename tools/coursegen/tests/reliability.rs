@@ -48,7 +48,7 @@ fn built() -> &'static Path {
 }
 
 fn bin(step: u8) -> PathBuf {
-    built().join(format!("solution_{step:02}"))
+    built().join(lab_course::Version::Solution(step).package_name())
 }
 
 /// The data directory the solution tests share (the stand-in is generated once).

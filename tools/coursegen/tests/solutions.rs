@@ -29,8 +29,8 @@ fn solutions_built() -> &'static Path {
         // As a plain `cargo build` runs: the build `cargo test` made is reused, not redone.
         let mut cmd = child_process::cargo();
         cmd.current_dir(root()).args(["build", "-q"]);
-        for n in 0..=coursegen::LAST_STEP {
-            cmd.args(["-p", &format!("solution_{n:02}")]);
+        for n in 0..=lab_course::LAST_STEP {
+            cmd.args(["-p", &lab_course::Version::Solution(n).package_name()]);
         }
         let status = child_process::status(cmd).expect("run cargo build");
         assert!(status.success(), "building the solution crates failed");
@@ -77,7 +77,7 @@ fn run_solution_on(step: u8, dataset: &str, extra: &[&str]) -> Run {
 
 /// [`run_solution_on`] with more environment variables for every process.
 fn run_solution_with_env(step: u8, dataset: &str, extra: &[&str], env: &[(&str, &Path)]) -> Run {
-    let bin = solutions_built().join(format!("solution_{step:02}"));
+    let bin = solutions_built().join(lab_course::Version::Solution(step).package_name());
     let trace_dir = tempdir(&format!("trace-{step:02}"));
     let port = child_process::free_port().unwrap().to_string();
     let data = data_dir();
@@ -164,8 +164,8 @@ const TINY: [&str; 8] = ["--train-subset", "200", "--test-subset", "100", "--epo
 /// [`timeline_dir`]), which the timeline test reads, and the run of step 11 (the
 /// default seed) is the "other seed" of the seed test. One run where there were two.
 fn tiny_run(step: u8) -> &'static Run {
-    static RUNS: [OnceLock<Run>; coursegen::LAST_STEP as usize + 1] =
-        [const { OnceLock::new() }; coursegen::LAST_STEP as usize + 1];
+    static RUNS: [OnceLock<Run>; lab_course::LAST_STEP as usize + 1] =
+        [const { OnceLock::new() }; lab_course::LAST_STEP as usize + 1];
     RUNS[usize::from(step)].get_or_init(|| match timeline_dir(step) {
         Some(dir) => run_solution_with_env(step, "generated", &TINY, &[("DDP_LAB_TIMELINE", dir)]),
         None => run_solution(step, &TINY),
@@ -422,7 +422,7 @@ fn same_seed_same_metrics_other_seed_other_metrics() {
     let first = seeded_metrics("1");
     let again = seeded_metrics("1");
     assert_eq!(first, again, "the same seed must repeat the run exactly");
-    let other = metrics(tiny_run(coursegen::LAB_LAST_STEP));
+    let other = metrics(tiny_run(lab_course::LAB_LAST_STEP));
     for (a, b) in first.iter().zip(&other) {
         assert_ne!(
             (a.0, a.2.as_str()),

@@ -1,5 +1,5 @@
-//! The number of steps is written once, as `coursegen::STEPS` (whose last is
-//! `coursegen::LAST_STEP`): the places that once wrote 12 or 11 for it read the
+//! The number of steps is written once, as `lab_course::STEPS` (whose last is
+//! `lab_course::LAST_STEP`): the places that once wrote 12 or 11 for it read the
 //! constant, and this test fails if such a literal comes back there.
 use std::path::Path;
 
@@ -15,14 +15,15 @@ const READ_THE_CONSTANT: &[&str] = &[
     "checker/tests/class.rs",
     "checker/tests/guide_checks.rs",
     "checker/tests/record_fixtures.rs",
-    "tools/coursegen/src/lib.rs",
+    "crates/lab-course/src/lib.rs",
     "tools/coursegen/src/main.rs",
-    "tools/coursegen/src/markers.rs",
+    "crates/lab-course/src/markers.rs",
+    "crates/lab-course/src/students_copy.rs",
     "tools/coursegen/src/new_step.rs",
     "tools/coursegen/tests/new_step.rs",
     "tools/coursegen/tests/solutions.rs",
-    "tools/guide-hints/src/lib.rs",
-    "tools/guide-hints/tests/hint.rs",
+    "crates/guide-hints/src/lib.rs",
+    "crates/guide-hints/tests/hint.rs",
 ];
 
 /// How a step count or last step is written as a literal: a range `0..12`, `0..=11`,
@@ -50,7 +51,7 @@ fn the_step_count_is_not_written_out_where_the_constant_is_read() {
     }
     assert!(
         found.is_empty(),
-        "the number of steps is coursegen::STEPS.len() (the last step coursegen::LAST_STEP): \
+        "the number of steps is lab_course::STEPS.len() (the last step lab_course::LAST_STEP): \
          read it instead of writing it out:\n{}",
         found.join("\n")
     );
@@ -71,15 +72,15 @@ fn the_pattern_finds_the_literals_it_is_for() {
     ] {
         assert!(literal.is_match(written), "{written}");
     }
-    for fine in ["0..=LAST_STEP", "(0..2)", "step 1", "120/120", "--seed 11", "0..=coursegen::LAST_STEP"] {
+    for fine in ["0..=LAST_STEP", "(0..2)", "step 1", "120/120", "--seed 11", "0..=lab_course::LAST_STEP"] {
         assert!(!literal.is_match(fine), "{fine}");
     }
 }
 
 #[test]
 fn the_constant_is_the_last_of_the_steps() {
-    assert_eq!(usize::from(coursegen::LAST_STEP) + 1, coursegen::STEPS.len());
-    assert_eq!(coursegen::Version::all().count(), 2 * coursegen::STEPS.len());
+    assert_eq!(usize::from(lab_course::LAST_STEP) + 1, lab_course::STEPS.len());
+    assert_eq!(lab_course::Version::all().count(), 2 * lab_course::STEPS.len());
 }
 
 /// The words for the numbers the prose uses.
@@ -99,9 +100,9 @@ fn in_words(n: usize) -> &'static str {
 #[test]
 fn the_counts_in_readme_and_the_guide_are_coursegens() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let lab_steps = usize::from(coursegen::LAB_LAST_STEP) + 1;
-    let beyond = coursegen::STEPS.len() - lab_steps;
-    let crates = coursegen::Version::all().count();
+    let lab_steps = usize::from(lab_course::LAB_LAST_STEP) + 1;
+    let beyond = lab_course::STEPS.len() - lab_steps;
+    let crates = lab_course::Version::all().count();
     let count = Regex::new(
         r"\b(\w+) steps \(0-(\d+)\)|\b(\w+) more (?:beyond|\()|\b(\d+) (?:step and solution )?crates\b|\b(\d+) points in all|last step \(step (\d+); step (\d+)'s is the finished DLI lab",
     )
@@ -135,7 +136,7 @@ fn the_counts_in_readme_and_the_guide_are_coursegens() {
         for c in count.captures_iter(&text) {
             seen += 1;
             let right = if let (Some(word), Some(last)) = (c.get(1), c.get(2)) {
-                word.as_str() == in_words(lab_steps) && last.as_str() == coursegen::LAB_LAST_STEP.to_string()
+                word.as_str() == in_words(lab_steps) && last.as_str() == lab_course::LAB_LAST_STEP.to_string()
             } else if let Some(word) = c.get(3) {
                 word.as_str() == in_words(beyond)
             } else if let Some(n) = c.get(4) {
@@ -143,7 +144,7 @@ fn the_counts_in_readme_and_the_guide_are_coursegens() {
             } else if let Some(n) = c.get(5) {
                 n.as_str() == (10 * lab_steps).to_string()
             } else {
-                c[6] == coursegen::LAST_STEP.to_string() && c[7] == coursegen::LAB_LAST_STEP.to_string()
+                c[6] == lab_course::LAST_STEP.to_string() && c[7] == lab_course::LAB_LAST_STEP.to_string()
             };
             if !right {
                 wrong.push(format!("{}: {:?}", page.display(), &c[0]));

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use coursegen::students_copy::{MARK, STARTERS};
-use coursegen::{answer_blocks, answer_lines, LAST_STEP, MASTER};
+use lab_course::students_copy::{MARK, STARTERS};
+use lab_course::{answer_blocks, answer_lines, LAST_STEP, MASTER};
 
 /// The repository this crate lives in.
 fn repo_root() -> PathBuf {
@@ -122,19 +122,20 @@ fn the_students_copy_holds_no_answer_but_the_starters() {
     assert!(!manifest.contains("solutions/*") && !manifest.contains("course/lab"), "{manifest}");
     // The starters are the ones coursegen renders, and kept pristine for `reset`.
     for step in [0, LAST_STEP] {
-        for (rel, content) in coursegen::crate_files(&repo_root(), coursegen::Version::Starter(step)).unwrap()
+        for (rel, content) in
+            lab_course::crate_files(&repo_root(), lab_course::Version::Starter(step)).unwrap()
         {
             assert_eq!(std::fs::read_to_string(dir.join(&rel)).unwrap(), content, "{}", rel.display());
         }
-        let from_copy = coursegen::crate_files(&dir, coursegen::Version::Starter(step)).unwrap();
-        let from_master = coursegen::crate_files(&repo_root(), coursegen::Version::Starter(step)).unwrap();
+        let from_copy = lab_course::crate_files(&dir, lab_course::Version::Starter(step)).unwrap();
+        let from_master = lab_course::crate_files(&repo_root(), lab_course::Version::Starter(step)).unwrap();
         assert_eq!(from_copy, from_master, "the copy's pristine starter of step {step}");
     }
     let shown = answers_shown(&dir);
     assert!(shown.is_empty(), "answers in the students' copy (file, step, line): {shown:#?}");
     // The pages keep their lead and API; the code part says where the answers are.
     let page = std::fs::read_to_string(dir.join("lab-guide/src/steps/step-09.md")).unwrap();
-    assert!(page.contains(coursegen::students_copy::WITHHELD) && page.contains("Which API"), "{page}");
+    assert!(page.contains(lab_course::students_copy::WITHHELD) && page.contains("Which API"), "{page}");
 }
 
 /// `--through N`: the starters of steps 0 to N only, so no code of step N or after at all.
@@ -144,7 +145,7 @@ fn a_copy_through_a_step_holds_nothing_of_that_step_or_after() {
     write_copy(&dir, Some(4));
     assert!(dir.join("steps/step_04/src/main.rs").is_file());
     assert!(!dir.join("steps/step_05").exists() && !dir.join(STARTERS).join("step_05").exists());
-    assert_eq!(coursegen::students_copy::read_mark(&dir).map(|m| m.through), Some(4));
+    assert_eq!(lab_course::students_copy::read_mark(&dir).map(|m| m.through), Some(4));
     let shown = answers_shown(&dir);
     assert!(shown.is_empty(), "{shown:#?}");
     // No line of step 4 or after in any starter or page.

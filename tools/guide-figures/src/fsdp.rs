@@ -14,8 +14,8 @@
 //! Buffers (BatchNorm's running statistics) are not sharded: every rank keeps them.
 use tch::nn;
 
-use crate::svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
 use crate::{group_thousands, size};
+use guide_svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
 
 /// One variable of the model.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,14 +24,13 @@
 //! The guide's other figures are hand-written SVG in the same directory.
 pub mod fsdp;
 pub mod pipeline;
-pub mod svg;
 pub mod timeline_figure;
 pub mod timeline_fsdp;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
+use guide_svg::{Svg, INK, MUTED, RANK_FILL, RANK_STROKE};
 use tch::nn;
 use tch_distributed as dist;
 

@@ -8,7 +8,7 @@
 //! last stage once every forward is done (GPipe flushes the pipeline), and runs back
 //! through the stages the same way. The idle share that comes out of it is the
 //! bubble `(S − 1) / (M + S − 1)`, which the tests check.
-use crate::svg::{Svg, RANK_FILL, RANK_STROKE};
+use guide_svg::{Svg, RANK_FILL, RANK_STROKE};
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::svg::{Svg, INK, MUTED};
+use guide_svg::{Svg, INK, MUTED};
 
 /// The recorded trace the figure is drawn from.
 pub fn recorded_path() -> PathBuf {

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use crate::fsdp::{self, Variable};
 use crate::size;
-use crate::svg::{Svg, INK};
 use crate::timeline_figure::{self, bar, colour, spans, Scale, Span};
+use guide_svg::{Svg, INK};
 
 /// The recorded trace the figure is drawn from.
 pub fn recorded_path() -> std::path::PathBuf {

@@ -1,17 +1,17 @@
 use std::path::{Path, PathBuf};
 
-use coursegen::CourseError;
 use guide_hints::{book_location, book_page, check_hint_for, hint, HintError, Level, BOOK_DIR, LEVELS};
+use lab_course::CourseError;
 use tempfile::tempdir;
 
 /// The repository this crate lives in.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in tools/")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in crates/")
 }
 
 #[test]
 fn every_step_of_the_real_guide_has_a_hint_at_every_level() {
-    for step in 0..=coursegen::LAST_STEP {
+    for step in 0..=lab_course::LAST_STEP {
         for level in [Level::Look, Level::Api, Level::Answer] {
             let text = hint(&repo_root(), step, level).unwrap_or_else(|e| panic!("step {step}: {e}"));
             let first = format!("Step {step}, hint {} of {LEVELS}: ", level as u8);
@@ -46,10 +46,10 @@ fn every_step_of_the_real_guide_has_a_hint_at_every_level() {
 #[test]
 fn no_hint_below_the_answer_shows_a_line_of_the_steps_code() {
     let root = repo_root();
-    let master = std::fs::read_to_string(root.join(coursegen::MASTER)).unwrap();
+    let master = std::fs::read_to_string(root.join(lab_course::MASTER)).unwrap();
     let mut steps_with_code = 0;
-    for step in 0..=coursegen::LAST_STEP {
-        let answers = coursegen::answer_lines(&master, step).unwrap();
+    for step in 0..=lab_course::LAST_STEP {
+        let answers = lab_course::answer_lines(&master, step).unwrap();
         // Step 5's code is a condition and two calls, none telling on its own.
         if answers.is_empty() {
             continue;
@@ -69,7 +69,7 @@ fn no_hint_below_the_answer_shows_a_line_of_the_steps_code() {
             "step {step}: `--answer` shows none of its code {answers:?}:\n{text}"
         );
     }
-    assert!(steps_with_code >= usize::from(coursegen::LAST_STEP), "{steps_with_code} steps with code");
+    assert!(steps_with_code >= usize::from(lab_course::LAST_STEP), "{steps_with_code} steps with code");
 }
 
 /// The page itself keeps the code out of the first read: outside its folded part "The
@@ -77,12 +77,12 @@ fn no_hint_below_the_answer_shows_a_line_of_the_steps_code() {
 #[test]
 fn the_step_pages_fold_their_code_away() {
     let root = repo_root();
-    let master = std::fs::read_to_string(root.join(coursegen::MASTER)).unwrap();
-    for step in 0..=coursegen::LAST_STEP {
-        let page = std::fs::read_to_string(root.join(guide_hints::guide_page(step))).unwrap();
-        let unfolded = coursegen::students_copy::withhold_code(&page);
+    let master = std::fs::read_to_string(root.join(lab_course::MASTER)).unwrap();
+    for step in 0..=lab_course::LAST_STEP {
+        let page = std::fs::read_to_string(root.join(lab_course::guide_page(step))).unwrap();
+        let unfolded = lab_course::students_copy::withhold_code(&page);
         assert_ne!(unfolded, page, "step {step}'s page has a folded part \"The code\"");
-        let shown: Vec<String> = coursegen::answer_lines(&master, step)
+        let shown: Vec<String> = lab_course::answer_lines(&master, step)
             .unwrap()
             .into_iter()
             .filter(|line| unfolded.contains(line.as_str()))
@@ -98,13 +98,16 @@ fn the_step_pages_fold_their_code_away() {
 fn the_guide_has_a_page_for_each_step_and_no_other() {
     // The guide's step pages follow coursegen's list of steps: adding a step to it
     // without a page (or leaving a page behind) fails here.
-    let mut pages: Vec<String> = std::fs::read_dir(repo_root().join("lab-guide/src/steps"))
+    let dir = lab_course::guide_page(0).parent().unwrap().to_path_buf();
+    let mut pages: Vec<String> = std::fs::read_dir(repo_root().join(dir))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("step-") && name.ends_with(".md"))
         .collect();
     pages.sort();
-    let expected: Vec<String> = (0..=coursegen::LAST_STEP).map(|s| format!("step-{s:02}.md")).collect();
+    let expected: Vec<String> = (0..=lab_course::LAST_STEP)
+        .map(|s| lab_course::guide_page(s).file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(pages, expected);
 }
 
@@ -152,10 +155,10 @@ fn each_level_quotes_one_more_part() {
 /// level says where the answers are; the other levels are as before.
 #[test]
 fn in_a_students_copy_the_answer_is_with_the_instructor() {
-    let root = guide_with(&coursegen::students_copy::withhold_code(PAGE));
+    let root = guide_with(&lab_course::students_copy::withhold_code(PAGE));
     let err = hint(root.path(), 2, Level::Answer).unwrap_err();
     assert!(matches!(err, HintError::PartMissing { summary: guide_hints::CODE_SUMMARY, .. }), "{err:?}");
-    std::fs::write(root.path().join(coursegen::students_copy::MARK), "through = 2\n").unwrap();
+    std::fs::write(root.path().join(lab_course::students_copy::MARK), "through = 2\n").unwrap();
     let text = hint(root.path(), 2, Level::Answer).unwrap();
     assert!(text.contains("they are with your instructor") && !text.contains("let x = f()"), "{text}");
     assert!(hint(root.path(), 2, Level::Api).unwrap().contains("PyTorch's `g`"));
@@ -172,10 +175,10 @@ fn levels_are_numbered_one_to_three() {
 #[test]
 fn hint_errors_name_the_problem() {
     let root = tempdir().unwrap();
-    let after_the_last = coursegen::LAST_STEP + 1;
+    let after_the_last = lab_course::LAST_STEP + 1;
     let err = hint(root.path(), after_the_last, Level::Look).unwrap_err();
     assert!(matches!(err, HintError::NoSuchStep(CourseError::NoSuchStep { step }) if step == after_the_last));
-    assert!(err.to_string().contains(&format!("0 to {}", coursegen::LAST_STEP)), "{err}");
+    assert!(err.to_string().contains(&format!("0 to {}", lab_course::LAST_STEP)), "{err}");
 
     let err = hint(root.path(), 4, Level::Look).unwrap_err();
     assert!(matches!(err, HintError::GuideMissing { .. }), "{err:?}");
@@ -262,9 +265,8 @@ fn every_check_without_a_book_points_at_its_line_of_the_real_guide() {
     let root = repo_root();
     let no_book = tempdir().unwrap();
     copy_dir(&root.join("lab-guide/src/steps"), &no_book.path().join("lab-guide/src/steps"));
-    for step in 0..coursegen::STEPS.len() as u8 {
-        let page =
-            std::fs::read_to_string(root.join(format!("lab-guide/src/steps/step-{step:02}.md"))).unwrap();
+    for step in 0..lab_course::STEPS.len() as u8 {
+        let page = std::fs::read_to_string(root.join(lab_course::guide_page(step))).unwrap();
         // Each check's id as its bullet spells it: "- `id`: ...".
         let ids: Vec<&str> = page
             .lines()
@@ -311,7 +313,7 @@ fn the_built_book_has_every_page_a_report_points_at() {
         eprintln!("SKIPPED: no book built in {} (bash scripts/book.sh build)", book.display());
         return;
     }
-    for step in 0..coursegen::STEPS.len() as u8 {
+    for step in 0..lab_course::STEPS.len() as u8 {
         let link = book_page(step);
         let (file, id) = link.split_once('#').unwrap();
         let html = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));

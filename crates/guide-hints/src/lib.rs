@@ -2,12 +2,12 @@
 //! checker quotes it rather than keeping a second copy that could drift.
 use std::path::{Path, PathBuf};
 
-use coursegen::{CourseError, Version};
+use lab_course::{guide_page, page_in_book, CourseError, Version};
 
 /// Everything that can go wrong quoting the guide. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum HintError {
-    /// Not one of the lab's steps (coursegen knows which there are).
+    /// Not one of the lab's steps (lab-course knows which there are).
     #[error(transparent)]
     NoSuchStep(CourseError),
     #[error(
@@ -39,11 +39,6 @@ const WHAT_TO_CHANGE: &str = "## What to change";
 const COMMON_MISTAKES: &str = "## Common mistakes";
 const CHECKER_WILL_TEST: &str = "## What the checker will test";
 
-/// The guide page of `step`, relative to the repository root.
-pub fn guide_page(step: u8) -> PathBuf {
-    PathBuf::from(format!("lab-guide/src/steps/step-{step:02}.md"))
-}
-
 /// Where `scripts/book.sh build` puts the lab guide as a book (HTML), relative to the
 /// repository root: `lab-guide/book.toml`'s `build-dir`.
 pub const BOOK_DIR: &str = "target/book";
@@ -51,7 +46,8 @@ pub const BOOK_DIR: &str = "target/book";
 /// The page of `step` in the built book, relative to the repository root, at its
 /// section "What the checker will test": `target/book/steps/step-07.html#what-…`.
 pub fn book_page(step: u8) -> String {
-    format!("{BOOK_DIR}/steps/step-{step:02}.html#{}", heading_id(CHECKER_WILL_TEST))
+    let html = Path::new(BOOK_DIR).join(page_in_book(step).with_extension("html"));
+    format!("{}#{}", html.display(), heading_id(CHECKER_WILL_TEST))
 }
 
 /// Where a failed check's report sends the student: a place that exists. The page of
@@ -148,7 +144,7 @@ pub const LEVELS: u8 = Level::Answer as u8;
 /// The `<summary>` lines of the folded parts of "What to change" (mdBook shows a
 /// `<details>` block folded, so the page's first read stops before them): the API (hint
 /// level 2) and the code (level 3, the answer, which a students' copy leaves out).
-pub use coursegen::students_copy::{API_SUMMARY, CODE_SUMMARY};
+pub use lab_course::students_copy::{API_SUMMARY, CODE_SUMMARY};
 
 /// The parts of a step page's "What to change": the text before its folded parts, and
 /// the folded parts' bodies (without their `<details>`, `<summary>` and `</details>` lines).
@@ -230,7 +226,7 @@ pub fn hint(repo_root: &Path, step: u8, level: Level) -> Result<String, HintErro
         out.push_str(&format!("### Which API\n\n{}\n\n", part(change.api, API_SUMMARY)?.trim()));
     }
     if level >= Level::Answer {
-        match (change.code, coursegen::students_copy::read_mark(repo_root)) {
+        match (change.code, lab_course::students_copy::read_mark(repo_root)) {
             (Some(code), _) => out.push_str(&format!("### The code\n\n{}\n\n", code.trim())),
             (None, Some(_)) => out.push_str(
                 "### The code\n\nThis copy of the lab leaves the answers out: they are with your \

@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use coursegen::{CourseError, Version};
+use lab_course::{CourseError, Version};
 
 /// Everything that can go wrong resetting a step. Each message says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,7 @@ pub fn reset(
 ) -> Result<ResetOutcome, ResetError> {
     let version = Version::Starter(step).validate().map_err(ResetError::NoSuchStep)?;
     let starter =
-        coursegen::crate_files(repo_root, version).map_err(|source| ResetError::Course { step, source })?;
+        lab_course::crate_files(repo_root, version).map_err(|source| ResetError::Course { step, source })?;
     let mut differing = Vec::new();
     for (rel, content) in starter {
         let path = repo_root.join(&rel);
@@ -89,7 +89,9 @@ pub fn reset(
         return Ok(ResetOutcome::Declined);
     }
 
-    let backup = claim_backup_dir(&repo_root.join(BACKUP_DIR), &format!("step_{step:02}"), unix_seconds())?;
+    // Named as the crate's folder, `step_07`.
+    let name = crate_dir.file_name().expect("a crate folder").to_string_lossy();
+    let backup = claim_backup_dir(&repo_root.join(BACKUP_DIR), &name, unix_seconds())?;
     let source = repo_root.join(&crate_dir);
     if source.exists() {
         copy_tree(&source, &backup, true)?;

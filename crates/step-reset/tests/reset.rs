@@ -1,13 +1,13 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use coursegen::{CourseError, Version};
+use lab_course::{CourseError, Version};
 use step_reset::{reset, ResetError, ResetOutcome};
 use tempfile::TempDir;
 
 /// The repository this crate lives in.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in tools/")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the crate lies in crates/")
 }
 
 /// A repository root holding just what rendering the starters needs, plus `steps/step_03`.
@@ -20,7 +20,7 @@ fn minimal_repo() -> TempDir {
         fs::copy(entry.path(), root.join("course/lab").join(entry.file_name())).unwrap();
     }
     fs::copy(repo_root().join("rustfmt.toml"), root.join("rustfmt.toml")).unwrap();
-    for (rel, content) in coursegen::crate_files(root, Version::Starter(3)).unwrap() {
+    for (rel, content) in lab_course::crate_files(root, Version::Starter(3)).unwrap() {
         fs::create_dir_all(root.join(&rel).parent().unwrap()).unwrap();
         fs::write(root.join(rel), content).unwrap();
     }
@@ -78,7 +78,7 @@ fn accepted_restores_the_starter_and_keeps_a_backup() {
     assert_eq!(fs::read_to_string(backup.join("src/main.rs")).unwrap(), edited);
     assert!(backup.join("Cargo.toml").is_file() && backup.join("build.rs").is_file());
     assert!(!backup.join("target").exists(), "build output is not backed up");
-    let starter = coursegen::crate_files(root, Version::Starter(3)).unwrap();
+    let starter = lab_course::crate_files(root, Version::Starter(3)).unwrap();
     for (rel, content) in &starter {
         assert_eq!(&fs::read_to_string(root.join(rel)).unwrap(), content, "{}", rel.display());
     }
@@ -117,7 +117,7 @@ fn a_deleted_file_is_restored() {
 #[test]
 fn bad_steps_and_a_broken_course_are_errors() {
     let repo = minimal_repo();
-    let past = coursegen::LAST_STEP + 1;
+    let past = lab_course::LAST_STEP + 1;
     let err = reset(repo.path(), past, &mut |_| true).unwrap_err();
     assert!(
         matches!(err, ResetError::NoSuchStep(CourseError::NoSuchStep { step }) if step == past),

@@ -18,7 +18,7 @@ use std::process::Command;
 use toml_edit::DocumentMut;
 
 pub use crate::copy_mark::{read_mark, Mark, MARK, STARTERS};
-use crate::{crate_files, CourseError, Version, MASTER};
+use crate::{crate_files, CourseError, Version, LAST_STEP, MASTER};
 
 /// The `<summary>` line opening the step pages' folded part that names the API (hint level 2).
 pub const API_SUMMARY: &str = "<summary>Which API</summary>";
@@ -38,8 +38,8 @@ const LEFT_OUT: &[(&str, &str)] = &[
     ("checker/tests/", "tests run on the solutions"),
     ("checker/fixtures/", "traces recorded from the solutions, for the tests"),
     ("tools/coursegen/tests/", "tests of the master"),
-    ("tools/step-reset/tests/", "tests of the master"),
-    ("tools/guide-hints/tests/", "tests that read the answers"),
+    ("crates/step-reset/tests/", "tests of the master"),
+    ("crates/guide-hints/tests/", "tests that read the answers"),
     ("demo/", "the instructor's demo runs the finished lab"),
     ("bench/", "benchmarks of the finished lab"),
     (".github/", "the instructor's CI; a class's workflow comes from `checker autograder github-classroom`"),
@@ -138,10 +138,9 @@ fn copy_mode(from: &Path, to: &Path, same: bool) -> Result<(), CourseError> {
 /// anything is written.
 pub fn planned_files(root: &Path, through: u8) -> Result<Vec<(PathBuf, Vec<u8>)>, CourseError> {
     let mut out = Vec::new();
-    let released = |rel: &str| match rel.strip_prefix("steps/step_") {
-        Some(rest) => rest.get(..2).and_then(|n| n.parse::<u8>().ok()).is_some_and(|n| n <= through),
-        None => true,
-    };
+    let held_back: Vec<PathBuf> =
+        (through + 1..=LAST_STEP).map(|s| Version::Starter(s).crate_dir()).collect();
+    let released = |rel: &str| !held_back.iter().any(|dir| Path::new(rel).starts_with(dir));
     for rel in tracked_files(root)? {
         if LEFT_OUT.iter().any(|(prefix, _)| rel.starts_with(prefix)) || !released(&rel) {
             continue;
