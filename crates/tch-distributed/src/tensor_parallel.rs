@@ -49,7 +49,7 @@ pub fn copy_to_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tensor> {
     // A copy, not an alias: the output gets its own autograd history, and an in-place
     // operation on it must not bump the version of the input autograd may have saved.
     let out = x.detach().copy();
-    attach(x, out, Region::AllReduceBackward(group.clone()))
+    attach(x, out, Region::AllReduce(group.clone()))
 }
 
 /// Megatron's *g*: `x` all-reduced (summed) over `group` in forward; in backward the
@@ -57,7 +57,7 @@ pub fn copy_to_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tensor> {
 pub fn reduce_from_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tensor> {
     let mut out = x.detach().copy();
     group.all_reduce(&mut out, ReduceOp::Sum)?;
-    attach(x, out, Region::IdentityBackward)
+    attach(x, out, Region::Identity)
 }
 
 /// Megatron's gather: every rank's `x` concatenated along `dim` (negative counts from the
@@ -74,7 +74,7 @@ pub fn reduce_from_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tenso
 pub fn gather_from_region(x: &Tensor, dim: i64, group: &Arc<ProcessGroup>) -> Result<Tensor> {
     let dim = region_dim(x, dim, "gather_from_region")?;
     let out = all_gather_along(&x.detach(), dim, group)?;
-    attach(x, out, Region::SliceBackward { group: group.clone(), dim })
+    attach(x, out, Region::Slice { group: group.clone(), dim })
 }
 
 /// Megatron's scatter: this rank's slice of `x` along `dim` (the group's size splits it
@@ -91,7 +91,7 @@ pub fn scatter_to_region(x: &Tensor, dim: i64, group: &Arc<ProcessGroup>) -> Res
         )));
     }
     let out = own_slice(&x.detach(), dim, group);
-    attach(x, out, Region::GatherBackward { group: group.clone(), dim })
+    attach(x, out, Region::AllGather { group: group.clone(), dim })
 }
 
 /// `dim` of `x` as a non-negative index, or an error naming the operator.
@@ -227,36 +227,36 @@ pub fn parallelize_module(
 /// What a region node does with the gradient in backward.
 enum Region {
     /// All-reduce it over the group (*f*).
-    AllReduceBackward(Arc<ProcessGroup>),
+    AllReduce(Arc<ProcessGroup>),
     /// Pass it on as it is (*g*).
-    IdentityBackward,
+    Identity,
     /// Keep this rank's slice along `dim` (gather's backward).
-    SliceBackward { group: Arc<ProcessGroup>, dim: usize },
+    Slice { group: Arc<ProcessGroup>, dim: usize },
     /// All-gather the slices along `dim` (scatter's backward).
-    GatherBackward { group: Arc<ProcessGroup>, dim: usize },
+    AllGather { group: Arc<ProcessGroup>, dim: usize },
 }
 
 impl Region {
     fn node_name(&self) -> &'static str {
         match self {
-            Region::AllReduceBackward(_) => "CopyToTensorParallelRegionBackward",
-            Region::IdentityBackward => "ReduceFromTensorParallelRegionBackward",
-            Region::SliceBackward { .. } => "GatherFromTensorParallelRegionBackward",
-            Region::GatherBackward { .. } => "ScatterToTensorParallelRegionBackward",
+            Region::AllReduce(_) => "CopyToTensorParallelRegionBackward",
+            Region::Identity => "ReduceFromTensorParallelRegionBackward",
+            Region::Slice { .. } => "GatherFromTensorParallelRegionBackward",
+            Region::AllGather { .. } => "ScatterToTensorParallelRegionBackward",
         }
     }
 
     fn backward(&self, grad: Tensor) -> Result<Tensor> {
         match self {
-            Region::AllReduceBackward(group) => {
+            Region::AllReduce(group) => {
                 // A tensor of its own: the incoming gradient may be shared with other uses.
                 let mut grad = grad.copy();
                 group.all_reduce(&mut grad, ReduceOp::Sum)?;
                 Ok(grad)
             }
-            Region::IdentityBackward => Ok(grad),
-            Region::SliceBackward { group, dim } => Ok(own_slice(&grad, *dim, group)),
-            Region::GatherBackward { group, dim } => all_gather_along(&grad, *dim, group),
+            Region::Identity => Ok(grad),
+            Region::Slice { group, dim } => Ok(own_slice(&grad, *dim, group)),
+            Region::AllGather { group, dim } => all_gather_along(&grad, *dim, group),
         }
     }
 }
