@@ -1,6 +1,6 @@
 """One PyTorch rank of the Beyond-DDP benchmark (see src/bin/beyond.rs).
 
-Trains the lab's WideResNet (wideresnet.py) on CPU ranks over Gloo in one of three
+Trains the lab's WideResNet (wideresnet.py) on CPU ranks over Gloo in one of four
 ways, as the Rust rank does with tch-distributed:
 
 - `ddp`: DistributedDataParallel, a batch of --batch-size per rank;
@@ -9,11 +9,18 @@ ways, as the Rust rank does with tch-distributed:
 - `pipeline`: `torch.distributed.pipelining`, the model cut after block3 into two
   stages (one per rank), ScheduleGPipe over --micro-batches; the first stage reads a
   batch of --batch-size x world size (the job's batch, as the other modes' together).
+- `tp`: tensor parallelism written by hand (PyTorch's TP styles cover Linear only): in
+  each block the first conv column-parallel (its output channels split, Megatron's f
+  on the block's input), its BatchNorm on this rank's channels, the second conv
+  row-parallel (its input channels split, Megatron's g summing the partial outputs);
+  stem, shortcuts, second BatchNorms and head replicated. Every rank takes the job's
+  batch. f and g are torch.autograd.Functions over torch.distributed, and count the
+  bytes they send.
 
 Every step: forward, cross-entropy, backward, SGD (lr 0.01, no momentum). Prints one
 line `result {json}`: seconds per timed step, and memory measured from the process
-(VmHWM, the peak resident set, from /proc/self/status) and from the parameters this
-rank holds. Started by the runner with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set.
+(VmHWM, the peak resident set, from /proc/self/status) and from the parameters and
+gradients this rank holds; for `tp`, the bytes sent per step. Started by the runner with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set.
 """
 import argparse
 import json
@@ -70,9 +77,77 @@ def param_bytes(params):
     return total
 
 
+def grad_bytes(params):
+    return param_bytes([p.grad for p in params if p.grad is not None])
+
+
+# Bytes this rank sent in f's and g's all-reduces, as ring all-reduce moves them
+# (2 (n-1)/n of the tensor per rank: the Rust runner's cost model).
+SENT = [0.0]
+
+
+def all_reduce_counted(t, group):
+    n = dist.get_world_size(group)
+    SENT[0] += 2 * (n - 1) / n * t.numel() * t.element_size()
+    dist.all_reduce(t, group=group)
+    return t
+
+
+class CopyToRegion(torch.autograd.Function):
+    """Megatron's f: identity forward, gradient summed over the group backward."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return all_reduce_counted(grad.contiguous().clone(), ctx.group), None
+
+
+class ReduceFromRegion(torch.autograd.Function):
+    """Megatron's g: summed over the group forward, gradient passed on backward (not
+    dist's autograd all_reduce, whose backward all-reduces again)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return all_reduce_counted(x.contiguous().clone(), group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class TensorParallelBlock(nn.Module):
+    """A wideresnet Block split over `group`, as labkit's TensorParallelBlock: conv1 and
+    BN1 keep this rank's output channels, conv2 its input channels; the rest whole."""
+
+    def __init__(self, block, group):
+        super().__init__()
+        n, r = dist.get_world_size(group), dist.get_rank(group)
+        (self.conv1, self.bn1, _), self.dropout, (self.conv2, self.bn2, _) = [
+            block.main[0], block.main[1], block.main[2]]
+        self.shortcut, self.group = block.shortcut, group
+        with torch.no_grad():
+            self.conv1.weight = nn.Parameter(self.conv1.weight.chunk(n, 0)[r].clone())
+            for name in ("weight", "bias"):
+                setattr(self.bn1, name, nn.Parameter(getattr(self.bn1, name).chunk(n, 0)[r].clone()))
+            for name in ("running_mean", "running_var"):
+                setattr(self.bn1, name, getattr(self.bn1, name).chunk(n, 0)[r].clone())
+            self.bn1.num_features //= n
+            self.conv2.weight = nn.Parameter(self.conv2.weight.chunk(n, 1)[r].clone())
+
+    def forward(self, x):
+        h = torch.relu(self.bn1(self.conv1(CopyToRegion.apply(x, self.group))))
+        partial = self.conv2(self.dropout(h))
+        main = torch.relu(self.bn2(ReduceFromRegion.apply(partial, self.group)))
+        return main + self.shortcut(x)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["ddp", "fsdp", "pipeline"], required=True)
+    p.add_argument("--mode", choices=["ddp", "fsdp", "pipeline", "tp"], required=True)
     p.add_argument("--width", default="narrow")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--micro-batches", type=int, default=4)
@@ -112,6 +187,16 @@ def main():
                 fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         params = list(model.parameters())
+    elif a.mode == "tp":
+        group = dist.group.WORLD
+        # Every rank's whole model is TP rank 0's (src_data_rank=0), then split.
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                dist.broadcast(t, 0, group=group)
+        for i, layer in enumerate(model):
+            if layer.__class__.__name__ == "Block":
+                model[i] = TensorParallelBlock(layer, group)
+        params = list(model.parameters())
     else:
         from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
@@ -127,7 +212,11 @@ def main():
 
     def step(i):
         opt.zero_grad()
-        if a.mode == "pipeline":
+        if a.mode == "tp":
+            # TP peers compute on the same images: the job's batch on each.
+            x, y = batch(i, 0, job_batch)
+            loss_fn(model(x), y).backward()
+        elif a.mode == "pipeline":
             x, y = batch(i, 0, job_batch)
             if rank == 0:
                 schedule.step(x)
@@ -144,9 +233,11 @@ def main():
     for i in range(a.warmup):
         step(i)
     dist.barrier()
+    SENT[0] = 0.0
     start = time.perf_counter()
     for i in range(a.warmup, steps):
         step(i)
+    sent = SENT[0]
     dist.barrier()
     seconds = (time.perf_counter() - start) / a.steps
     peak_training = status_kb("VmHWM")
@@ -156,6 +247,8 @@ def main():
         "training_peak_rss": peak_training if reset else None,
         "rss_start": rss_start,
         "param_bytes": param_bytes(params),
+        "grad_bytes": grad_bytes(params),
+        "sent_bytes_per_step": sent / a.steps if a.mode == "tp" else None,
         "threads": torch.get_num_threads(),
     }
     print("result " + json.dumps(result), flush=True)

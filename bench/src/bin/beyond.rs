@@ -1,7 +1,8 @@
-//! Beyond DDP: DDP, FSDP (per block) and a 2-stage GPipe pipeline of the lab's
-//! WideResNet on CPU ranks over Gloo, Rust (tch-distributed) against PyTorch
-//! (`DistributedDataParallel`, FSDP2's `fully_shard`, `torch.distributed.pipelining`),
-//! in one run.
+//! Beyond DDP: DDP, FSDP (per block), a 2-stage GPipe pipeline and 2-way tensor
+//! parallelism (Megatron's channel split of each block's convs) of the lab's WideResNet
+//! on CPU ranks over Gloo, Rust (tch-distributed) against PyTorch
+//! (`DistributedDataParallel`, FSDP2's `fully_shard`, `torch.distributed.pipelining`,
+//! and the same TP written by hand with `torch.autograd.Function`s), in one run.
 //!
 //!     cargo run -p ddp-bench --release --bin beyond
 //!     cargo run -p ddp-bench --release --bin beyond -- --width lab --warmup 1 --steps 3 --repeats 1
@@ -13,8 +14,11 @@
 //! untimed steps, then `--steps` timed ones between two barriers. A run's time per step
 //! is its slowest rank's; its memory is the largest rank's peak resident set during the
 //! training steps (VmHWM, restarted at the first step through /proc/self/clear_refs),
-//! next to the parameter bytes each rank holds, measured from its tensors. A side's
-//! figure is the median over repeats. Nothing here asserts on timings.
+//! next to the parameter and gradient bytes each rank holds, measured from its tensors
+//! (plain SGD keeps no optimizer state). The bytes each rank sends per step are read
+//! from the Rust ranks' timeline (every collective's and send's tensor, DDP's buckets;
+//! [`wire_bytes`]) and counted at the call by the PyTorch TP rank. A side's figure is
+//! the median over repeats. Nothing here asserts on timings.
 use std::error::Error;
 use std::io::Read;
 use std::path::PathBuf;
@@ -25,7 +29,7 @@ use clap::{Parser, ValueEnum};
 use ddp_bench::common::{load_average, median, probe_python, Side};
 use labkit::{DatasetKind, DatasetOptions, Norm, WideResNet, Widths};
 use serde_json::{json, Value};
-use tch::nn::{self, OptimizerConfig};
+use tch::nn::{self, ModuleT, OptimizerConfig};
 use tch::Device;
 use tch_distributed as dist;
 
@@ -41,6 +45,7 @@ enum Mode {
     Ddp,
     Fsdp,
     Pipeline,
+    Tp,
 }
 
 impl Mode {
@@ -49,6 +54,7 @@ impl Mode {
             Mode::Ddp => "ddp",
             Mode::Fsdp => "fsdp",
             Mode::Pipeline => "pipeline",
+            Mode::Tp => "tp",
         }
     }
 
@@ -57,6 +63,7 @@ impl Mode {
             Mode::Ddp => "DDP".into(),
             Mode::Fsdp => "FSDP (per block)".into(),
             Mode::Pipeline => format!("pipeline (2 stages, {micro_batches} micro-batches)"),
+            Mode::Tp => "TP (2-way, block convs' channels)".into(),
         }
     }
 }
@@ -64,21 +71,22 @@ impl Mode {
 #[derive(Parser, Debug)]
 #[command(
     name = "beyond",
-    about = "DDP, FSDP and a pipeline of the WideResNet, Rust vs PyTorch: images/sec and peak memory per rank, 2 CPU ranks over Gloo"
+    about = "DDP, FSDP, a pipeline and tensor parallelism of the WideResNet, Rust vs PyTorch: images/sec, memory and bytes sent per rank, 2 CPU ranks over Gloo"
 )]
 struct Args {
     /// WideResNet widths: `narrow`, `lab`, or four channel counts.
     #[arg(long, default_value = "narrow")]
     width: Widths,
-    /// Images per rank per step (DDP, FSDP); the pipeline's first stage takes the job's
-    /// batch, this times the world size, so every mode trains as many images per step.
+    /// Images per rank per step (DDP, FSDP); the pipeline's first stage and every TP
+    /// rank take the job's batch, this times the world size, so every mode trains as
+    /// many images per step.
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
     /// Micro-batches per pipeline step; they must divide the job's batch.
     #[arg(long, default_value_t = 4)]
     micro_batches: usize,
     /// Which modes to run, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "ddp,fsdp,pipeline")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ddp,fsdp,pipeline,tp")]
     modes: Vec<Mode>,
     /// Untimed steps before the timed ones.
     #[arg(long, default_value_t = 3)]
@@ -162,11 +170,46 @@ fn bytes_of(vs: &nn::VarStore) -> i64 {
     vs.trainable_variables().iter().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum()
 }
 
+/// Bytes of the gradients the store's parameters hold now.
+fn grad_bytes_of(vs: &nn::VarStore) -> i64 {
+    let grads = vs.trainable_variables().into_iter().map(|t| t.grad()).filter(|g| g.defined());
+    grads.map(|g| g.numel() as i64 * g.kind().elt_size_in_bytes() as i64).sum()
+}
+
+/// The bytes one rank sends for a timeline event of a group of `world` ranks, as ring
+/// algorithms move them (the usual cost model, e.g. NCCL's "bus bandwidth"):
+/// all-reduce 2(n-1)/n of the tensor, all-gather (n-1) x its shard, reduce-scatter and
+/// broadcast (n-1)/n of the whole (a broadcast's relays averaged over the ranks), a
+/// send its tensor, a receive nothing (its sender counted it). None: no traffic
+/// (a barrier, or an event that is not a collective).
+fn wire_bytes(event: &dist::spans::Event, world: usize) -> Option<f64> {
+    let bytes = event.args.iter().find(|(k, _)| *k == "bytes").and_then(|(_, v)| match v {
+        dist::spans::Arg::Int(b) => Some(*b as f64),
+        _ => None,
+    })?;
+    let n = world as f64;
+    let name = event.name.as_str();
+    let factor = match event.category {
+        // DDP's gradient buckets (`all_reduce bucket i`).
+        "ddp" if name.starts_with("all_reduce") => 2.0 * (n - 1.0) / n,
+        "collective" => match name {
+            "all_reduce" => 2.0 * (n - 1.0) / n,
+            "all_gather" | "all_gather_into_tensor" => n - 1.0,
+            "reduce_scatter_tensor" | "broadcast" | "broadcast_coalesced" | "reduce" => (n - 1.0) / n,
+            "send" | "isend" => 1.0,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(bytes * factor)
+}
+
 /// How one rank trains: the model in its mode, stepped on a batch.
 enum Trainer {
     Ddp(dist::DistributedDataParallel<WideResNet>),
     Fsdp(dist::FsdpModule<WideResNet>, dist::FullyShard),
     Pipeline(dist::Pipeline<WideResNet>),
+    Tp(WideResNet),
 }
 
 fn rank_main(args: &Args, mode: Mode) -> Res<()> {
@@ -185,6 +228,9 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
     };
 
     tch::manual_seed(0);
+    // The timeline from the start: DDP times (and so reports) its buckets only when it
+    // is recording as DDP is made. What it records before the timed steps is dropped.
+    dist::spans::start();
     let vs = nn::VarStore::new(Device::Cpu);
     let (trainer, mut opt) = match mode {
         Mode::Ddp => {
@@ -220,9 +266,20 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
             let pipeline = dist::Pipeline::new(stage, dist::default_group()?, args.micro_batches)?;
             (Trainer::Pipeline(pipeline), nn::Sgd::default().build(&vs, 0.01)?)
         }
+        Mode::Tp => {
+            // Every rank draws the whole model from the same seed; parallelize_module
+            // keeps its slices of TP rank 0's.
+            let net = WideResNet::tensor_parallel(&vs, args.width, &dist::default_group()?)?;
+            (Trainer::Tp(net), nn::Sgd::default().build(&vs, 0.01)?)
+        }
     };
     let mut step = |i: usize| -> Res<()> {
         match &trainer {
+            Trainer::Tp(net) => {
+                // TP peers compute on the same images: the job's batch on each.
+                let (x, y) = batch(i, 0, job_batch);
+                opt.backward_step(&net.forward_t(&x, true).cross_entropy_for_logits(&y));
+            }
             Trainer::Pipeline(pipeline) => {
                 let (x, y) = batch(i, 0, job_batch);
                 opt.zero_grad();
@@ -248,26 +305,33 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
         step(i)?;
     }
     dist::barrier()?;
+    dist::spans::take();
     let start = Instant::now();
     for i in args.warmup..args.warmup + args.steps {
         step(i)?;
     }
+    // Taken before the barrier: only the steps' own traffic.
+    let events = dist::spans::take();
+    dist::spans::stop();
     dist::barrier()?;
     let seconds = start.elapsed().as_secs_f64() / args.steps as f64;
     let peak_training = status_bytes("VmHWM");
-    let (param_bytes, peak_unsharded) = match &trainer {
+    let (param_bytes, grad_bytes, peak_unsharded) = match &trainer {
         Trainer::Fsdp(_, fsdp) => {
             let memory = fsdp.memory()?;
-            (memory.shard_bytes, Some(memory.peak_unsharded_bytes))
+            (memory.shard_bytes, memory.grad_bytes, Some(memory.peak_unsharded_bytes))
         }
-        _ => (bytes_of(&vs), None),
+        _ => (bytes_of(&vs), grad_bytes_of(&vs), None),
     };
+    let sent: f64 = events.iter().filter_map(|e| wire_bytes(e, world)).sum();
     let result = json!({
         "step_seconds": seconds,
         "peak_rss": peak_before.max(peak_training),
         "training_peak_rss": if reset { peak_training } else { None },
         "rss_start": rss_start,
         "param_bytes": param_bytes,
+        "grad_bytes": grad_bytes,
+        "sent_bytes_per_step": sent / args.steps as f64,
         "peak_unsharded_bytes": peak_unsharded,
         "threads": tch::get_num_threads(),
     });
@@ -305,6 +369,14 @@ fn runner(args: &Args) -> Res<()> {
         return Err(format!(
             "--micro-batches {} does not divide the pipeline's batch of {job_batch} ({} per rank x {WORLD_SIZE} ranks): pick a divisor, e.g. 4",
             args.micro_batches, args.batch_size
+        )
+        .into());
+    }
+    let odd: Vec<i64> = args.width.0[1..].iter().copied().filter(|w| w % WORLD_SIZE as i64 != 0).collect();
+    if args.modes.contains(&Mode::Tp) && !odd.is_empty() {
+        return Err(format!(
+            "--width {}: tensor parallelism splits each block's channels over {WORLD_SIZE} ranks, and {odd:?} do not split evenly: pick block widths that are multiples of {WORLD_SIZE}, or leave tp out of --modes",
+            args.width
         )
         .into());
     }
@@ -413,7 +485,7 @@ const MB: f64 = 1024.0 * 1024.0;
 fn table(args: &Args, runs: &[(Mode, Side, Run)]) -> String {
     let job_batch = (args.batch_size * WORLD_SIZE) as f64;
     let mut out = String::from(
-        "| mode | Rust img/s | PyTorch img/s | Rust ÷ PyTorch (goal ≥ 1.0) | Rust peak MB/rank | PyTorch peak MB/rank | Rust ÷ PyTorch (goal ≤ 1.0) | parameters held per rank, Rust / PyTorch (MB) |\n|---|---|---|---|---|---|---|---|\n",
+        "| mode | Rust img/s | PyTorch img/s | Rust ÷ PyTorch (goal ≥ 1.0) | Rust peak MB/rank | PyTorch peak MB/rank | Rust ÷ PyTorch (goal ≤ 1.0) | parameters held per rank, Rust / PyTorch (MB) | parameters + gradients per rank, Rust / PyTorch (MB) | sent per rank per step, Rust (MB) |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for &mode in &args.modes {
         let of =
@@ -426,12 +498,22 @@ fn table(args: &Args, runs: &[(Mode, Side, Run)]) -> String {
                     .collect::<Vec<_>>(),
             ) / MB
         };
-        let held =
-            |side: Side| median(&of(side).filter_map(|r| r.max_of("param_bytes")).collect::<Vec<_>>()) / MB;
+        let med =
+            |side: Side, f: &dyn Fn(&Run) -> Option<f64>| median(&of(side).filter_map(f).collect::<Vec<_>>());
+        let held = |side: Side| med(side, &|r| r.max_of("param_bytes")) / MB;
+        let state = |side: Side| {
+            med(side, &|r| {
+                r.ranks
+                    .iter()
+                    .map(|k| Some(k["param_bytes"].as_f64()? + k["grad_bytes"].as_f64()?))
+                    .try_fold(f64::MIN, |m, v| v.map(|v| m.max(v)))
+            }) / MB
+        };
+        let sent = med(Side::Rust, &|r| r.max_of("sent_bytes_per_step")) / MB;
         let (rs, ps) = (speed(Side::Rust), speed(Side::PyTorch));
         let (rm, pm) = (peak(Side::Rust), peak(Side::PyTorch));
         out += &format!(
-            "| {} | {rs:.1} | {ps:.1} | {:.2} {} | {rm:.0} | {pm:.0} | {:.2} {} | {:.2} / {:.2} |\n",
+            "| {} | {rs:.1} | {ps:.1} | {:.2} {} | {rm:.0} | {pm:.0} | {:.2} {} | {:.2} / {:.2} | {:.2} / {:.2} | {sent:.2} |\n",
             mode.describe(args.micro_batches),
             rs / ps,
             if rs / ps >= 1.0 { "met" } else { "NOT met" },
@@ -439,6 +521,8 @@ fn table(args: &Args, runs: &[(Mode, Side, Run)]) -> String {
             if rm <= pm { "met" } else { "NOT met" },
             held(Side::Rust),
             held(Side::PyTorch),
+            state(Side::Rust),
+            state(Side::PyTorch),
         );
     }
     // Where the memory goes: what the process held before its first step (the runtime,

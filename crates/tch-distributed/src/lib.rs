@@ -69,7 +69,10 @@ pub use spawn::{
 };
 pub use store::{Store, TcpStoreOptions};
 pub use sync_batch_norm::{sync_batch_norm2d, SyncBatchNorm};
-pub use tensor_parallel::{copy_to_region, parallelize_module, reduce_from_region, ParallelStyle};
+pub use tensor_parallel::{
+    copy_to_region, gather_from_region, parallelize_module, reduce_from_region, scatter_to_region,
+    ParallelStyle,
+};
 
 /// PyTorch's default process-group timeout (30 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30 * 60);

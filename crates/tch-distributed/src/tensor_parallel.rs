@@ -9,6 +9,14 @@
 //! - [`reduce_from_region`] (Megatron's *g*): forward all-reduces over the TP group;
 //!   backward passes the gradient on unchanged. It goes after a row-parallel layer, whose
 //!   ranks each computed a partial sum of the output.
+//! - [`gather_from_region`] (Megatron's `gather_from_tensor_model_parallel_region`):
+//!   forward all-gathers every rank's slice and concatenates them along a dimension;
+//!   backward keeps this rank's slice of the gradient. It turns a column-parallel
+//!   layer's split output back into the whole one (Megatron's `gather_output=True`).
+//! - [`scatter_to_region`] (Megatron's `scatter_to_tensor_model_parallel_region`):
+//!   forward keeps this rank's slice along a dimension; backward all-gathers the
+//!   gradient's slices into the whole. It feeds a row-parallel layer from a replicated
+//!   activation (Megatron's `input_is_parallel=False`).
 //!
 //! PyTorch's autograd-aware `all_reduce` (functional collectives) would not do as *g*:
 //! its backward all-reduces the gradient again, which scales every earlier gradient by
@@ -41,7 +49,7 @@ pub fn copy_to_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tensor> {
     // A copy, not an alias: the output gets its own autograd history, and an in-place
     // operation on it must not bump the version of the input autograd may have saved.
     let out = x.detach().copy();
-    attach(x, out, Region::AllReduceBackward(group.clone()))
+    attach(x, out, Region::AllReduce(group.clone()))
 }
 
 /// Megatron's *g*: `x` all-reduced (summed) over `group` in forward; in backward the
@@ -49,7 +57,79 @@ pub fn copy_to_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tensor> {
 pub fn reduce_from_region(x: &Tensor, group: &Arc<ProcessGroup>) -> Result<Tensor> {
     let mut out = x.detach().copy();
     group.all_reduce(&mut out, ReduceOp::Sum)?;
-    attach(x, out, Region::IdentityBackward)
+    attach(x, out, Region::Identity)
+}
+
+/// Megatron's gather: every rank's `x` concatenated along `dim` (negative counts from the
+/// end: `-1` is Megatron's last dimension) in rank order, with one `all_gather_into_tensor`
+/// over `group`; in backward, this rank's slice of the gradient (no collective). Every
+/// rank of the group must call it at the same point, with `x` of the same shape.
+///
+/// ```no_run
+/// # fn f(tp: &std::sync::Arc<tch_distributed::ProcessGroup>, x: &tch::Tensor) -> tch_distributed::Result<()> {
+/// // A column-parallel layer's [batch, features / T] output, whole again: [batch, features].
+/// let whole = tch_distributed::gather_from_region(x, -1, tp)?;
+/// # Ok(()) }
+/// ```
+pub fn gather_from_region(x: &Tensor, dim: i64, group: &Arc<ProcessGroup>) -> Result<Tensor> {
+    let dim = region_dim(x, dim, "gather_from_region")?;
+    let out = all_gather_along(&x.detach(), dim, group)?;
+    attach(x, out, Region::Slice { group: group.clone(), dim })
+}
+
+/// Megatron's scatter: this rank's slice of `x` along `dim` (the group's size splits it
+/// into equal parts, rank r keeps part r; negative counts from the end), with no
+/// collective; in backward, every rank's slice of the gradient all-gathered into the
+/// whole over `group`. A dimension the group's size does not divide is an error.
+pub fn scatter_to_region(x: &Tensor, dim: i64, group: &Arc<ProcessGroup>) -> Result<Tensor> {
+    let dim = region_dim(x, dim, "scatter_to_region")?;
+    let (len, size) = (x.size()[dim], group.world_size() as i64);
+    if len % size != 0 {
+        return Err(DistError::invalid(format!(
+            "scatter_to_region: dimension {dim} of the input {:?} has {len}, which {size} ranks cannot split evenly; pick a dimension (or a width) that is a multiple of the group's size",
+            x.size()
+        )));
+    }
+    let out = own_slice(&x.detach(), dim, group);
+    attach(x, out, Region::AllGather { group: group.clone(), dim })
+}
+
+/// `dim` of `x` as a non-negative index, or an error naming the operator.
+fn region_dim(x: &Tensor, dim: i64, what: &str) -> Result<usize> {
+    let rank = x.dim() as i64;
+    let index = if dim < 0 { dim + rank } else { dim };
+    if !(0..rank).contains(&index) {
+        return Err(DistError::invalid(format!(
+            "{what}: dimension {dim} is out of range for a tensor of shape {:?} (valid: {} to {})",
+            x.size(),
+            -rank,
+            rank - 1
+        )));
+    }
+    Ok(index as usize)
+}
+
+/// This rank's equal part of `x` along `dim`, in memory of its own (a collective may
+/// later write into it, and the caller's tensor must not change).
+fn own_slice(x: &Tensor, dim: usize, group: &ProcessGroup) -> Tensor {
+    let part = x.size()[dim] / group.world_size() as i64;
+    x.narrow(dim as i64, group.rank() as i64 * part, part).contiguous()
+}
+
+/// Every rank's `x` concatenated along `dim`: gathered along dim 0 (what Gloo's
+/// all-gather lays out), then the parts moved to `dim`, as Megatron's
+/// `_gather_along_last_dim` does.
+fn all_gather_along(x: &Tensor, dim: usize, group: &ProcessGroup) -> Result<Tensor> {
+    let input = x.contiguous();
+    let mut shape = input.size();
+    shape[0] *= group.world_size() as i64;
+    let mut gathered = Tensor::empty(&shape, (input.kind(), input.device()));
+    group.all_gather_into_tensor(&mut gathered, &input)?;
+    if dim == 0 {
+        return Ok(gathered);
+    }
+    let parts = gathered.chunk(group.world_size() as i64, 0);
+    Ok(Tensor::cat(&parts, dim as i64))
 }
 
 /// How [`parallelize_module`] splits one layer's parameters over the TP group, as
@@ -147,28 +227,36 @@ pub fn parallelize_module(
 /// What a region node does with the gradient in backward.
 enum Region {
     /// All-reduce it over the group (*f*).
-    AllReduceBackward(Arc<ProcessGroup>),
+    AllReduce(Arc<ProcessGroup>),
     /// Pass it on as it is (*g*).
-    IdentityBackward,
+    Identity,
+    /// Keep this rank's slice along `dim` (gather's backward).
+    Slice { group: Arc<ProcessGroup>, dim: usize },
+    /// All-gather the slices along `dim` (scatter's backward).
+    AllGather { group: Arc<ProcessGroup>, dim: usize },
 }
 
 impl Region {
     fn node_name(&self) -> &'static str {
         match self {
-            Region::AllReduceBackward(_) => "CopyToTensorParallelRegionBackward",
-            Region::IdentityBackward => "ReduceFromTensorParallelRegionBackward",
+            Region::AllReduce(_) => "CopyToTensorParallelRegionBackward",
+            Region::Identity => "ReduceFromTensorParallelRegionBackward",
+            Region::Slice { .. } => "GatherFromTensorParallelRegionBackward",
+            Region::AllGather { .. } => "ScatterToTensorParallelRegionBackward",
         }
     }
 
     fn backward(&self, grad: Tensor) -> Result<Tensor> {
         match self {
-            Region::AllReduceBackward(group) => {
+            Region::AllReduce(group) => {
                 // A tensor of its own: the incoming gradient may be shared with other uses.
                 let mut grad = grad.copy();
                 group.all_reduce(&mut grad, ReduceOp::Sum)?;
                 Ok(grad)
             }
-            Region::IdentityBackward => Ok(grad),
+            Region::Identity => Ok(grad),
+            Region::Slice { group, dim } => Ok(own_slice(&grad, *dim, group)),
+            Region::AllGather { group, dim } => all_gather_along(&grad, *dim, group),
         }
     }
 }

@@ -2,7 +2,9 @@
 //! the API must come with the version SemVer asks for (cargo's rules: for `0.y.z` a
 //! breaking change raises `y`, an addition at least `z`), a CHANGELOG section for that
 //! version, and a new `public-api.txt` (`DDP_LAB_UPDATE_PUBLIC_API=1 cargo test -p
-//! tch-distributed --test public_api` writes it once the version is right).
+//! tch-distributed --test public_api` writes it once the version is right). While the
+//! CHANGELOG heading of the version says `(unreleased)`, changes are measured from the
+//! last release it names.
 //!
 //! The API is read from rustdoc's JSON (`--output-format json`, unstable: enabled with
 //! RUSTC_BOOTSTRAP=1 as cargo-semver-checks does) of the `doc-only` build, and written
@@ -189,11 +191,24 @@ impl Diff {
 
     /// What must be done before the new API may be recorded: the version raised as far
     /// as the change asks, and a CHANGELOG section for it.
+    ///
+    /// A version whose CHANGELOG heading says `(unreleased)` (Keep a Changelog's
+    /// convention) is still being written: a change recorded under it is measured
+    /// against the last release the CHANGELOG names, not against the record of the
+    /// same unreleased version, so 0.2.0 can gain functions before it is published
+    /// without going to 0.2.1.
     fn problems(&self, recorded: &str, now: &str, changelog: &str) -> Vec<String> {
         let mut problems = Vec::new();
-        let (Some(old), Some(new)) = (parse_version(recorded), parse_version(now)) else {
+        let (Some(mut old), Some(new)) = (parse_version(recorded), parse_version(now)) else {
             return vec![format!("versions must be MAJOR.MINOR.PATCH: {recorded:?}, {now:?}")];
         };
+        if recorded == now && unreleased(changelog, now) {
+            match last_release(changelog, new) {
+                Some(release) => old = release,
+                // Never released: nothing a user builds on yet.
+                None => return problems,
+            }
+        }
         let least = least_version(old, self.change());
         if new < least {
             let what = match self.change() {
@@ -210,6 +225,30 @@ impl Diff {
         }
         problems
     }
+}
+
+/// The CHANGELOG's version headings: `## 0.2.0` or `## 0.2.0 (unreleased)`, with
+/// whether the heading says unreleased.
+fn headings(changelog: &str) -> impl Iterator<Item = (String, bool)> + '_ {
+    changelog.lines().filter_map(|l| {
+        let rest = l.strip_prefix("## ")?;
+        let version = rest.split_whitespace().next()?.trim_matches(|c| c == '[' || c == ']');
+        Some((version.to_string(), rest.to_ascii_lowercase().contains("unreleased")))
+    })
+}
+
+/// Whether the CHANGELOG marks `version` unreleased.
+fn unreleased(changelog: &str, version: &str) -> bool {
+    headings(changelog).any(|(v, unreleased)| v == version && unreleased)
+}
+
+/// The highest released version below `below` that the CHANGELOG names.
+fn last_release(changelog: &str, below: (u64, u64, u64)) -> Option<(u64, u64, u64)> {
+    headings(changelog)
+        .filter(|(_, unreleased)| !unreleased)
+        .filter_map(|(v, _)| parse_version(&v))
+        .filter(|v| *v < below)
+        .max()
 }
 
 fn parse_version(v: &str) -> Option<(u64, u64, u64)> {
@@ -749,6 +788,28 @@ fn a_change_needs_its_version_and_a_changelog_section() {
     assert!(problems.len() == 1 && problems[0].contains("no section `## 0.1.2`"), "{problems:?}");
 
     assert!(Diff::between(&before, &before).is_empty());
+}
+
+#[test]
+fn an_unreleased_version_is_measured_from_the_last_release() {
+    let before = vec!["fn a::f()".to_string()];
+    let added = vec!["fn a::f()".to_string(), "fn a::h()".to_string()];
+    let removed = vec!["fn a::h()".to_string()];
+    let addition = Diff::between(&before, &added);
+    let breaking = Diff::between(&before, &removed);
+    let open = "## 0.2.0 (unreleased)\n\n- h\n\n## 0.1.3\n\n## 0.1.0\n";
+    // 0.2.0 recorded, not published: it gains and loses items without a new version.
+    assert!(addition.problems("0.2.0", "0.2.0", open).is_empty());
+    assert!(breaking.problems("0.2.0", "0.2.0", open).is_empty());
+    // Unreleased 0.1.4 after 0.1.3: an addition fits it, a breaking change does not.
+    let patch = "## 0.1.4 (Unreleased)\n\n## 0.1.3\n";
+    assert!(addition.problems("0.1.4", "0.1.4", patch).is_empty());
+    assert!(breaking.problems("0.1.4", "0.1.4", patch)[0].contains("at least 0.2.0"));
+    // Published: the record's own version is the base again.
+    let published = "## 0.2.0\n\n## 0.1.0\n";
+    assert!(addition.problems("0.2.0", "0.2.0", published)[0].contains("at least 0.2.1"));
+    // Never released at all: nothing to hold it to.
+    assert!(breaking.problems("0.1.0", "0.1.0", "## 0.1.0 (unreleased)\n").is_empty());
 }
 
 #[test]

@@ -4,6 +4,10 @@
 //! whole MLP, which every rank also runs on its own from the same seed. Output, loss and
 //! every gradient (the input's included) must agree to float32 rounding; without
 //! `copy_to_region` the input's gradient is only this rank's part, and the test shows it.
+//! Megatron's other two operators, `gather_from_region` and `scatter_to_region`: forward
+//! values and gradients against the whole tensors on one rank, the traced collectives
+//! of each forward and backward, and dimensions they cannot split refused before any
+//! collective starts.
 //! `parallelize_module`: a conv net and MLP split by a plan (conv channels as Linear
 //! features) from TP rank 0's weights, against rank 0's whole net.
 mod common;
@@ -36,7 +40,12 @@ const WRN_TOLERANCE: f64 = 1e-5;
 #[test]
 #[ignore = "rank process entry point: the multi-process tests start it themselves"]
 fn rank_entry() {
-    run_scenario(&[("mlp", mlp_scenario), ("plan", plan_scenario), ("wrn", wrn_scenario)]);
+    run_scenario(&[
+        ("mlp", mlp_scenario),
+        ("regions", regions_scenario),
+        ("plan", plan_scenario),
+        ("wrn", wrn_scenario),
+    ]);
 }
 
 fn leaf(t: Tensor) -> Tensor {
@@ -98,6 +107,125 @@ fn mlp_scenario() {
     let partial = max_diff(&xm.grad(), &xw.grad());
     println!("rank {rank}: without copy_to_region the input gradient differs by {partial:.2e}");
     assert!(partial > 1e-2, "a missing copy_to_region must leave a partial input gradient ({partial})");
+    dist::destroy_process_group().unwrap();
+}
+
+/// The collectives this process issued since the observer was installed, as
+/// `describe()` strings, drained.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+fn observe() -> Seen {
+    let seen: Seen = Default::default();
+    let sink = seen.clone();
+    assert!(dist::debug::set_collective_observer(move |c| sink.lock().unwrap().push(c.describe())));
+    seen
+}
+
+fn drain(seen: &Seen) -> Vec<String> {
+    std::mem::take(&mut *seen.lock().unwrap())
+}
+
+/// gather_from_region and scatter_to_region alone (on dims -1, 0 and a middle one),
+/// then in Megatron's MLP with the other pair: fc1 column-parallel with its output
+/// gathered (`gather_output=True`), fc2 row-parallel fed by a scatter
+/// (`input_is_parallel=False`). Every value and gradient against the whole tensors,
+/// which every rank also holds from the same seed.
+fn regions_scenario() {
+    init_env(TIMEOUT);
+    let seen = observe();
+    let group = dist::default_group().unwrap();
+    let (rank, world) = (group.rank() as i64, group.world_size() as i64);
+    let opts = (Kind::Float, Device::Cpu);
+    tch::manual_seed(0);
+    // Dimension 1 has 6 (a multiple of 2 and 3), the others not: 5 and 7.
+    let x = Tensor::randn([5, 6, 7], opts);
+    let dims: [(i64, i64); 3] = [(-1, 2), (0, 0), (1, 1)];
+    for (dim, index) in dims {
+        // Each rank's part of a whole whose every dimension splits: gather it back.
+        let whole = Tensor::randn([5 * world, 6, 7 * world], opts);
+        let weight = Tensor::randn(whole.size(), opts);
+        let part_len = whole.size()[index as usize] / world;
+        let mine = leaf(whole.narrow(index, rank * part_len, part_len));
+        let gathered = dist::gather_from_region(&mine, dim, &group).unwrap();
+        assert_eq!(drain(&seen), [format!("all_gather_into_tensor() Float[{}]", mine.numel())]);
+        assert!(gathered.equal(&whole), "rank {rank}: gather along {dim} is not the whole tensor");
+        (&gathered * &weight).sum(Kind::Float).backward();
+        assert_eq!(drain(&seen), Vec::<String>::new(), "gather's backward needs no collective");
+        // One rank's computation: d/dwhole sum(whole * weight) = weight; mine is a slice.
+        let want = weight.narrow(index, rank * part_len, part_len);
+        assert!(
+            mine.grad().equal(&want),
+            "rank {rank}: gather's gradient along {dim} is not this rank's slice"
+        );
+    }
+    // Scatter along the one dimension every group size here divides, written both ways.
+    for dim in [1, -2] {
+        let whole = leaf(x.copy());
+        let weight = Tensor::randn([5, 6, 7], opts);
+        let part = 6 / world;
+        let mine = dist::scatter_to_region(&whole, dim, &group).unwrap();
+        assert_eq!(drain(&seen), Vec::<String>::new(), "scatter's forward needs no collective");
+        assert!(mine.equal(&x.narrow(1, rank * part, part)), "rank {rank}: scatter kept the wrong slice");
+        // Each rank's loss is its slice's part of the whole's: the gradient all-gathered
+        // from the ranks' slices is the whole loss's gradient, weight itself.
+        (&mine * weight.narrow(1, rank * part, part)).sum(Kind::Float).backward();
+        assert_eq!(drain(&seen), [format!("all_gather_into_tensor() Float[{}]", mine.numel())]);
+        assert!(whole.grad().equal(&weight), "rank {rank}: scatter's gradient is not the whole");
+    }
+
+    // Misuse: an error on every rank, before any collective (no rank waits on another).
+    let uneven = dist::scatter_to_region(&leaf(x.copy()), 0, &group).unwrap_err();
+    assert!(uneven.message().contains("dimension 0 of the input [5, 6, 7] has 5, which"), "{uneven}");
+    assert!(uneven.message().contains("cannot split evenly"), "{uneven}");
+    assert_eq!(uneven.exit_code(), 2);
+    for bad in [3, -4] {
+        let e = dist::gather_from_region(&x, bad, &group).unwrap_err();
+        assert!(e.message().contains(&format!("dimension {bad} is out of range")), "{e}");
+        let e = dist::scatter_to_region(&x, bad, &group).unwrap_err();
+        assert!(e.message().contains("valid: -3 to 2"), "{e}");
+    }
+    assert_eq!(drain(&seen), Vec::<String>::new(), "a refused call must not start a collective");
+
+    // Megatron's MLP with both pairs, against the whole MLP.
+    let (w1, b1) = (Tensor::randn([HIDDEN, IN], opts), Tensor::randn([HIDDEN], opts));
+    let (w2, b2) = (Tensor::randn([OUT, HIDDEN], opts), Tensor::randn([OUT], opts));
+    let input = Tensor::randn([N, IN], opts);
+    let (xw, w1w, b1w, w2w, b2w) =
+        (leaf(input.copy()), leaf(w1.copy()), leaf(b1.copy()), leaf(w2.copy()), leaf(b2.copy()));
+    let whole = (xw.matmul(&w1w.tr()) + &b1w).relu().matmul(&w2w.tr()) + &b2w;
+    (&whole * &whole).sum(Kind::Float).backward();
+
+    let part = HIDDEN / world;
+    let (xt, b2t) = (leaf(input.copy()), leaf(b2.copy()));
+    let w1t = leaf(w1.narrow(0, rank * part, part));
+    let b1t = leaf(b1.narrow(0, rank * part, part));
+    let w2t = leaf(w2.narrow(1, rank * part, part));
+    let split = dist::copy_to_region(&xt, &group).unwrap().matmul(&w1t.tr()) + &b1t;
+    let hidden = dist::gather_from_region(&split, -1, &group).unwrap().relu();
+    let into = dist::scatter_to_region(&hidden, -1, &group).unwrap();
+    let out = dist::reduce_from_region(&into.matmul(&w2t.tr()), &group).unwrap() + &b2t;
+    let gather = format!("all_gather_into_tensor() Float[{}]", N * part);
+    let forward = [gather.clone(), format!("all_reduce(op=SUM) Float[{}]", N * OUT)];
+    assert_eq!(drain(&seen), forward, "rank {rank}: the forward's collectives: gather, then g");
+    (&out * &out).sum(Kind::Float).backward();
+    // Backward in reverse: scatter's all-gather, then f's all-reduce of the input's gradient.
+    let backward = [gather, format!("all_reduce(op=SUM) Float[{}]", N * IN)];
+    assert_eq!(drain(&seen), backward, "rank {rank}: the backward's collectives");
+    let checks = [
+        ("output", max_diff(&out, &whole)),
+        ("input gradient", max_diff(&xt.grad(), &xw.grad())),
+        ("fc1 weight gradient", max_diff(&w1t.grad(), &w1w.grad().narrow(0, rank * part, part))),
+        ("fc1 bias gradient", max_diff(&b1t.grad(), &b1w.grad().narrow(0, rank * part, part))),
+        ("fc2 weight gradient", max_diff(&w2t.grad(), &w2w.grad().narrow(1, rank * part, part))),
+        ("fc2 bias gradient", max_diff(&b2t.grad(), &b2w.grad())),
+    ];
+    for (what, diff) in checks {
+        println!("rank {rank}: gathered MLP's {what} differs by {diff:.2e}");
+        assert!(
+            diff <= TOLERANCE,
+            "rank {rank}: the gathered MLP's {what} differs from the whole's by {diff}"
+        );
+    }
     dist::destroy_process_group().unwrap();
 }
 
@@ -237,11 +365,11 @@ fn run(world: usize, scenarios: &[&str]) {
 
 #[test]
 fn megatron_splits_on_two_ranks_equal_the_whole_models() {
-    run(2, &["mlp", "plan", "wrn"]);
+    run(2, &["mlp", "regions", "plan", "wrn"]);
 }
 
 #[test]
 fn megatron_splits_on_three_ranks_equal_the_whole_models() {
     // Not the WideResNet: its narrow widths (16, 32, 64) do not split three ways.
-    run(3, &["mlp", "plan"]);
+    run(3, &["mlp", "regions", "plan"]);
 }
