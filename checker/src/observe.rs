@@ -19,7 +19,9 @@ use std::time::Duration;
 
 pub use build_errors::{build, BuildFailure, BuildFailureRecord};
 use command_line::checkpoint_args;
-pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run};
+pub use observation::{
+    Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind, Runs,
+};
 use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, WhichRun};
 pub use variation::{Variation, FSDP_STEPS};
 
@@ -54,10 +56,10 @@ pub fn observe(
         let quick_run =
             (step >= since::QUICK_EVALUATION).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
         let mut observation = observe_runs(step, bin, source, v, setup, phase, grace);
-        observation.quick_run = quick_run.map(|run| {
+        if let Some(run) = quick_run {
             phase("finishing the quick evaluation (it started with the first run)");
-            run.join().expect("the quick evaluation's thread")
-        });
+            observation.insert(Runs::QuickEvaluation(run.join().expect("the quick evaluation's thread")));
+        }
         observation
     })
 }
@@ -84,9 +86,8 @@ fn observe_runs(
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
         // Independent jobs on their own ports: run them side by side.
         let ((many_run, _), (one_run, _)) = std::thread::scope(|scope| {
-            let many_job =
-                scope.spawn(|| run_job(step, bin, &many, setup, WhichRun::Equivalence("many"), &[]));
-            let one_run = run_job(step, bin, &one, setup, WhichRun::Equivalence("one"), &[]);
+            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, WhichRun::EquivalenceMany, &[]));
+            let one_run = run_job(step, bin, &one, setup, WhichRun::EquivalenceOne, &[]);
             (many_job.join().expect("the comparison's run thread"), one_run)
         });
         Equivalence { settings: many, many: many_run, one: one_run }
@@ -112,31 +113,24 @@ fn observe_runs(
         fsdp_runs(step, bin, v, setup)
     });
 
+    let mut observation = Observation::of_main(step, v.clone(), source, main, port);
+    let made = [
+        equivalence.map(Runs::Equivalence),
+        resume.map(Runs::Resume),
+        pipeline.map(Runs::Pipeline),
+        fsdp.map(Runs::Fsdp),
+    ];
+    made.into_iter().flatten().for_each(|runs| observation.insert(runs));
     if step >= since::NODE_OPTIONS {
         phase("checking --help and a bad option value");
+        let (help, bad_value) = help_and_bad_value(bin, setup, grace);
+        observation.insert(Runs::Options { help, bad_value });
     }
-    let (help, bad_value) =
-        if step >= since::NODE_OPTIONS { help_and_bad_value(bin, setup, grace) } else { (None, None) };
-    let fail_run = (step >= since::SPAWNS_ITS_RANKS).then(|| {
+    if step >= since::SPAWNS_ITS_RANKS {
         phase("running with a failing rank");
-        failing_rank_run(step, bin, v, setup, grace)
-    });
-    Observation {
-        step,
-        variation: v.clone(),
-        source,
-        main,
-        port,
-        help,
-        bad_value,
-        fail_run,
-        quick_run: None,
-        downloads: None,
-        equivalence,
-        resume,
-        fsdp,
-        pipeline,
+        observation.insert(Runs::FailingRank(failing_rank_run(step, bin, v, setup, grace)));
     }
+    observation
 }
 
 /// The micro-batches of step 13's pipelined run: 4 per batch of 16.
@@ -153,11 +147,10 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
     };
     let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
     let ((pipelined, _), (cut, _), (uncut, _)) = std::thread::scope(|scope| {
-        let pipelined = scope
-            .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Pipeline("pipelined"), &pipelined_args));
-        let cut =
-            scope.spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Pipeline("cut"), &cut_args));
-        let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Pipeline("uncut"), &[]);
+        let pipelined =
+            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Pipelined, &pipelined_args));
+        let cut = scope.spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Cut, &cut_args));
+        let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Uncut, &[]);
         (
             pipelined.join().expect("the pipelined run's thread"),
             cut.join().expect("the cut run's thread"),
@@ -172,8 +165,8 @@ fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
     let settings = v.for_fsdp();
     let ((fsdp, _), (ddp, _)) = std::thread::scope(|scope| {
         let fsdp =
-            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Fsdp("fsdp"), &["--fsdp".into()]));
-        let ddp = run_job(step, bin, &settings, setup, WhichRun::Fsdp("ddp"), &[]);
+            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::WithFsdp, &["--fsdp".into()]));
+        let ddp = run_job(step, bin, &settings, setup, WhichRun::WithDdp, &[]);
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });
     FsdpRuns { settings, fsdp, ddp }
@@ -198,20 +191,13 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
     let ((uninterrupted, _), (stopped, _)) = std::thread::scope(|scope| {
-        let whole = scope
-            .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Resume("uninterrupted"), &whole_args));
-        let stopped = run_job_carrying(
-            step,
-            bin,
-            &stopped_settings,
-            setup,
-            WhichRun::Resume("stopped"),
-            &stopped_args,
-            &carry,
-        );
+        let whole =
+            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Uninterrupted, &whole_args));
+        let stopped =
+            run_job_carrying(step, bin, &stopped_settings, setup, WhichRun::Stopped, &stopped_args, &carry);
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
     let (resumed, _) =
-        run_job_carrying(step, bin, &settings, setup, WhichRun::Resume("resumed"), &resumed_args, &carry);
+        run_job_carrying(step, bin, &settings, setup, WhichRun::Resumed, &resumed_args, &carry);
     ResumeRuns { settings, stopped_after, uninterrupted, stopped, resumed }
 }

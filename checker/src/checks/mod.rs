@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lab_trace::{EventKind, Record, Trace};
 
-use crate::observe::Observation;
+use crate::observe::{Observation, RunKind};
 
 mod collectives;
 #[cfg(test)]
@@ -92,30 +92,12 @@ pub struct Check {
     pub step: u8,
     /// What it looks at, in a few words.
     pub observes: &'static str,
-    /// The run whose failure makes missing evidence "could not judge".
-    pub needs: Needs,
+    /// The run whose failure makes missing evidence "could not judge"; `None`: the
+    /// program's text, or a run whose failure is the check's own property.
+    pub needs: Option<RunKind>,
     pub hint: &'static str,
     /// `None`: the check does not apply to this observation (its run was not made).
     pub judge: fn(&Observation) -> Option<Finding>,
-}
-
-/// Which run a check's evidence comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Needs {
-    /// The program's text, or a run whose failure is the check's own property.
-    Nothing,
-    /// The main run (hidden variations).
-    Main,
-    /// The N-rank and 1-rank runs of the comparison.
-    Equivalence,
-    /// The quick evaluation.
-    QuickRun,
-    /// The runs stopped and resumed, and the uninterrupted one (step 12).
-    Resume,
-    /// The pipeline's runs and the uncut model's step beside them (step 13).
-    Pipeline,
-    /// The runs with `--fsdp` and without (step 14).
-    Fsdp,
 }
 
 /// What the evidence shows.
@@ -422,27 +404,19 @@ const ERROR_LINE_SHOWN: usize = 200;
 
 /// Why the run a check needs did not end well, if it did not: the first failing
 /// process and its last error line, and any collective the ranks disagreed on.
-fn run_failure(obs: &Observation, needs: Needs) -> Option<RunFailure> {
-    let processes: Vec<&crate::job::Ended> = match needs {
-        Needs::Nothing => return None,
-        Needs::Main => obs.main.processes.iter().map(|p| &p.ended).collect(),
-        Needs::Equivalence => match &obs.equivalence {
-            Some(eq) => eq.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the comparison did not run")),
-        },
-        Needs::QuickRun => obs.quick_run.iter().collect(),
-        Needs::Resume => match &obs.resume {
-            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the stopped and resumed runs did not run")),
-        },
-        Needs::Pipeline => match &obs.pipeline {
-            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the pipeline's runs did not run")),
-        },
-        Needs::Fsdp => match &obs.fsdp {
-            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the runs with --fsdp and with DDP did not run")),
-        },
+fn run_failure(obs: &Observation, needs: Option<RunKind>) -> Option<RunFailure> {
+    let needs = needs?;
+    let Some(processes) = obs.processes(needs) else {
+        return Some(RunFailure::plain(match needs {
+            RunKind::Equivalence => "the comparison did not run",
+            RunKind::Resume => "the stopped and resumed runs did not run",
+            RunKind::Pipeline => "the pipeline's runs did not run",
+            RunKind::Fsdp => "the runs with --fsdp and with DDP did not run",
+            // Checks of these runs report their absence as their own finding.
+            RunKind::Main | RunKind::Options | RunKind::FailingRank | RunKind::QuickEvaluation => {
+                return None
+            }
+        }));
     };
     let failed = processes.into_iter().find(|e| !e.success())?;
     let mut why = format!("{} ended with {}", failed.name, failed.describe());
@@ -463,14 +437,14 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<RunFailure> {
     }
     let mut blames = None;
     // The runs of the program as the step is (the comparison's N ranks run it too).
-    let trace = match (needs, &obs.equivalence) {
-        (Needs::Main, _) => Some(&obs.main.trace),
-        (Needs::Equivalence, Some(eq)) => Some(&eq.many.trace),
+    let trace = match needs {
+        RunKind::Main => Some(&obs.main.trace),
+        RunKind::Equivalence => obs.equivalence().map(|eq| &eq.many.trace),
         _ => None,
     };
     if let Some(trace) = trace {
         // The step that owns the mistake, when one does; else the two calls as logged.
-        let divergence = collectives::Divergence::find(&trace.records, obs.step, collectives::Run::Main);
+        let divergence = collectives::Divergence::find(&trace.records, obs.step, RunKind::Main);
         match divergence.as_ref().and_then(|d| Some((d.owner_words()?, &d.sentence, d.owner?.1))) {
             Some((owner, sentence, id)) => {
                 blames = Some(id);
@@ -586,7 +560,7 @@ mod tests {
         }
     }
     use crate::job::Ended;
-    use crate::observe::{since, Run, Variation};
+    use crate::observe::{since, Run, Runs, Variation};
 
     fn not_started() -> Ended {
         Ended::not_started("nothing", "")
@@ -594,22 +568,19 @@ mod tests {
 
     /// An observation of a run that produced nothing at all.
     pub(super) fn nothing(step: u8) -> Observation {
-        Observation {
-            step,
-            variation: Variation::for_step(step, 1),
-            source: String::new(),
-            main: Run { processes: Vec::new(), trace: Trace::default() },
-            port: None,
-            help: (step >= since::NODE_OPTIONS).then(not_started),
-            bad_value: (step >= since::NODE_OPTIONS).then(not_started),
-            fail_run: (step >= since::SPAWNS_ITS_RANKS).then(not_started),
-            quick_run: (step >= since::QUICK_EVALUATION).then(not_started),
-            equivalence: None,
-            resume: None,
-            pipeline: None,
-            fsdp: None,
-            downloads: (step >= since::DATA_ONCE_PER_NODE).then(BTreeMap::new),
+        let main = Run { processes: Vec::new(), trace: Trace::default() };
+        let mut obs = Observation::of_main(step, Variation::for_step(step, 1), String::new(), main, None);
+        obs.downloads = (step >= since::DATA_ONCE_PER_NODE).then(BTreeMap::new);
+        if step >= since::NODE_OPTIONS {
+            obs.insert(Runs::Options { help: not_started(), bad_value: not_started() });
         }
+        if step >= since::SPAWNS_ITS_RANKS {
+            obs.insert(Runs::FailingRank(not_started()));
+        }
+        if step >= since::QUICK_EVALUATION {
+            obs.insert(Runs::QuickEvaluation(not_started()));
+        }
+        obs
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! Step 0: the single-GPU program, with the distributed module imported.
-use super::{epoch_lines, id, Check, CheckResult, Evidence, Finding, Needs, Verdict};
-use crate::observe::{since, BuildFailure, Observation};
+use super::{epoch_lines, id, Check, CheckResult, Evidence, Finding, Verdict};
+use crate::observe::{since, BuildFailure, Observation, RunKind};
 
 pub const CHECKS: &[Check] = &[
     Check {
         id: id::IMPORTS_DIST,
         step: 0,
         observes: "the program's text",
-        needs: Needs::Nothing,
+        needs: None,
         hint: "the Rust mirror of `import torch.distributed as dist` is one `use` line (guide: step 0)",
         judge: imports_dist,
     },
@@ -15,7 +15,7 @@ pub const CHECKS: &[Check] = &[
         id: id::TRAINS,
         step: 0,
         observes: "every process's exit and the epoch lines",
-        needs: Needs::Nothing,
+        needs: None,
         hint: "run the step by hand (see the guide's page) and read the first error",
         judge: trains,
     },
@@ -117,7 +117,7 @@ fn trains(obs: &Observation) -> Option<Finding> {
     }
     // Ranks whose collectives part ways fail (a mismatch, a dead peer): the report
     // blames the step that owns the diverging call, which names the mistake.
-    let divergence = super::collectives::divergence(obs, super::collectives::Run::Main);
+    let divergence = super::collectives::divergence(obs, RunKind::Main);
     if let (false, Some(divergence)) = (failures.is_empty(), divergence) {
         if let Some(owner) = divergence.owner_words() {
             return Some(Finding {

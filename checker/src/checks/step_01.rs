@@ -1,5 +1,5 @@
 //! Step 1: the distributed options, typed.
-use super::{id, Check, Finding, Needs};
+use super::{id, Check, Finding};
 use crate::observe::Observation;
 
 pub const CHECKS: &[Check] = &[
@@ -7,7 +7,7 @@ pub const CHECKS: &[Check] = &[
         id: id::OPTIONS_LISTED,
         step: 1,
         observes: "`--help`",
-        needs: Needs::Nothing,
+        needs: None,
         hint: "three clap options in Args, with default_value_t and a doc comment each (guide: step 1)",
         judge: options_listed,
     },
@@ -15,14 +15,14 @@ pub const CHECKS: &[Check] = &[
         id: id::OPTIONS_TYPED,
         step: 1,
         observes: "a run with `--num-gpus two`",
-        needs: Needs::Nothing,
+        needs: None,
         hint: "declare the options as numbers (usize), so clap rejects other values",
         judge: options_typed,
     },
 ];
 
 fn options_listed(obs: &Observation) -> Option<Finding> {
-    let text = &obs.help.as_ref()?.stdout;
+    let text = &obs.options()?.0.stdout;
     let want = [("--num-nodes", "1"), ("--num-gpus", "1"), ("--node-id", "0")];
     let missing: Vec<String> = want
         .iter()
@@ -43,7 +43,7 @@ fn options_listed(obs: &Observation) -> Option<Finding> {
 }
 
 fn options_typed(obs: &Observation) -> Option<Finding> {
-    let bad = obs.bad_value.as_ref()?;
+    let (_, bad) = obs.options()?;
     let code = bad.status.and_then(|s| s.code());
     Finding::shown(
         // clap's "invalid value" (a typed option), not "unexpected argument" (none).

@@ -3,15 +3,15 @@ use std::collections::BTreeSet;
 
 use lab_trace::event::World;
 
-use super::{events, id, malformed, set, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{events, id, malformed, set, Check, Finding};
+use crate::observe::{Observation, RunKind};
 
 pub const CHECKS: &[Check] = &[
     Check {
         id: id::WORLD_SIZE,
         step: 2,
         observes: "the world each rank announced",
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "the world size counts every rank on every node (guide: step 2)",
         judge: world_size,
     },
@@ -19,7 +19,7 @@ pub const CHECKS: &[Check] = &[
         id: id::RENDEZVOUS,
         step: 2,
         observes: "the rendezvous address each rank announced",
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "the lab's localhost:9956 unless MASTER_ADDR and MASTER_PORT are set (guide: step 2)",
         judge: rendezvous,
     },

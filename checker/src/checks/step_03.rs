@@ -3,14 +3,14 @@ use std::collections::BTreeMap;
 
 use lab_trace::event::Worker;
 
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{events, id, malformed, Check, Finding};
+use crate::observe::{Observation, RunKind};
 
 pub const CHECKS: &[Check] = &[Check {
     id: id::WORKER_PER_RANK,
     step: 3,
     observes: "which process entered the worker, with which local rank",
-    needs: Needs::Main,
+    needs: Some(RunKind::Main),
     hint: "main reads LOCAL_RANK (dist::local_rank) and calls worker(local_rank, args) (guide: step 3)",
     judge: worker_per_rank,
 }];

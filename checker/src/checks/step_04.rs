@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use lab_trace::event::Printed;
 use lab_trace::Record;
 
-use super::{epoch_lines, events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{epoch_lines, events, id, malformed, Check, Finding};
+use crate::observe::{Observation, RunKind};
 
 pub const CHECKS: &[Check] = &[
     Check {
@@ -14,7 +14,7 @@ pub const CHECKS: &[Check] = &[
         observes: "the rank and group size each process joined with",
         // A group that never forms is this check's own property (two ranks claiming one
         // number never meet): no rank at all is a failure here, not "could not judge".
-        needs: Needs::Nothing,
+        needs: None,
         hint: "a global rank counts every rank of the nodes before this one, then adds the local rank; pass it and the world size to init_process_group (guide: step 4)",
         judge: global_rank,
     },
@@ -22,7 +22,7 @@ pub const CHECKS: &[Check] = &[
         id: id::RANK0_PRINTS,
         step: 4,
         observes: "which ranks printed epoch lines",
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "wrap the report's print in `if global_rank == 0` (guide: step 4)",
         judge: rank0_prints,
     },

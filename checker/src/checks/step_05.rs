@@ -4,16 +4,16 @@ use std::collections::BTreeMap;
 use lab_trace::event::{DatasetReady, LoadDataset, PrepareDataset};
 use lab_trace::Record;
 
-use super::collectives::{self, Run};
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::collectives;
+use super::{events, id, malformed, Check, Finding};
+use crate::observe::{Observation, RunKind};
 
 pub const CHECKS: &[Check] = &[
     Check {
         id: id::PREPARE_ONCE_PER_NODE,
         step: 5,
         observes: "which ranks prepared the data set",
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "`if local_rank == 0 { prepare }`, then dist::barrier(), then every rank loads (guide: step 5)",
         judge: prepare_once_per_node,
     },
@@ -21,7 +21,7 @@ pub const CHECKS: &[Check] = &[
         id: id::DOWNLOADS_PER_NODE,
         step: 5,
         observes: "the files the local mirror served",
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "only local rank 0 of each node may download (guide: step 5)",
         judge: downloads_per_node,
     },
@@ -31,7 +31,7 @@ pub const CHECKS: &[Check] = &[
         observes: "when each rank began reading the data set and when its node's copy was ready (preparing made 1 s late)",
         // A read seen too early is evidence however the run ended (the reading rank
         // usually dies of the missing files); no read at all after a crash is not.
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "dist::barrier() after local rank 0 prepares the data set and before any rank loads it, on every rank (guide: step 5)",
         judge: data_barrier,
     },
@@ -73,7 +73,7 @@ const DATA_BARRIER_EXPECTED: &str =
 /// `prepare-once-per-node`'s business; here any finished preparation of the directory
 /// will do, so a program where every rank prepares is not blamed twice.
 fn data_barrier(obs: &Observation) -> Option<Finding> {
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::DATA_BARRIER, DATA_BARRIER_EXPECTED) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, id::DATA_BARRIER, DATA_BARRIER_EXPECTED) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };

@@ -4,16 +4,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use lab_trace::event::{InitialWeights, Weights};
 use lab_trace::{EventKind, Record};
 
-use super::collectives::{self, Run};
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::{Equivalence, Observation};
+use super::collectives;
+use super::{events, id, malformed, Check, Finding};
+use crate::observe::{Equivalence, Observation, RunKind};
 
 pub const CHECKS: &[Check] = &[
     Check {
         id: id::WEIGHTS_SYNCHRONIZED,
         step: 7,
         observes: "each rank's weight digest after every epoch",
-        needs: Needs::Main,
+        needs: Some(RunKind::Main),
         hint: "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
         judge: weights_synchronized,
     },
@@ -21,7 +21,7 @@ pub const CHECKS: &[Check] = &[
         id: id::MATCHES_SINGLE_RANK,
         step: 7,
         observes: "rank 0's weights after one epoch, N ranks x batch B against 1 rank x batch N*B",
-        needs: Needs::Equivalence,
+        needs: Some(RunKind::Equivalence),
         hint: "DDP averages the gradients of the ranks' batches: with the DistributedSampler, one step of N ranks is one step on the N batches together (guide: step 7)",
         judge: matches_single_rank,
     },
@@ -43,7 +43,7 @@ fn weights_synchronized(obs: &Observation) -> Option<Finding> {
     }
     let expected =
         "identical weights on every rank after every epoch (ranks started from different random weights)";
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::WEIGHTS_SYNCHRONIZED, expected) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, id::WEIGHTS_SYNCHRONIZED, expected) {
         return Some(mine);
     }
     let differing: Vec<usize> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
@@ -72,7 +72,7 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
         ws * v.batch_size,
         b = v.batch_size
     );
-    let Some(eq) = &obs.equivalence else { return Finding::missing("the comparison did not run", expected) };
+    let Some(eq) = obs.equivalence() else { return Finding::missing("the comparison did not run", expected) };
     let failed: Vec<String> = eq
         .processes()
         .filter(|p| !p.ended.success())

@@ -9,17 +9,13 @@ use lab_trace::Trace;
 
 use super::command_line::{common_args, rendezvous_env, rendezvous_port, Stop};
 use super::placement::{gpus, node_gpus, placement, visible_devices};
-use super::{since, RankProcess, Run, Setup, Variation};
+use super::{since, RankProcess, Run, RunKind, Setup, Variation};
 use crate::confined::{self, JobSandbox};
 use crate::job::{Ended, Job, Launch};
 
 /// `--help` and `--num-gpus two`, both at once: neither touches the network or the
 /// other's files.
-pub(super) fn help_and_bad_value(
-    bin: &Path,
-    setup: &Setup,
-    grace: Duration,
-) -> (Option<Ended>, Option<Ended>) {
+pub(super) fn help_and_bad_value(bin: &Path, setup: &Setup, grace: Duration) -> (Ended, Ended) {
     let launch = |name: &str, args: &[&str]| Launch {
         name: name.into(),
         args: args.iter().map(|s| s.to_string()).collect(),
@@ -28,9 +24,9 @@ pub(super) fn help_and_bad_value(
     let launches = [launch("help", &["--help"]), launch("bad-value", &["--num-gpus", "two"])];
     let job =
         Job { bin, launches: &launches, dir: &setup.work, carry: &[], limit: Duration::from_secs(60), grace };
-    let mut ended = run_processes(&job, setup.confine.as_ref());
-    let bad = ended.pop();
-    (ended.pop(), bad)
+    let [help, bad_value]: [Ended; 2] =
+        run_processes(&job, setup.confine.as_ref()).try_into().expect("one end per launch");
+    (help, bad_value)
 }
 
 /// The program run with rank 1 made to fail (step 10 on), on one node of the main run's
@@ -88,36 +84,67 @@ pub(super) fn quick_evaluation(bin: &Path, setup: &Setup, grace: Duration) -> En
     run_processes(&job, setup.confine.as_ref()).remove(0)
 }
 
-/// Which run of a verification.
-#[derive(Clone, Copy)]
+/// Which run of a verification: one job of a [`RunKind`].
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum WhichRun {
-    /// The run most checks judge: hidden variations, a late rank from step 8,
-    /// downloads from the mirror from step 5, the early stop from step 11.
     Main,
-    /// The N-ranks-equal-1-rank comparison ("many" or "one").
-    Equivalence(&'static str),
-    /// Step 12's stopped, resumed and uninterrupted runs.
-    Resume(&'static str),
-    /// Step 14's runs with `--fsdp` and without ("fsdp" or "ddp"): dropout on (both draw
-    /// the same masks from the same seeds) and per-rank BatchNorm, whose collectives
-    /// would mix with FSDP's.
-    Fsdp(&'static str),
-    /// Step 13's runs: "pipelined", "cut" (one step) and "uncut" (the same step).
-    Pipeline(&'static str),
+    /// The N-ranks-equal-1-rank comparison's N ranks, and its 1 rank.
+    EquivalenceMany,
+    EquivalenceOne,
+    /// Step 12's runs.
+    Uninterrupted,
+    Stopped,
+    Resumed,
+    /// Step 13's runs: the pipeline trained with micro-batches, one step of it with one,
+    /// and the same step of the uncut model.
+    Pipelined,
+    Cut,
+    Uncut,
+    /// Step 14's runs with `--fsdp` and without: dropout on (both draw the same masks
+    /// from the same seeds) and per-rank BatchNorm, whose collectives would mix with FSDP's.
+    WithFsdp,
+    WithDdp,
 }
 
 impl WhichRun {
+    pub(super) fn kind(self) -> RunKind {
+        match self {
+            WhichRun::Main => RunKind::Main,
+            WhichRun::EquivalenceMany | WhichRun::EquivalenceOne => RunKind::Equivalence,
+            WhichRun::Uninterrupted | WhichRun::Stopped | WhichRun::Resumed => RunKind::Resume,
+            WhichRun::Pipelined | WhichRun::Cut | WhichRun::Uncut => RunKind::Pipeline,
+            WhichRun::WithFsdp | WhichRun::WithDdp => RunKind::Fsdp,
+        }
+    }
+
+    /// What its processes' names and its trace's directory start with.
+    fn prefix(self) -> &'static str {
+        match self {
+            WhichRun::Main => "",
+            WhichRun::EquivalenceMany => "equivalence-many-",
+            WhichRun::EquivalenceOne => "equivalence-one-",
+            WhichRun::Uninterrupted => "uninterrupted-",
+            WhichRun::Stopped => "stopped-",
+            WhichRun::Resumed => "resumed-",
+            WhichRun::Pipelined => "pipeline-pipelined-",
+            WhichRun::Cut => "pipeline-cut-",
+            WhichRun::Uncut => "pipeline-uncut-",
+            WhichRun::WithFsdp => "fsdp-",
+            WhichRun::WithDdp => "ddp-",
+        }
+    }
+
     /// Dropout off: the comparisons (the pipelined run of step 13 trains as students run
     /// it; step 14's runs keep dropout on, both drawing the same masks from the same seeds).
     fn dropout_off(self) -> bool {
-        !matches!(self, WhichRun::Main | WhichRun::Fsdp(_) | WhichRun::Pipeline("pipelined"))
+        !matches!(self, WhichRun::Main | WhichRun::WithFsdp | WhichRun::WithDdp | WhichRun::Pipelined)
     }
 
     /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),
     /// so that DDP must broadcast rank 0's weights; not in step 13's runs, whose stages
     /// must start from the uncut model's weights (`--seed` alone).
     fn ranks_seeded_apart(self) -> bool {
-        !matches!(self, WhichRun::Pipeline(_))
+        self.kind() != RunKind::Pipeline
     }
 }
 
@@ -146,13 +173,7 @@ pub(super) fn run_job_carrying(
     extra: &[String],
     carry: &[&str],
 ) -> (Run, Option<u16>) {
-    let prefix = match job {
-        WhichRun::Main => String::new(),
-        WhichRun::Equivalence(name) => format!("equivalence-{name}-"),
-        WhichRun::Resume(name) => format!("{name}-"),
-        WhichRun::Pipeline(name) => format!("pipeline-{name}-"),
-        WhichRun::Fsdp(name) => format!("{name}-"),
-    };
+    let prefix = job.prefix();
     let trace_dir = setup.work.join(format!("{prefix}trace"));
     let _ = std::fs::create_dir_all(&trace_dir);
     let port = (step >= since::PROCESS_GROUP).then(rendezvous_port);
@@ -160,7 +181,7 @@ pub(super) fn run_job_carrying(
     let mut placement = Vec::new();
     // From step 11 (the finished lab, its early stop) the main run stops early, on
     // every rank alike when the program is right.
-    let stop = if matches!(job, WhichRun::Main) && step >= since::QUICK_EVALUATION {
+    let stop = if job == WhichRun::Main && step >= since::QUICK_EVALUATION {
         Stop::Early
     } else {
         Stop::AtTheLastEpoch
@@ -188,7 +209,7 @@ pub(super) fn run_job_carrying(
                 env.push((tch_distributed::MASTER_PORT_ENV.into(), String::new()));
             }
         }
-        let main = matches!(job, WhichRun::Main);
+        let main = job == WhichRun::Main;
         if main && step >= since::DATA_ONCE_PER_NODE {
             // A rank that does not wait for its node's data then always reads too early.
             env.push((labkit::SLOW_PREPARE_ENV.into(), "1".into()));
