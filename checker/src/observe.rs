@@ -10,8 +10,8 @@ mod build_errors;
 mod command_line;
 mod observation;
 mod placement;
+mod plan;
 mod runs;
-pub mod since;
 mod variation;
 
 use std::path::{Path, PathBuf};
@@ -22,7 +22,8 @@ use command_line::checkpoint_args;
 pub use observation::{
     Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind, Runs,
 };
-use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, WhichRun};
+pub use plan::{Gains, Plan};
+use runs::{Runner, WhichRun};
 pub use variation::{Variation, FSDP_STEPS};
 
 /// Where the verification runs and what it may use.
@@ -38,24 +39,25 @@ pub struct Setup {
     pub confine: Option<crate::confined::JobSandbox>,
 }
 
-/// Runs the step's program as the step needs and gathers the observation.
+/// Runs the step's program as `plan` says and gathers the observation.
 /// `phase` hears what is being run, for progress display.
 pub fn observe(
-    step: u8,
+    plan: &Plan,
     bin: &Path,
     source: String,
     v: &Variation,
     setup: &Setup,
     phase: &dyn Fn(&str),
 ) -> Observation {
+    let runner = Runner { plan, bin, setup };
     let grace = Duration::from_secs(45);
     // The quick evaluation (step 11) trains for seconds on both cores while the other
     // runs mostly wait (start-up, rendezvous, the late rank): it runs beside them, on its
     // own port and in its own sandbox, and is joined last.
     std::thread::scope(|scope| {
         let quick_run =
-            (step >= since::QUICK_EVALUATION).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
-        let mut observation = observe_runs(step, bin, source, v, setup, phase, grace);
+            plan.makes(RunKind::QuickEvaluation).then(|| scope.spawn(|| runner.quick_evaluation(grace)));
+        let mut observation = observe_runs(&runner, source, v, phase, grace);
         if let Some(run) = quick_run {
             phase("finishing the quick evaluation (it started with the first run)");
             observation.insert(Runs::QuickEvaluation(run.join().expect("the quick evaluation's thread")));
@@ -66,28 +68,29 @@ pub fn observe(
 
 /// Every run of a verification but the quick evaluation.
 fn observe_runs(
-    step: u8,
-    bin: &Path,
+    runner: &Runner<'_>,
     source: String,
     v: &Variation,
-    setup: &Setup,
     phase: &dyn Fn(&str),
     grace: Duration,
 ) -> Observation {
+    let plan = runner.plan;
     phase(&format!("running {} rank(s)", v.world_size()));
-    let main_args =
-        if step >= since::CHECKPOINTS { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
-    let (main, port) = run_job(step, bin, v, setup, WhichRun::Main, &main_args);
+    let main_args = match plan.has(Gains::Checkpoints) {
+        true => checkpoint_args(runner.setup, "checkpoints", &[]),
+        false => Vec::new(),
+    };
+    let (main, port) = runner.job(v, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
     // initial weights, dropout off and statistics over the global batch.
-    let equivalence = (step >= since::DDP).then(|| {
+    let equivalence = plan.makes(RunKind::Equivalence).then(|| {
         phase("comparing with one rank and the whole batch");
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
         // Independent jobs on their own ports: run them side by side.
         let ((many_run, _), (one_run, _)) = std::thread::scope(|scope| {
-            let many_job = scope.spawn(|| run_job(step, bin, &many, setup, WhichRun::EquivalenceMany, &[]));
-            let one_run = run_job(step, bin, &one, setup, WhichRun::EquivalenceOne, &[]);
+            let many_job = scope.spawn(|| runner.job(&many, WhichRun::EquivalenceMany, &[]));
+            let one_run = runner.job(&one, WhichRun::EquivalenceOne, &[]);
             (many_job.join().expect("the comparison's run thread"), one_run)
         });
         Equivalence { settings: many, many: many_run, one: one_run }
@@ -95,12 +98,12 @@ fn observe_runs(
     // Step 13's runs beside step 12's (their own ports and directories): most of each
     // run is start-up and rendezvous, which overlap well.
     let (resume, pipeline) = std::thread::scope(|scope| {
-        let pipeline = (step >= since::PIPELINE).then(|| scope.spawn(|| pipeline_runs(step, bin, v, setup)));
-        let resume = (step >= since::CHECKPOINTS).then(|| {
+        let pipeline = plan.makes(RunKind::Pipeline).then(|| scope.spawn(|| pipeline_runs(runner, v)));
+        let resume = plan.makes(RunKind::Resume).then(|| {
             phase(
                 "stopping a run after epoch 0 and resuming it (and, from step 13, the model cut into stages)",
             );
-            resume_runs(step, bin, v, setup)
+            resume_runs(runner, v)
         });
         let pipeline = pipeline.map(|runs| {
             phase("finishing the pipeline's runs (--pipeline, and one step of it beside the uncut model)");
@@ -108,12 +111,12 @@ fn observe_runs(
         });
         (resume, pipeline)
     });
-    let fsdp = (step >= since::FSDP).then(|| {
+    let fsdp = plan.makes(RunKind::Fsdp).then(|| {
         phase("training with --fsdp and with DDP on the same data");
-        fsdp_runs(step, bin, v, setup)
+        fsdp_runs(runner, v)
     });
 
-    let mut observation = Observation::of_main(step, v.clone(), source, main, port);
+    let mut observation = Observation::of_main(plan.step, v.clone(), source, main, port);
     let made = [
         equivalence.map(Runs::Equivalence),
         resume.map(Runs::Resume),
@@ -121,14 +124,14 @@ fn observe_runs(
         fsdp.map(Runs::Fsdp),
     ];
     made.into_iter().flatten().for_each(|runs| observation.insert(runs));
-    if step >= since::NODE_OPTIONS {
+    if plan.makes(RunKind::Options) {
         phase("checking --help and a bad option value");
-        let (help, bad_value) = help_and_bad_value(bin, setup, grace);
+        let (help, bad_value) = runner.help_and_bad_value(grace);
         observation.insert(Runs::Options { help, bad_value });
     }
-    if step >= since::SPAWNS_ITS_RANKS {
+    if plan.makes(RunKind::FailingRank) {
         phase("running with a failing rank");
-        observation.insert(Runs::FailingRank(failing_rank_run(step, bin, v, setup, grace)));
+        observation.insert(Runs::FailingRank(runner.failing_rank_run(v, grace)));
     }
     observation
 }
@@ -137,7 +140,7 @@ fn observe_runs(
 pub const PIPELINE_MICRO_BATCHES: usize = 4;
 
 /// Step 13's runs (see [`PipelineRuns`]), side by side on their own ports.
-fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> PipelineRuns {
+fn pipeline_runs(runner: &Runner<'_>, v: &Variation) -> PipelineRuns {
     // Three batches and two epochs: the bubble of a few steps, the epoch lines.
     let settings = Variation { train_subset: 3 * v.batch_size, epochs: 2, ..v.clone() };
     let step_settings = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
@@ -147,10 +150,9 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
     };
     let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
     let ((pipelined, _), (cut, _), (uncut, _)) = std::thread::scope(|scope| {
-        let pipelined =
-            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Pipelined, &pipelined_args));
-        let cut = scope.spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Cut, &cut_args));
-        let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Uncut, &[]);
+        let pipelined = scope.spawn(|| runner.job(&settings, WhichRun::Pipelined, &pipelined_args));
+        let cut = scope.spawn(|| runner.job(&step_settings, WhichRun::Cut, &cut_args));
+        let uncut = runner.job(&uncut_settings, WhichRun::Uncut, &[]);
         (
             pipelined.join().expect("the pipelined run's thread"),
             cut.join().expect("the cut run's thread"),
@@ -161,12 +163,11 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
 }
 
 /// Step 14's runs ([`Variation::for_fsdp`]), on their own ports, side by side.
-fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
+fn fsdp_runs(runner: &Runner<'_>, v: &Variation) -> FsdpRuns {
     let settings = v.for_fsdp();
     let ((fsdp, _), (ddp, _)) = std::thread::scope(|scope| {
-        let fsdp =
-            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::WithFsdp, &["--fsdp".into()]));
-        let ddp = run_job(step, bin, &settings, setup, WhichRun::WithDdp, &[]);
+        let fsdp = scope.spawn(|| runner.job(&settings, WhichRun::WithFsdp, &["--fsdp".into()]));
+        let ddp = runner.job(&settings, WhichRun::WithDdp, &[]);
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });
     FsdpRuns { settings, fsdp, ddp }
@@ -180,7 +181,8 @@ fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
 /// by where DDP's buckets put it, and DDP lays its buckets out again after a process's
 /// first step, which the resumed process takes at epoch 1 and the uninterrupted one at
 /// epoch 0 (seen: other weights on 3 ranks, `--seed 1`). Two addends commute.
-fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns {
+fn resume_runs(runner: &Runner<'_>, v: &Variation) -> ResumeRuns {
+    let setup = runner.setup;
     let settings = Variation { epochs: 2, nodes: 1, ranks_per_node: 2, ..v.clone() };
     let stopped_after = 0;
     let stopped_settings = Variation { epochs: stopped_after + 1, ..settings.clone() };
@@ -191,13 +193,10 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
     let ((uninterrupted, _), (stopped, _)) = std::thread::scope(|scope| {
-        let whole =
-            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Uninterrupted, &whole_args));
-        let stopped =
-            run_job_carrying(step, bin, &stopped_settings, setup, WhichRun::Stopped, &stopped_args, &carry);
+        let whole = scope.spawn(|| runner.job(&settings, WhichRun::Uninterrupted, &whole_args));
+        let stopped = runner.job_carrying(&stopped_settings, WhichRun::Stopped, &stopped_args, &carry);
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
-    let (resumed, _) =
-        run_job_carrying(step, bin, &settings, setup, WhichRun::Resumed, &resumed_args, &carry);
+    let (resumed, _) = runner.job_carrying(&settings, WhichRun::Resumed, &resumed_args, &carry);
     ResumeRuns { settings, stopped_after, uninterrupted, stopped, resumed }
 }

@@ -7,7 +7,7 @@ use lab_trace::event::{Collective, EpochReport, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Dtype, Record, ReduceOp, Trace};
 
 use super::{Evidence, Finding};
-use crate::observe::{since, Observation, RunKind};
+use crate::observe::{Gains, Observation, RunKind};
 
 /// One `collective` event of a rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -334,7 +334,7 @@ impl Divergence {
                 if differing.is_none() && !left {
                     return None;
                 }
-                (silent, left.then_some((11, super::id::RANKS_STOP_TOGETHER)))
+                (silent, left.then_some((11, crate::checks::step_11::RANKS_STOP_TOGETHER)))
             }
             (None, None) => {
                 let culprit = mistaken_side(&sides);
@@ -484,34 +484,37 @@ fn mistaken_side(sides: &[Side]) -> usize {
 
 /// The step and check a mistaken call belongs to, in the run it was found in.
 fn owner_of(call: &Call, place: Place, step: u8, run: RunKind) -> Option<(u8, &'static str)> {
-    use super::id;
     use CollectiveOp as Op;
     if !call.by_program() {
         return match call.op {
-            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some((7, id::WEIGHTS_SYNCHRONIZED)),
-            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some((14, id::FSDP_COLLECTIVES)),
+            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => {
+                Some((7, crate::checks::step_07::WEIGHTS_SYNCHRONIZED))
+            }
+            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => {
+                Some((14, crate::checks::step_14::FSDP_COLLECTIVES))
+            }
             _ => None,
         };
     }
     match (run, call.op) {
         // The pipeline's metrics go from the last stage to every rank.
         (RunKind::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
-            Some((13, id::METRICS_FROM_LAST_STAGE))
+            Some((13, crate::checks::step_13::METRICS_FROM_LAST_STAGE))
         }
         (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => {
-            Some((14, id::FSDP_COLLECTIVES))
+            Some((14, crate::checks::step_14::FSDP_COLLECTIVES))
         }
         (_, Op::Barrier) => match place {
-            Place::BeforeTraining => Some((5, id::DATA_BARRIER)),
+            Place::BeforeTraining => Some((5, crate::checks::step_05::DATA_BARRIER)),
             // After the epoch's report, from step 12 on: the barrier between rank 0's
             // checkpoint and every rank's load.
-            Place::Epoch { phase: Phase::Reported, .. } if step >= since::CHECKPOINTS => {
-                Some((12, id::READ_AFTER_WHOLE))
+            Place::Epoch { phase: Phase::Reported, .. } if step >= super::since(Gains::Checkpoints) => {
+                Some((12, crate::checks::step_12::READ_AFTER_WHOLE))
             }
-            Place::Epoch { .. } => Some((8, id::EPOCH_BARRIER)),
+            Place::Epoch { .. } => Some((8, crate::checks::step_08::EPOCH_BARRIER)),
         },
-        (RunKind::Main, Op::Reduce) => Some((8, id::THROUGHPUT_REDUCED)),
-        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some((9, id::METRICS_AVERAGED)),
+        (RunKind::Main, Op::Reduce) => Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)),
+        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some((9, crate::checks::step_09::METRICS_AVERAGED)),
         _ => None,
     }
 }
@@ -587,7 +590,6 @@ fn sentence(sides: &[Side], culprit: usize, latest: Place, owned: bool) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
 
     fn event(
         rank: usize,
@@ -779,7 +781,7 @@ mod tests {
     fn a_reduce_on_rank_0_alone_is_step_8s_on_four_ranks_and_on_two() {
         let trace = only_rank_0(4, 2, &[CollectiveOp::Reduce]);
         let d = Divergence::find(&trace, 11, RunKind::Main).unwrap();
-        assert_eq!(d.owner, Some((8, id::THROUGHPUT_REDUCED)));
+        assert_eq!(d.owner, Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)));
         assert_eq!(d.culprits, [0]);
         assert_eq!(d.places[&0], Place::Epoch { epoch: 0, phase: Phase::Trained });
         assert_eq!(
@@ -788,7 +790,10 @@ mod tests {
         );
         // Two ranks: no majority; rank 0's call is the program's, rank 1's DDP's.
         let d = Divergence::find(&only_rank_0(2, 2, &[CollectiveOp::Reduce]), 11, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((8, id::THROUGHPUT_REDUCED)), vec![0]));
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)), vec![0])
+        );
         assert!(d.sentence.contains("while rank 1 called DDP's broadcast in epoch 0"), "{}", d.sentence);
         // Before step 8 the reduce is nobody's step yet: the report stays as it was.
         assert_eq!(Divergence::find(&trace, 7, RunKind::Main).unwrap().owner, None);
@@ -807,7 +812,10 @@ mod tests {
         ranks[0].call(CollectiveOp::Reduce, 1, Some("src/main.rs:133:9"));
         ranks[1].call(CollectiveOp::AllReduce, 2, Some("src/main.rs:140:9"));
         let d = Divergence::find(&trace_of(ranks), 9, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((8, id::THROUGHPUT_REDUCED)), vec![0]));
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)), vec![0])
+        );
         assert!(d
             .sentence
             .contains("while rank 1 called all_reduce (2 values) at src/main.rs:140 in epoch 0"));
@@ -821,7 +829,7 @@ mod tests {
             lab.before_training(rank == 0);
         }
         let d = Divergence::find(&trace_of(ranks), 5, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((5, id::DATA_BARRIER)), vec![0]));
+        assert_eq!((d.owner, d.culprits.clone()), (Some((5, crate::checks::step_05::DATA_BARRIER)), vec![0]));
         assert_eq!(d.places[&1], Place::BeforeTraining);
         assert_eq!(
             d.sentence,
@@ -833,7 +841,10 @@ mod tests {
     fn an_all_reduce_on_rank_0_alone_is_step_9s_and_the_others_had_begun_the_next_epoch() {
         let trace = only_rank_0(4, 2, &[CollectiveOp::AllReduce]);
         let d = Divergence::find(&trace, 9, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((9, id::METRICS_AVERAGED)), vec![0]));
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((9, crate::checks::step_09::METRICS_AVERAGED)), vec![0])
+        );
         assert_eq!(d.places[&2], Place::Epoch { epoch: 1, phase: Phase::Training });
         assert_eq!(
             d.sentence,
@@ -841,7 +852,7 @@ mod tests {
         );
         // The barrier of the epoch, likewise step 8's.
         let d = Divergence::find(&only_rank_0(2, 1, &[CollectiveOp::Barrier]), 9, RunKind::Main).unwrap();
-        assert_eq!(d.owner, Some((8, id::EPOCH_BARRIER)));
+        assert_eq!(d.owner, Some((8, crate::checks::step_08::EPOCH_BARRIER)));
     }
 
     #[test]
@@ -856,7 +867,10 @@ mod tests {
         ranks[1].call(CollectiveOp::BroadcastCoalesced, 912, None);
         let trace = trace_of(ranks);
         let d = Divergence::find(&trace, 11, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((11, id::RANKS_STOP_TOGETHER)), vec![0]));
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((11, crate::checks::step_11::RANKS_STOP_TOGETHER)), vec![0])
+        );
         assert_eq!(d.calls[&0], None);
         assert!(
             d.sentence.starts_with(
@@ -881,7 +895,10 @@ mod tests {
             lab.push(TrainIndices { epoch: 1, indices: vec![0; 40] });
         }
         let d = Divergence::find(&trace_of(ranks), 11, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((11, id::RANKS_STOP_TOGETHER)), vec![0]));
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((11, crate::checks::step_11::RANKS_STOP_TOGETHER)), vec![0])
+        );
         assert!(
             d.sentence.starts_with(
                 "rank 0 left the training loop after epoch 0 while ranks 1–2 had already begun epoch 1: rank 0 stopped alone"
@@ -889,7 +906,11 @@ mod tests {
             "{}",
             d.sentence
         );
-        assert!(!d.finding_for(id::RANKS_STOP_TOGETHER, "").unwrap().observed.contains("call #"));
+        assert!(!d
+            .finding_for(crate::checks::step_11::RANKS_STOP_TOGETHER, "")
+            .unwrap()
+            .observed
+            .contains("call #"));
     }
 
     #[test]
@@ -914,7 +935,10 @@ mod tests {
         ranks[0].call(CollectiveOp::BroadcastCoalesced, 912, None);
         ranks[1].call(CollectiveOp::BroadcastCoalesced, 900, None);
         let d = Divergence::find(&trace_of(ranks), 7, RunKind::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((7, id::WEIGHTS_SYNCHRONIZED)), vec![0]));
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((7, crate::checks::step_07::WEIGHTS_SYNCHRONIZED)), vec![0])
+        );
         assert_eq!(
             d.sentence,
             "before training rank 0 called broadcast_coalesced(root=0) Float[912] while rank 1 called broadcast_coalesced(root=0) Float[900] before training: every rank must call it with the same arguments (the same root, operation and size)"
@@ -924,7 +948,7 @@ mod tests {
         ranks[0].call(CollectiveOp::AllGatherIntoTensor, 912, None);
         ranks[1].call(CollectiveOp::ReduceScatterTensor, 1824, None);
         let d = Divergence::find(&trace_of(ranks), 14, RunKind::Fsdp).unwrap();
-        assert_eq!(d.owner, Some((14, id::FSDP_COLLECTIVES)));
+        assert_eq!(d.owner, Some((14, crate::checks::step_14::FSDP_COLLECTIVES)));
         assert!(d.sentence.ends_with(
             "FSDP's collectives run on every rank only when every rank shards the same model alike"
         ));

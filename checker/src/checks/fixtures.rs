@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{judge, CheckResult, REGISTRY};
+use super::{judge, CheckResult};
 use crate::observe::Observation;
 
 /// What a person expects of one recorded case.
@@ -292,8 +292,8 @@ fn every_check_has_a_holding_and_a_broken_case() {
     }
     // Judged only where ranks compute on GPUs, which no machine that records these has
     // had yet: unit-tested on synthetic traces in its module (checks/step_12.rs).
-    const GPU_ONLY: &[&str] = &[super::id::DEVICE_MAPPING];
-    for check in REGISTRY.iter().flat_map(|c| c.iter()).filter(|c| !GPU_ONLY.contains(&c.id)) {
+    const GPU_ONLY: &[&str] = &[super::step_12::DEVICE_MAPPING];
+    for (_, check) in super::all_checks().filter(|(_, c)| !GPU_ONLY.contains(&c.id)) {
         assert!(held.contains(check.id), "no recorded case where `{}` holds", check.id);
         assert!(broke.contains(check.id), "no recorded case where `{}` is broken", check.id);
     }

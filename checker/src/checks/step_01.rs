@@ -1,25 +1,30 @@
 //! Step 1: the distributed options, typed.
-use super::{id, Check, Finding};
-use crate::observe::Observation;
+use super::{Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::OPTIONS_LISTED,
-        step: 1,
-        observes: "`--help`",
-        needs: None,
-        hint: "three clap options in Args, with default_value_t and a doc comment each (guide: step 1)",
-        judge: options_listed,
-    },
-    Check {
-        id: id::OPTIONS_TYPED,
-        step: 1,
-        observes: "a run with `--num-gpus two`",
-        needs: None,
-        hint: "declare the options as numbers (usize), so clap rejects other values",
-        judge: options_typed,
-    },
-];
+pub const OPTIONS_LISTED: &str = "options-listed";
+pub const OPTIONS_TYPED: &str = "options-typed";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::NodeOptions],
+    runs: &[RunKind::Options],
+    checks: &[
+        Check {
+            id: OPTIONS_LISTED,
+            observes: "`--help`",
+            needs: None,
+            hint: "three clap options in Args, with default_value_t and a doc comment each (guide: step 1)",
+            judge: options_listed,
+        },
+        Check {
+            id: OPTIONS_TYPED,
+            observes: "a run with `--num-gpus two`",
+            needs: None,
+            hint: "declare the options as numbers (usize), so clap rejects other values",
+            judge: options_typed,
+        },
+    ],
+};
 
 fn options_listed(obs: &Observation) -> Option<Finding> {
     let text = &obs.options()?.0.stdout;

@@ -16,43 +16,48 @@ use lab_trace::event::{
 use lab_trace::Record;
 
 use super::collectives;
-use super::{events, id, malformed, set, Check, Finding};
-use crate::observe::{Observation, RunKind};
+use super::{events, malformed, set, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::ONE_WRITER,
-        step: 12,
-        observes: "who writes the checkpoint after each epoch (--save-every 1)",
-        needs: Some(RunKind::Main),
-        hint: "every rank holds the same weights: only global rank 0 calls labkit::write_checkpoint (guide: step 12)",
-        judge: one_writer,
-    },
-    Check {
-        id: id::READ_AFTER_WHOLE,
-        step: 12,
-        observes: "when each rank begins loading the checkpoint, against when rank 0's write finished (writing made 1 s late)",
-        needs: Some(RunKind::Main),
-        hint: "a dist::barrier() between rank 0's write and every rank's labkit::load_checkpoint (guide: step 12)",
-        judge: read_after_whole,
-    },
-    Check {
-        id: id::RESUME_EQUALS_UNINTERRUPTED,
-        step: 12,
-        observes: "a run stopped after epoch 0 and resumed with --resume, against the same run never stopped (weight digests, dropout off)",
-        needs: Some(RunKind::Resume),
-        hint: "with --resume, every rank loads the checkpoint (labkit::load_checkpoint) and the loop starts at labkit::resume_after's epoch (guide: step 12)",
-        judge: resume_equals_uninterrupted,
-    },
-    Check {
-        id: id::DEVICE_MAPPING,
-        step: 12,
-        observes: "the device each rank loads the checkpoint onto (map_location) against its model's, where the ranks compute on GPUs (left out on CPU, where every device is the CPU)",
-        needs: Some(RunKind::Main),
-        hint: "load onto the device this rank trains on, not a fixed one, as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} does (guide: step 12)",
-        judge: device_mapping,
-    },
-];
+pub const ONE_WRITER: &str = "one-writer";
+pub const READ_AFTER_WHOLE: &str = "read-after-whole";
+pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
+pub const DEVICE_MAPPING: &str = "device-mapping";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::Checkpoints],
+    runs: &[RunKind::Resume],
+    checks: &[
+        Check {
+            id: ONE_WRITER,
+            observes: "who writes the checkpoint after each epoch (--save-every 1)",
+            needs: Some(RunKind::Main),
+            hint: "every rank holds the same weights: only global rank 0 calls labkit::write_checkpoint (guide: step 12)",
+            judge: one_writer,
+        },
+        Check {
+            id: READ_AFTER_WHOLE,
+            observes: "when each rank begins loading the checkpoint, against when rank 0's write finished (writing made 1 s late)",
+            needs: Some(RunKind::Main),
+            hint: "a dist::barrier() between rank 0's write and every rank's labkit::load_checkpoint (guide: step 12)",
+            judge: read_after_whole,
+        },
+        Check {
+            id: RESUME_EQUALS_UNINTERRUPTED,
+            observes: "a run stopped after epoch 0 and resumed with --resume, against the same run never stopped (weight digests, dropout off)",
+            needs: Some(RunKind::Resume),
+            hint: "with --resume, every rank loads the checkpoint (labkit::load_checkpoint) and the loop starts at labkit::resume_after's epoch (guide: step 12)",
+            judge: resume_equals_uninterrupted,
+        },
+        Check {
+            id: DEVICE_MAPPING,
+            observes: "the device each rank loads the checkpoint onto (map_location) against its model's, where the ranks compute on GPUs (left out on CPU, where every device is the CPU)",
+            needs: Some(RunKind::Main),
+            hint: "load onto the device this rank trains on, not a fixed one, as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} does (guide: step 12)",
+            judge: device_mapping,
+        },
+    ],
+};
 
 /// "rank 1 (local rank 1)", or what the record says of who wrote it.
 fn who(record: &Record) -> String {
@@ -103,9 +108,7 @@ const READ_AFTER_WHOLE_EXPECTED: &str =
 /// Every read against the writes begun before it: each must have finished (its
 /// `checkpoint_saved`) before the read began, and at least one must have.
 fn read_after_whole(obs: &Observation) -> Option<Finding> {
-    if let Some(mine) =
-        collectives::owned(obs, RunKind::Main, id::READ_AFTER_WHOLE, READ_AFTER_WHOLE_EXPECTED)
-    {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, READ_AFTER_WHOLE, READ_AFTER_WHOLE_EXPECTED) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
