@@ -1,11 +1,12 @@
 //! Observation: build the step, run it on several ranks with hidden variations, and
 //! gather what happened (processes, outputs, traces). Judging is `checks`' job.
 //!
-//! One module per job: [`variation`] draws the hidden variations, [`placement`] puts
-//! the ranks on CPUs or GPUs, [`command_line`] writes each run's options and
-//! environment, [`runs`] starts the runs and gathers their processes and traces,
-//! [`build_errors`] builds the crate, [`observation`] holds (and records) what was seen.
-//! This file runs a verification's runs in their order.
+//! One module per job: [`plan`] says what a step's verification runs (the [`Plan`] its
+//! declarations in `checks` make), [`variation`] draws the hidden variations,
+//! [`placement`] puts the ranks on CPUs or GPUs, [`command_line`] writes each run's
+//! options and environment, [`runs`] starts the runs and gathers their processes and
+//! traces, [`build_errors`] builds the crate, [`observation`] holds (and records) what
+//! was seen, by [`RunKind`]. This file runs the kinds of run the plan names, in order.
 mod build_errors;
 mod command_line;
 mod observation;

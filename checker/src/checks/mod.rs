@@ -1,7 +1,12 @@
-//! The checks, one module per step, each check one value in [`REGISTRY`]: its id, its
-//! step, what it observes, the run it needs, the judging function and the hint.
-//! `verify`, `grade`, `list`, the guide's test and the points all read the registry;
-//! adding a check is a value in its step's module and a bullet on the guide's page.
+//! The checks, one module per step. Each step's module declares what the step is, one
+//! [`Step`] value: what its program gains ([`Gains`]: from it on the checker runs the
+//! program otherwise), the kinds of run it adds ([`RunKind`]) and its checks, each a
+//! [`Check`] (its id, a constant beside the declaration; what it observes, the run it
+//! needs, the judging function and the hint). [`REGISTRY`] lists the steps' declarations
+//! in order: a step's number is its place there, and [`plan`] and [`since`] read the
+//! gains and runs from it. `verify`, `grade`, `list`, the guide's test and the points
+//! all read the registry; adding a check is one edit of its step's module (and a bullet
+//! on the guide's page).
 //!
 //! A judging function only reads an [`Observation`] (gathered by `observe`) and says
 //! what the evidence shows: the property [`holds`](Evidence::Holds), is
