@@ -334,7 +334,10 @@ impl Divergence {
                 if differing.is_none() && !left {
                     return None;
                 }
-                (silent, left.then_some((11, crate::checks::step_11::RANKS_STOP_TOGETHER)))
+                (
+                    silent,
+                    left.then_some(super::step_11::RANKS_STOP_TOGETHER).map(|id| (super::step_of(id), id)),
+                )
             }
             (None, None) => {
                 let culprit = mistaken_side(&sides);
@@ -484,37 +487,37 @@ fn mistaken_side(sides: &[Side]) -> usize {
 
 /// The step and check a mistaken call belongs to, in the run it was found in.
 fn owner_of(call: &Call, place: Place, step: u8, run: RunKind) -> Option<(u8, &'static str)> {
+    owning_check(call, place, step, run).map(|id| (super::step_of(id), id))
+}
+
+/// The check a mistaken call belongs to, in the run it was found in.
+fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'static str> {
+    use super::{step_05, step_07, step_08, step_09, step_12, step_13, step_14};
     use CollectiveOp as Op;
     if !call.by_program() {
         return match call.op {
-            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => {
-                Some((7, crate::checks::step_07::WEIGHTS_SYNCHRONIZED))
-            }
-            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => {
-                Some((14, crate::checks::step_14::FSDP_COLLECTIVES))
-            }
+            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some(step_07::WEIGHTS_SYNCHRONIZED),
+            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some(step_14::FSDP_COLLECTIVES),
             _ => None,
         };
     }
     match (run, call.op) {
         // The pipeline's metrics go from the last stage to every rank.
         (RunKind::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
-            Some((13, crate::checks::step_13::METRICS_FROM_LAST_STAGE))
+            Some(step_13::METRICS_FROM_LAST_STAGE)
         }
-        (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => {
-            Some((14, crate::checks::step_14::FSDP_COLLECTIVES))
-        }
+        (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some(step_14::FSDP_COLLECTIVES),
         (_, Op::Barrier) => match place {
-            Place::BeforeTraining => Some((5, crate::checks::step_05::DATA_BARRIER)),
+            Place::BeforeTraining => Some(step_05::DATA_BARRIER),
             // After the epoch's report, from step 12 on: the barrier between rank 0's
             // checkpoint and every rank's load.
             Place::Epoch { phase: Phase::Reported, .. } if step >= super::since(Gains::Checkpoints) => {
-                Some((12, crate::checks::step_12::READ_AFTER_WHOLE))
+                Some(step_12::READ_AFTER_WHOLE)
             }
-            Place::Epoch { .. } => Some((8, crate::checks::step_08::EPOCH_BARRIER)),
+            Place::Epoch { .. } => Some(step_08::EPOCH_BARRIER),
         },
-        (RunKind::Main, Op::Reduce) => Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)),
-        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some((9, crate::checks::step_09::METRICS_AVERAGED)),
+        (RunKind::Main, Op::Reduce) => Some(step_08::THROUGHPUT_REDUCED),
+        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some(step_09::METRICS_AVERAGED),
         _ => None,
     }
 }

@@ -296,6 +296,11 @@ pub fn all_checks() -> impl Iterator<Item = (u8, &'static Check)> {
     (0u8..).zip(REGISTRY).flat_map(|(step, declared)| declared.checks.iter().map(move |check| (step, check)))
 }
 
+/// The step whose check `id` is (ids are unique: a test says so).
+pub fn step_of(id: &str) -> u8 {
+    all_checks().find(|(_, c)| c.id == id).map(|(step, _)| step).unwrap_or_else(|| panic!("no check `{id}`"))
+}
+
 /// The first step whose program has `gains`.
 pub fn since(gains: Gains) -> u8 {
     (0u8..)
