@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use lab_course::LAB_LAST_STEP;
 use serde::Serialize;
 
-use crate::checks::{self, id, CheckResult, Verdict};
+use crate::checks::{self, CheckResult, Verdict};
 use crate::report;
 use crate::sandbox::{Sandbox, SandboxDescription};
 
@@ -165,19 +165,19 @@ impl StepGrade {
         started: u64,
         seconds: f64,
     ) -> StepGrade {
-        if let Some(build) = results.iter().find(|r| r.id == id::BUILDS) {
+        if let Some(build) = results.iter().find(|r| r.id == checks::step_00::BUILDS) {
             let why = format!("{}\nhint: {}", build.observed, build.hint);
             // The compiler's output is the message; the run's output is the program's.
             return StepGrade { started, seconds, ..StepGrade::not_run(step, why) };
         }
         let mut checks = Vec::new();
-        for check in checks::REGISTRY[..=usize::from(step)].iter().flat_map(|c| c.iter()) {
-            let own = check.step == step;
+        for (check_step, check) in checks::all_checks().take_while(|(s, _)| *s <= step) {
+            let own = check_step == step;
             let max_points = if own { share(step) } else { 0.0 };
             let grade = match results.iter().find(|r| r.id == check.id) {
                 Some(r) => CheckGrade {
                     id: check.id,
-                    step: check.step,
+                    step: check_step,
                     observes: check.observes,
                     verdict: r.verdict,
                     observed: r.observed.clone(),
@@ -189,7 +189,7 @@ impl StepGrade {
                 // A check of its own that did not apply to the run earns nothing.
                 None if own => CheckGrade {
                     id: check.id,
-                    step: check.step,
+                    step: check_step,
                     observes: check.observes,
                     verdict: Verdict::Error,
                     observed: "the check did not run".into(),
@@ -208,18 +208,17 @@ impl StepGrade {
 
     /// A step whose program did not run (`why`): every check of it is an error.
     pub fn not_run(step: u8, why: String) -> StepGrade {
-        let checks = checks::REGISTRY[..=usize::from(step)]
-            .iter()
-            .flat_map(|c| c.iter())
-            .map(|check| CheckGrade {
+        let checks = checks::all_checks()
+            .take_while(|(s, _)| *s <= step)
+            .map(|(check_step, check)| CheckGrade {
                 id: check.id,
-                step: check.step,
+                step: check_step,
                 observes: check.observes,
                 verdict: Verdict::Error,
                 observed: why.clone(),
                 message: Some(why.clone()),
                 points: 0.0,
-                max_points: if check.step == step { share(step) } else { 0.0 },
+                max_points: if check_step == step { share(step) } else { 0.0 },
                 stopped_at: None,
             })
             .collect();
@@ -462,16 +461,19 @@ pub mod tests {
         let s = step_run(
             8,
             vec![
-                check(id::TRAINS, 0, true),
-                check(id::THROUGHPUT_REDUCED, 8, true),
-                check(id::EPOCH_BARRIER, 8, false),
+                check(checks::step_00::TRAINS, 0, true),
+                check(checks::step_08::THROUGHPUT_REDUCED, 8, true),
+                check(checks::step_08::EPOCH_BARRIER, 8, false),
             ],
         );
-        assert_eq!(checks::ids(8), [id::THROUGHPUT_REDUCED, id::EPOCH_BARRIER]);
+        assert_eq!(checks::ids(8), [checks::step_08::THROUGHPUT_REDUCED, checks::step_08::EPOCH_BARRIER]);
         assert_eq!(s.points(), 5.0);
         assert_eq!(s.status(), Verdict::Fail);
         let graded: Vec<(&str, f64, f64)> = s.graded().map(|c| (c.id, c.points, c.max_points)).collect();
-        assert_eq!(graded, [(id::THROUGHPUT_REDUCED, 5.0, 5.0), (id::EPOCH_BARRIER, 0.0, 5.0)]);
+        assert_eq!(
+            graded,
+            [(checks::step_08::THROUGHPUT_REDUCED, 5.0, 5.0), (checks::step_08::EPOCH_BARRIER, 0.0, 5.0)]
+        );
         assert!(s.graded().all(|c| c.passed() == c.message.is_none()));
         let epoch_barrier = s.graded().nth(1).unwrap();
         assert!(epoch_barrier.message.as_deref().unwrap().contains("hint: do it"));
@@ -486,7 +488,7 @@ pub mod tests {
     #[test]
     fn a_check_the_run_stopped_before_names_the_mistake_in_one_line() {
         let failing = CheckResult::new(
-            id::METRICS_AVERAGED,
+            checks::step_09::METRICS_AVERAGED,
             9,
             Verdict::Fail,
             "rank 0 alone called all_reduce".into(),
@@ -494,10 +496,10 @@ pub mod tests {
             "do it",
         );
         let stopped = CheckResult {
-            stopped_at: Some(id::METRICS_AVERAGED),
+            stopped_at: Some(checks::step_09::METRICS_AVERAGED),
             raw: Some("node0-rank0: error: CollectiveFingerPrint(...)".into()),
             ..CheckResult::new(
-                id::TRAINS,
+                checks::step_00::TRAINS,
                 0,
                 Verdict::CouldNotJudge,
                 "could not judge: node0-rank0 ended with exit code 1\nrank 0 alone called all_reduce".into(),
@@ -529,12 +531,12 @@ pub mod tests {
         // The stopped check is no test of its own in step 9's grade: only the failing one.
         let s = step_run(9, results.to_vec());
         let graded: Vec<&str> = s.graded().map(|c| c.id).collect();
-        assert_eq!(graded, [id::METRICS_AVERAGED]);
+        assert_eq!(graded, [checks::step_09::METRICS_AVERAGED]);
     }
 
     #[test]
     fn a_failed_build_is_an_error_worth_nothing() {
-        let mut build = check(id::BUILDS, 0, false);
+        let mut build = check(checks::step_00::BUILDS, 0, false);
         build.observed = "cargo build -p x failed:\nerror[E0425]: cannot find value `y`".into();
         let s = step_run(6, vec![build]);
         assert_eq!(s.points(), 0.0);
@@ -555,7 +557,10 @@ pub mod tests {
 
     #[test]
     fn a_grade_errs_only_when_no_step_ran() {
-        let ran = step_run(0, vec![check(id::IMPORTS_DIST, 0, true), check(id::TRAINS, 0, true)]);
+        let ran = step_run(
+            0,
+            vec![check(checks::step_00::IMPORTS_DIST, 0, true), check(checks::step_00::TRAINS, 0, true)],
+        );
         let g = grade_of(vec![ran.clone(), StepGrade::not_run(1, "no main.rs".into())]);
         assert_eq!((g.status(), g.error()), (Verdict::Fail, None));
         let g = grade_of(vec![
@@ -568,16 +573,16 @@ pub mod tests {
 
     #[test]
     fn broken_earlier_checks_are_listed_without_points() {
-        let mut unjudged = check(id::IMPORTS_DIST, 0, false);
+        let mut unjudged = check(checks::step_00::IMPORTS_DIST, 0, false);
         unjudged.verdict = Verdict::CouldNotJudge;
         let s = step_run(
             6,
             vec![
                 unjudged,
-                check(id::TRAINS, 0, false),
-                check(id::WORLD_SIZE, 2, true),
-                check(id::SAMPLER_SHARES, 6, true),
-                check(id::SAMPLER_SET_EPOCH, 6, true),
+                check(checks::step_00::TRAINS, 0, false),
+                check(checks::step_02::WORLD_SIZE, 2, true),
+                check(checks::step_06::SAMPLER_SHARES, 6, true),
+                check(checks::step_06::SAMPLER_SET_EPOCH, 6, true),
             ],
         );
         assert_eq!(s.points(), 10.0);
@@ -625,8 +630,17 @@ pub mod tests {
     #[test]
     fn the_table_totals_the_points() {
         let steps = [
-            step_run(0, vec![check(id::IMPORTS_DIST, 0, true), check(id::TRAINS, 0, true)]),
-            step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]),
+            step_run(
+                0,
+                vec![check(checks::step_00::IMPORTS_DIST, 0, true), check(checks::step_00::TRAINS, 0, true)],
+            ),
+            step_run(
+                8,
+                vec![
+                    check(checks::step_08::THROUGHPUT_REDUCED, 8, true),
+                    check(checks::step_08::EPOCH_BARRIER, 8, false),
+                ],
+            ),
         ];
         let t = table(&steps);
         assert!(t.contains("   0   10/10  pass"), "{t}");

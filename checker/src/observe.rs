@@ -1,17 +1,18 @@
 //! Observation: build the step, run it on several ranks with hidden variations, and
 //! gather what happened (processes, outputs, traces). Judging is `checks`' job.
 //!
-//! One module per job: [`variation`] draws the hidden variations, [`placement`] puts
-//! the ranks on CPUs or GPUs, [`command_line`] writes each run's options and
-//! environment, [`runs`] starts the runs and gathers their processes and traces,
-//! [`build_errors`] builds the crate, [`observation`] holds (and records) what was seen.
-//! This file runs a verification's runs in their order.
+//! One module per job: [`plan`] says what a step's verification runs (the [`Plan`] its
+//! declarations in `checks` make), [`variation`] draws the hidden variations,
+//! [`placement`] puts the ranks on CPUs or GPUs, [`command_line`] writes each run's
+//! options and environment, [`runs`] starts the runs and gathers their processes and
+//! traces, [`build_errors`] builds the crate, [`observation`] holds (and records) what
+//! was seen, by [`RunKind`]. This file runs the kinds of run the plan names, in order.
 mod build_errors;
 mod command_line;
 mod observation;
 mod placement;
+mod plan;
 mod runs;
-pub mod since;
 mod variation;
 
 use std::path::{Path, PathBuf};
@@ -19,8 +20,11 @@ use std::time::Duration;
 
 pub use build_errors::{build, BuildFailure, BuildFailureRecord};
 use command_line::checkpoint_args;
-pub use observation::{Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run};
-use runs::{failing_rank_run, help_and_bad_value, quick_evaluation, run_job, run_job_carrying, WhichRun};
+pub use observation::{
+    Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind, Runs,
+};
+pub use plan::{Gains, Plan};
+use runs::{Runner, WhichRun};
 pub use variation::{Variation, FSDP_STEPS};
 
 /// Where the verification runs and what it may use.
@@ -36,57 +40,58 @@ pub struct Setup {
     pub confine: Option<crate::confined::JobSandbox>,
 }
 
-/// Runs the step's program as the step needs and gathers the observation.
+/// Runs the step's program as `plan` says and gathers the observation.
 /// `phase` hears what is being run, for progress display.
 pub fn observe(
-    step: u8,
+    plan: &Plan,
     bin: &Path,
     source: String,
     v: &Variation,
     setup: &Setup,
     phase: &dyn Fn(&str),
 ) -> Observation {
+    let runner = Runner { plan, bin, setup };
     let grace = Duration::from_secs(45);
     // The quick evaluation (step 11) trains for seconds on both cores while the other
     // runs mostly wait (start-up, rendezvous, the late rank): it runs beside them, on its
     // own port and in its own sandbox, and is joined last.
     std::thread::scope(|scope| {
         let quick_run =
-            (step >= since::QUICK_EVALUATION).then(|| scope.spawn(|| quick_evaluation(bin, setup, grace)));
-        let mut observation = observe_runs(step, bin, source, v, setup, phase, grace);
-        observation.quick_run = quick_run.map(|run| {
+            plan.makes(RunKind::QuickEvaluation).then(|| scope.spawn(|| runner.quick_evaluation(grace)));
+        let mut observation = observe_runs(&runner, source, v, phase, grace);
+        if let Some(run) = quick_run {
             phase("finishing the quick evaluation (it started with the first run)");
-            run.join().expect("the quick evaluation's thread")
-        });
+            observation.insert(Runs::QuickEvaluation(run.join().expect("the quick evaluation's thread")));
+        }
         observation
     })
 }
 
 /// Every run of a verification but the quick evaluation.
 fn observe_runs(
-    step: u8,
-    bin: &Path,
+    runner: &Runner<'_>,
     source: String,
     v: &Variation,
-    setup: &Setup,
     phase: &dyn Fn(&str),
     grace: Duration,
 ) -> Observation {
+    let plan = runner.plan;
     phase(&format!("running {} rank(s)", v.world_size()));
-    let main_args =
-        if step >= since::CHECKPOINTS { checkpoint_args(setup, "checkpoints", &[]) } else { Vec::new() };
-    let (main, port) = run_job(step, bin, v, setup, WhichRun::Main, &main_args);
+    let main_args = match plan.has(Gains::Checkpoints) {
+        true => checkpoint_args(runner.setup, "checkpoints", &[]),
+        false => Vec::new(),
+    };
+    let (main, port) = runner.job(v, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
     // initial weights, dropout off and statistics over the global batch.
-    let equivalence = (step >= since::DDP).then(|| {
+    let equivalence = plan.makes(RunKind::Equivalence).then(|| {
         phase("comparing with one rank and the whole batch");
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
         // Independent jobs on their own ports: run them side by side.
         let ((many_run, _), (one_run, _)) = std::thread::scope(|scope| {
-            let many_job =
-                scope.spawn(|| run_job(step, bin, &many, setup, WhichRun::Equivalence("many"), &[]));
-            let one_run = run_job(step, bin, &one, setup, WhichRun::Equivalence("one"), &[]);
+            let many_job = scope.spawn(|| runner.job(&many, WhichRun::EquivalenceMany, &[]));
+            let one_run = runner.job(&one, WhichRun::EquivalenceOne, &[]);
             (many_job.join().expect("the comparison's run thread"), one_run)
         });
         Equivalence { settings: many, many: many_run, one: one_run }
@@ -94,12 +99,12 @@ fn observe_runs(
     // Step 13's runs beside step 12's (their own ports and directories): most of each
     // run is start-up and rendezvous, which overlap well.
     let (resume, pipeline) = std::thread::scope(|scope| {
-        let pipeline = (step >= since::PIPELINE).then(|| scope.spawn(|| pipeline_runs(step, bin, v, setup)));
-        let resume = (step >= since::CHECKPOINTS).then(|| {
+        let pipeline = plan.makes(RunKind::Pipeline).then(|| scope.spawn(|| pipeline_runs(runner, v)));
+        let resume = plan.makes(RunKind::Resume).then(|| {
             phase(
                 "stopping a run after epoch 0 and resuming it (and, from step 13, the model cut into stages)",
             );
-            resume_runs(step, bin, v, setup)
+            resume_runs(runner, v)
         });
         let pipeline = pipeline.map(|runs| {
             phase("finishing the pipeline's runs (--pipeline, and one step of it beside the uncut model)");
@@ -107,43 +112,36 @@ fn observe_runs(
         });
         (resume, pipeline)
     });
-    let fsdp = (step >= since::FSDP).then(|| {
+    let fsdp = plan.makes(RunKind::Fsdp).then(|| {
         phase("training with --fsdp and with DDP on the same data");
-        fsdp_runs(step, bin, v, setup)
+        fsdp_runs(runner, v)
     });
 
-    if step >= since::NODE_OPTIONS {
+    let mut observation = Observation::of_main(plan.step, v.clone(), source, main, port);
+    let made = [
+        equivalence.map(Runs::Equivalence),
+        resume.map(Runs::Resume),
+        pipeline.map(Runs::Pipeline),
+        fsdp.map(Runs::Fsdp),
+    ];
+    made.into_iter().flatten().for_each(|runs| observation.insert(runs));
+    if plan.makes(RunKind::Options) {
         phase("checking --help and a bad option value");
+        let (help, bad_value) = runner.help_and_bad_value(grace);
+        observation.insert(Runs::Options { help, bad_value });
     }
-    let (help, bad_value) =
-        if step >= since::NODE_OPTIONS { help_and_bad_value(bin, setup, grace) } else { (None, None) };
-    let fail_run = (step >= since::SPAWNS_ITS_RANKS).then(|| {
+    if plan.makes(RunKind::FailingRank) {
         phase("running with a failing rank");
-        failing_rank_run(step, bin, v, setup, grace)
-    });
-    Observation {
-        step,
-        variation: v.clone(),
-        source,
-        main,
-        port,
-        help,
-        bad_value,
-        fail_run,
-        quick_run: None,
-        downloads: None,
-        equivalence,
-        resume,
-        fsdp,
-        pipeline,
+        observation.insert(Runs::FailingRank(runner.failing_rank_run(v, grace)));
     }
+    observation
 }
 
 /// The micro-batches of step 13's pipelined run: 4 per batch of 16.
 pub const PIPELINE_MICRO_BATCHES: usize = 4;
 
 /// Step 13's runs (see [`PipelineRuns`]), side by side on their own ports.
-fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> PipelineRuns {
+fn pipeline_runs(runner: &Runner<'_>, v: &Variation) -> PipelineRuns {
     // Three batches and two epochs: the bubble of a few steps, the epoch lines.
     let settings = Variation { train_subset: 3 * v.batch_size, epochs: 2, ..v.clone() };
     let step_settings = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
@@ -153,11 +151,9 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
     };
     let (pipelined_args, cut_args) = (pipeline_args(PIPELINE_MICRO_BATCHES), pipeline_args(1));
     let ((pipelined, _), (cut, _), (uncut, _)) = std::thread::scope(|scope| {
-        let pipelined = scope
-            .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Pipeline("pipelined"), &pipelined_args));
-        let cut =
-            scope.spawn(|| run_job(step, bin, &step_settings, setup, WhichRun::Pipeline("cut"), &cut_args));
-        let uncut = run_job(step, bin, &uncut_settings, setup, WhichRun::Pipeline("uncut"), &[]);
+        let pipelined = scope.spawn(|| runner.job(&settings, WhichRun::Pipelined, &pipelined_args));
+        let cut = scope.spawn(|| runner.job(&step_settings, WhichRun::Cut, &cut_args));
+        let uncut = runner.job(&uncut_settings, WhichRun::Uncut, &[]);
         (
             pipelined.join().expect("the pipelined run's thread"),
             cut.join().expect("the cut run's thread"),
@@ -168,12 +164,11 @@ fn pipeline_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> Pipeline
 }
 
 /// Step 14's runs ([`Variation::for_fsdp`]), on their own ports, side by side.
-fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
+fn fsdp_runs(runner: &Runner<'_>, v: &Variation) -> FsdpRuns {
     let settings = v.for_fsdp();
     let ((fsdp, _), (ddp, _)) = std::thread::scope(|scope| {
-        let fsdp =
-            scope.spawn(|| run_job(step, bin, &settings, setup, WhichRun::Fsdp("fsdp"), &["--fsdp".into()]));
-        let ddp = run_job(step, bin, &settings, setup, WhichRun::Fsdp("ddp"), &[]);
+        let fsdp = scope.spawn(|| runner.job(&settings, WhichRun::WithFsdp, &["--fsdp".into()]));
+        let ddp = runner.job(&settings, WhichRun::WithDdp, &[]);
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });
     FsdpRuns { settings, fsdp, ddp }
@@ -187,7 +182,8 @@ fn fsdp_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> FsdpRuns {
 /// by where DDP's buckets put it, and DDP lays its buckets out again after a process's
 /// first step, which the resumed process takes at epoch 1 and the uninterrupted one at
 /// epoch 0 (seen: other weights on 3 ranks, `--seed 1`). Two addends commute.
-fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns {
+fn resume_runs(runner: &Runner<'_>, v: &Variation) -> ResumeRuns {
+    let setup = runner.setup;
     let settings = Variation { epochs: 2, nodes: 1, ranks_per_node: 2, ..v.clone() };
     let stopped_after = 0;
     let stopped_settings = Variation { epochs: stopped_after + 1, ..settings.clone() };
@@ -198,20 +194,10 @@ fn resume_runs(step: u8, bin: &Path, v: &Variation, setup: &Setup) -> ResumeRuns
     let carry = ["resumed-checkpoints"];
     // The uninterrupted run beside the stopped one (their own ports and directories).
     let ((uninterrupted, _), (stopped, _)) = std::thread::scope(|scope| {
-        let whole = scope
-            .spawn(|| run_job(step, bin, &settings, setup, WhichRun::Resume("uninterrupted"), &whole_args));
-        let stopped = run_job_carrying(
-            step,
-            bin,
-            &stopped_settings,
-            setup,
-            WhichRun::Resume("stopped"),
-            &stopped_args,
-            &carry,
-        );
+        let whole = scope.spawn(|| runner.job(&settings, WhichRun::Uninterrupted, &whole_args));
+        let stopped = runner.job_carrying(&stopped_settings, WhichRun::Stopped, &stopped_args, &carry);
         (whole.join().expect("the uninterrupted run's thread"), stopped)
     });
-    let (resumed, _) =
-        run_job_carrying(step, bin, &settings, setup, WhichRun::Resume("resumed"), &resumed_args, &carry);
+    let (resumed, _) = runner.job_carrying(&settings, WhichRun::Resumed, &resumed_args, &carry);
     ResumeRuns { settings, stopped_after, uninterrupted, stopped, resumed }
 }

@@ -166,8 +166,9 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
                 limit,
                 confine,
             };
-            let mut obs = observe::observe(step, &bin, source, &variation, &setup, &|p| spinner.phase(p));
-            if step >= observe::since::DATA_ONCE_PER_NODE {
+            let plan = checks::plan(step);
+            let mut obs = observe::observe(&plan, &bin, source, &variation, &setup, &|p| spinner.phase(p));
+            if plan.has(observe::Gains::DataOncePerNode) {
                 obs.downloads = Some(mirror.downloads());
             }
             obs.record_if_asked();

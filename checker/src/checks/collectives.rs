@@ -7,7 +7,7 @@ use lab_trace::event::{Collective, EpochReport, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Dtype, Record, ReduceOp, Trace};
 
 use super::{Evidence, Finding};
-use crate::observe::{since, Observation};
+use crate::observe::{Gains, Observation, RunKind};
 
 /// One `collective` event of a rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -202,16 +202,6 @@ impl Call {
     }
 }
 
-/// Which of a verification's runs a divergence was found in: the same call can belong
-/// to another step's code in another run (a broadcast is step 13's metrics in the
-/// pipeline's runs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Run {
-    Main,
-    Pipeline,
-    Fsdp,
-}
-
 /// Where the ranks' collectives first part ways, read as a student's mistake: what
 /// each rank did there, where each rank was, whose call is the mistake and which
 /// step's check it breaks. The one home of this reading: `trains`, `run_failure` and
@@ -246,7 +236,7 @@ struct Side {
 impl Divergence {
     /// The first point where the ranks' collectives of `trace` part ways, for a
     /// verification of step `step`; `None` when they never do.
-    pub fn find(trace: &[Record], step: u8, run: Run) -> Option<Divergence> {
+    pub fn find(trace: &[Record], step: u8, run: RunKind) -> Option<Divergence> {
         let mut per_rank: BTreeMap<usize, Vec<&Record>> = BTreeMap::new();
         for record in trace {
             if let Some(rank) = record.rank {
@@ -344,7 +334,10 @@ impl Divergence {
                 if differing.is_none() && !left {
                     return None;
                 }
-                (silent, left.then_some((11, super::id::RANKS_STOP_TOGETHER)))
+                (
+                    silent,
+                    left.then_some(super::step_11::RANKS_STOP_TOGETHER).map(|id| (super::step_of(id), id)),
+                )
             }
             (None, None) => {
                 let culprit = mistaken_side(&sides);
@@ -427,18 +420,20 @@ impl Divergence {
 
 /// The divergence of the run `run` of `obs` (the pipeline's: the pipelined run's, else
 /// the one step's), if the ranks' collectives part ways in it.
-pub fn divergence(obs: &Observation, run: Run) -> Option<Divergence> {
+pub fn divergence(obs: &Observation, run: RunKind) -> Option<Divergence> {
     let traces: Vec<&Trace> = match run {
-        Run::Main => vec![&obs.main.trace],
-        Run::Pipeline => obs.pipeline.iter().flat_map(|p| [&p.pipelined.trace, &p.cut.trace]).collect(),
-        Run::Fsdp => obs.fsdp.iter().map(|f| &f.fsdp.trace).collect(),
+        RunKind::Pipeline => obs.pipeline().iter().flat_map(|p| [&p.pipelined.trace, &p.cut.trace]).collect(),
+        RunKind::Fsdp => obs.fsdp().iter().map(|f| &f.fsdp.trace).collect(),
+        // The program as the step is: the main run (the others have no collectives of
+        // their own, or are judged on it).
+        _ => vec![&obs.main.trace],
     };
     traces.into_iter().find_map(|trace| Divergence::find(&trace.records, obs.step, run))
 }
 
 /// Check `check`'s finding when the ranks' collectives part ways in `run` and the
 /// mistake is its own: every owning check's judge asks this first.
-pub fn owned(obs: &Observation, run: Run, check: &str, expected: &str) -> Option<Finding> {
+pub fn owned(obs: &Observation, run: RunKind, check: &str, expected: &str) -> Option<Finding> {
     divergence(obs, run)?.finding_for(check, expected)
 }
 
@@ -491,33 +486,38 @@ fn mistaken_side(sides: &[Side]) -> usize {
 }
 
 /// The step and check a mistaken call belongs to, in the run it was found in.
-fn owner_of(call: &Call, place: Place, step: u8, run: Run) -> Option<(u8, &'static str)> {
-    use super::id;
+fn owner_of(call: &Call, place: Place, step: u8, run: RunKind) -> Option<(u8, &'static str)> {
+    owning_check(call, place, step, run).map(|id| (super::step_of(id), id))
+}
+
+/// The check a mistaken call belongs to, in the run it was found in.
+fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'static str> {
+    use super::{step_05, step_07, step_08, step_09, step_12, step_13, step_14};
     use CollectiveOp as Op;
     if !call.by_program() {
         return match call.op {
-            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some((7, id::WEIGHTS_SYNCHRONIZED)),
-            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some((14, id::FSDP_COLLECTIVES)),
+            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some(step_07::WEIGHTS_SYNCHRONIZED),
+            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some(step_14::FSDP_COLLECTIVES),
             _ => None,
         };
     }
     match (run, call.op) {
         // The pipeline's metrics go from the last stage to every rank.
-        (Run::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
-            Some((13, id::METRICS_FROM_LAST_STAGE))
+        (RunKind::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
+            Some(step_13::METRICS_FROM_LAST_STAGE)
         }
-        (Run::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some((14, id::FSDP_COLLECTIVES)),
+        (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some(step_14::FSDP_COLLECTIVES),
         (_, Op::Barrier) => match place {
-            Place::BeforeTraining => Some((5, id::DATA_BARRIER)),
+            Place::BeforeTraining => Some(step_05::DATA_BARRIER),
             // After the epoch's report, from step 12 on: the barrier between rank 0's
             // checkpoint and every rank's load.
-            Place::Epoch { phase: Phase::Reported, .. } if step >= since::CHECKPOINTS => {
-                Some((12, id::READ_AFTER_WHOLE))
+            Place::Epoch { phase: Phase::Reported, .. } if step >= super::since(Gains::Checkpoints) => {
+                Some(step_12::READ_AFTER_WHOLE)
             }
-            Place::Epoch { .. } => Some((8, id::EPOCH_BARRIER)),
+            Place::Epoch { .. } => Some(step_08::EPOCH_BARRIER),
         },
-        (Run::Main, Op::Reduce) => Some((8, id::THROUGHPUT_REDUCED)),
-        (Run::Main, Op::AllReduce | Op::AllGather) => Some((9, id::METRICS_AVERAGED)),
+        (RunKind::Main, Op::Reduce) => Some(step_08::THROUGHPUT_REDUCED),
+        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some(step_09::METRICS_AVERAGED),
         _ => None,
     }
 }
@@ -593,7 +593,6 @@ fn sentence(sides: &[Side], culprit: usize, latest: Place, owned: bool) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
 
     fn event(
         rank: usize,
@@ -784,8 +783,8 @@ mod tests {
     #[test]
     fn a_reduce_on_rank_0_alone_is_step_8s_on_four_ranks_and_on_two() {
         let trace = only_rank_0(4, 2, &[CollectiveOp::Reduce]);
-        let d = Divergence::find(&trace, 11, Run::Main).unwrap();
-        assert_eq!(d.owner, Some((8, id::THROUGHPUT_REDUCED)));
+        let d = Divergence::find(&trace, 11, RunKind::Main).unwrap();
+        assert_eq!(d.owner, Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)));
         assert_eq!(d.culprits, [0]);
         assert_eq!(d.places[&0], Place::Epoch { epoch: 0, phase: Phase::Trained });
         assert_eq!(
@@ -793,11 +792,14 @@ mod tests {
             "in epoch 0 rank 0 called reduce (1 value) at src/main.rs:133 while ranks 1–3 called DDP's broadcast in epoch 0: a collective only rank 0 reaches; is it inside `if global_rank == 0`?"
         );
         // Two ranks: no majority; rank 0's call is the program's, rank 1's DDP's.
-        let d = Divergence::find(&only_rank_0(2, 2, &[CollectiveOp::Reduce]), 11, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((8, id::THROUGHPUT_REDUCED)), vec![0]));
+        let d = Divergence::find(&only_rank_0(2, 2, &[CollectiveOp::Reduce]), 11, RunKind::Main).unwrap();
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)), vec![0])
+        );
         assert!(d.sentence.contains("while rank 1 called DDP's broadcast in epoch 0"), "{}", d.sentence);
         // Before step 8 the reduce is nobody's step yet: the report stays as it was.
-        assert_eq!(Divergence::find(&trace, 7, Run::Main).unwrap().owner, None);
+        assert_eq!(Divergence::find(&trace, 7, RunKind::Main).unwrap().owner, None);
     }
 
     #[test]
@@ -812,8 +814,11 @@ mod tests {
         }
         ranks[0].call(CollectiveOp::Reduce, 1, Some("src/main.rs:133:9"));
         ranks[1].call(CollectiveOp::AllReduce, 2, Some("src/main.rs:140:9"));
-        let d = Divergence::find(&trace_of(ranks), 9, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((8, id::THROUGHPUT_REDUCED)), vec![0]));
+        let d = Divergence::find(&trace_of(ranks), 9, RunKind::Main).unwrap();
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((8, crate::checks::step_08::THROUGHPUT_REDUCED)), vec![0])
+        );
         assert!(d
             .sentence
             .contains("while rank 1 called all_reduce (2 values) at src/main.rs:140 in epoch 0"));
@@ -826,8 +831,8 @@ mod tests {
             let rank = lab.rank;
             lab.before_training(rank == 0);
         }
-        let d = Divergence::find(&trace_of(ranks), 5, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((5, id::DATA_BARRIER)), vec![0]));
+        let d = Divergence::find(&trace_of(ranks), 5, RunKind::Main).unwrap();
+        assert_eq!((d.owner, d.culprits.clone()), (Some((5, crate::checks::step_05::DATA_BARRIER)), vec![0]));
         assert_eq!(d.places[&1], Place::BeforeTraining);
         assert_eq!(
             d.sentence,
@@ -838,16 +843,19 @@ mod tests {
     #[test]
     fn an_all_reduce_on_rank_0_alone_is_step_9s_and_the_others_had_begun_the_next_epoch() {
         let trace = only_rank_0(4, 2, &[CollectiveOp::AllReduce]);
-        let d = Divergence::find(&trace, 9, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((9, id::METRICS_AVERAGED)), vec![0]));
+        let d = Divergence::find(&trace, 9, RunKind::Main).unwrap();
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((9, crate::checks::step_09::METRICS_AVERAGED)), vec![0])
+        );
         assert_eq!(d.places[&2], Place::Epoch { epoch: 1, phase: Phase::Training });
         assert_eq!(
             d.sentence,
             "in epoch 0 rank 0 called all_reduce (2 values) at src/main.rs:140 while ranks 1–3 had already begun epoch 1 (DDP's broadcast): a collective only rank 0 reaches; is it inside `if global_rank == 0`?"
         );
         // The barrier of the epoch, likewise step 8's.
-        let d = Divergence::find(&only_rank_0(2, 1, &[CollectiveOp::Barrier]), 9, Run::Main).unwrap();
-        assert_eq!(d.owner, Some((8, id::EPOCH_BARRIER)));
+        let d = Divergence::find(&only_rank_0(2, 1, &[CollectiveOp::Barrier]), 9, RunKind::Main).unwrap();
+        assert_eq!(d.owner, Some((8, crate::checks::step_08::EPOCH_BARRIER)));
     }
 
     #[test]
@@ -861,8 +869,11 @@ mod tests {
         ranks[1].push(TrainIndices { epoch: 1, indices: vec![0; 40] });
         ranks[1].call(CollectiveOp::BroadcastCoalesced, 912, None);
         let trace = trace_of(ranks);
-        let d = Divergence::find(&trace, 11, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((11, id::RANKS_STOP_TOGETHER)), vec![0]));
+        let d = Divergence::find(&trace, 11, RunKind::Main).unwrap();
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((11, crate::checks::step_11::RANKS_STOP_TOGETHER)), vec![0])
+        );
         assert_eq!(d.calls[&0], None);
         assert!(
             d.sentence.starts_with(
@@ -872,7 +883,7 @@ mod tests {
             d.sentence
         );
         // Before step 11 no step owns it.
-        assert_eq!(Divergence::find(&trace, 10, Run::Main).unwrap().owner, None);
+        assert_eq!(Divergence::find(&trace, 10, RunKind::Main).unwrap().owner, None);
     }
 
     #[test]
@@ -886,8 +897,11 @@ mod tests {
         for lab in &mut ranks[1..] {
             lab.push(TrainIndices { epoch: 1, indices: vec![0; 40] });
         }
-        let d = Divergence::find(&trace_of(ranks), 11, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((11, id::RANKS_STOP_TOGETHER)), vec![0]));
+        let d = Divergence::find(&trace_of(ranks), 11, RunKind::Main).unwrap();
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((11, crate::checks::step_11::RANKS_STOP_TOGETHER)), vec![0])
+        );
         assert!(
             d.sentence.starts_with(
                 "rank 0 left the training loop after epoch 0 while ranks 1–2 had already begun epoch 1: rank 0 stopped alone"
@@ -895,7 +909,11 @@ mod tests {
             "{}",
             d.sentence
         );
-        assert!(!d.finding_for(id::RANKS_STOP_TOGETHER, "").unwrap().observed.contains("call #"));
+        assert!(!d
+            .finding_for(crate::checks::step_11::RANKS_STOP_TOGETHER, "")
+            .unwrap()
+            .observed
+            .contains("call #"));
     }
 
     #[test]
@@ -906,7 +924,7 @@ mod tests {
         ranks[1].before_training(true);
         ranks[1].push(TrainIndices { epoch: 0, indices: vec![0; 40] });
         ranks[1].call(CollectiveOp::BroadcastCoalesced, 912, None);
-        let d = Divergence::find(&trace_of(ranks), 11, Run::Main).unwrap();
+        let d = Divergence::find(&trace_of(ranks), 11, RunKind::Main).unwrap();
         assert_eq!((d.owner, d.culprits.clone()), (None, vec![1]));
         assert!(d
             .sentence
@@ -919,8 +937,11 @@ mod tests {
         let mut ranks = vec![Lab::new(0), Lab::new(1)];
         ranks[0].call(CollectiveOp::BroadcastCoalesced, 912, None);
         ranks[1].call(CollectiveOp::BroadcastCoalesced, 900, None);
-        let d = Divergence::find(&trace_of(ranks), 7, Run::Main).unwrap();
-        assert_eq!((d.owner, d.culprits.clone()), (Some((7, id::WEIGHTS_SYNCHRONIZED)), vec![0]));
+        let d = Divergence::find(&trace_of(ranks), 7, RunKind::Main).unwrap();
+        assert_eq!(
+            (d.owner, d.culprits.clone()),
+            (Some((7, crate::checks::step_07::WEIGHTS_SYNCHRONIZED)), vec![0])
+        );
         assert_eq!(
             d.sentence,
             "before training rank 0 called broadcast_coalesced(root=0) Float[912] while rank 1 called broadcast_coalesced(root=0) Float[900] before training: every rank must call it with the same arguments (the same root, operation and size)"
@@ -929,8 +950,8 @@ mod tests {
         let mut ranks = vec![Lab::new(0), Lab::new(1)];
         ranks[0].call(CollectiveOp::AllGatherIntoTensor, 912, None);
         ranks[1].call(CollectiveOp::ReduceScatterTensor, 1824, None);
-        let d = Divergence::find(&trace_of(ranks), 14, Run::Fsdp).unwrap();
-        assert_eq!(d.owner, Some((14, id::FSDP_COLLECTIVES)));
+        let d = Divergence::find(&trace_of(ranks), 14, RunKind::Fsdp).unwrap();
+        assert_eq!(d.owner, Some((14, crate::checks::step_14::FSDP_COLLECTIVES)));
         assert!(d.sentence.ends_with(
             "FSDP's collectives run on every rank only when every rank shards the same model alike"
         ));
@@ -938,6 +959,6 @@ mod tests {
 
     #[test]
     fn ranks_that_agree_do_not_diverge() {
-        assert!(Divergence::find(&only_rank_0(3, 2, &[]), 11, Run::Main).is_none());
+        assert!(Divergence::find(&only_rank_0(3, 2, &[]), 11, RunKind::Main).is_none());
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{judge, CheckResult, REGISTRY};
+use super::{judge, CheckResult};
 use crate::observe::Observation;
 
 /// What a person expects of one recorded case.
@@ -198,10 +198,10 @@ fn recorded_observations_write_back_as_recorded() {
         let written = serde_json::to_value(obs).unwrap();
         assert!(written == value, "{}: written back otherwise than recorded", case.name);
         let runs = 1
-            + 2 * usize::from(obs.equivalence.is_some())
-            + 3 * usize::from(obs.resume.is_some())
-            + 3 * usize::from(obs.pipeline.is_some())
-            + 2 * usize::from(obs.fsdp.is_some());
+            + 2 * usize::from(obs.equivalence().is_some())
+            + 3 * usize::from(obs.resume().is_some())
+            + 3 * usize::from(obs.pipeline().is_some())
+            + 2 * usize::from(obs.fsdp().is_some());
         assert_eq!(run_count(&value), runs, "{}: runs recorded as a processes/trace pair", case.name);
     }
 }
@@ -222,21 +222,18 @@ fn run_count(value: &serde_json::Value) -> usize {
 /// SIGABRT, ...) or, for ranks `dist::spawn` started, their launcher's or libtorch's
 /// words for one. The fail run's rank is killed on purpose and is left out.
 fn crashes(obs: &Observation) -> Vec<String> {
+    use crate::observe::RunKind;
     use std::os::unix::process::ExitStatusExt;
-    let mut ended: Vec<&crate::job::Ended> = obs.main.processes.iter().map(|p| &p.ended).collect();
-    ended.extend(obs.quick_run.iter());
-    if let Some(eq) = &obs.equivalence {
-        ended.extend(eq.processes().map(|p| &p.ended));
-    }
-    if let Some(runs) = &obs.resume {
-        ended.extend(runs.processes().map(|p| &p.ended));
-    }
-    if let Some(runs) = &obs.pipeline {
-        ended.extend(runs.processes().map(|p| &p.ended));
-    }
-    if let Some(runs) = &obs.fsdp {
-        ended.extend(runs.processes().map(|p| &p.ended));
-    }
+    let kinds = [
+        RunKind::Main,
+        RunKind::QuickEvaluation,
+        RunKind::Equivalence,
+        RunKind::Resume,
+        RunKind::Pipeline,
+        RunKind::Fsdp,
+    ];
+    let ended: Vec<&crate::job::Ended> =
+        kinds.into_iter().flat_map(|kind| obs.processes(kind).unwrap_or_default()).collect();
     let said = ["killed by signal", "terminate called", "Segmentation fault", "core dumped"];
     ended
         .into_iter()
@@ -295,8 +292,8 @@ fn every_check_has_a_holding_and_a_broken_case() {
     }
     // Judged only where ranks compute on GPUs, which no machine that records these has
     // had yet: unit-tested on synthetic traces in its module (checks/step_12.rs).
-    const GPU_ONLY: &[&str] = &[super::id::DEVICE_MAPPING];
-    for check in REGISTRY.iter().flat_map(|c| c.iter()).filter(|c| !GPU_ONLY.contains(&c.id)) {
+    const GPU_ONLY: &[&str] = &[super::step_12::DEVICE_MAPPING];
+    for (_, check) in super::all_checks().filter(|(_, c)| !GPU_ONLY.contains(&c.id)) {
         assert!(held.contains(check.id), "no recorded case where `{}` holds", check.id);
         assert!(broke.contains(check.id), "no recorded case where `{}` is broken", check.id);
     }

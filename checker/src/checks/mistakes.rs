@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::fixtures::{case, cases, Case};
-use super::{id, CheckResult, REGISTRY};
+use super::{all_checks, CheckResult};
 
 /// The part of "## Common mistakes" whose mistakes only GPU ranks can make.
 const GPU_PART: &str = "### On GPU nodes";
@@ -175,12 +175,11 @@ fn bullet_problems(
         (Some(Err(e)), false) => return vec![e.clone()],
         (Some(Ok(m)), false) => m,
     };
-    let step_ids: Vec<&str> = REGISTRY[usize::from(bullet.step)].iter().map(|c| c.id).collect();
+    let step_ids: Vec<&str> = super::ids(bullet.step);
     if let Some(check) = &marker.fails {
         // A check that `verify step N` judges: one of steps 0..=N, or the build.
-        let judged =
-            REGISTRY[..=usize::from(bullet.step)].iter().flat_map(|c| c.iter()).any(|c| c.id == check);
-        if !judged && check != id::BUILDS {
+        let judged = all_checks().any(|(step, c)| step <= bullet.step && c.id == check);
+        if !judged && check != super::step_00::BUILDS {
             return vec![format!(
                 "`fails: {check}` is not a check that `verify step {}` judges",
                 bullet.step
@@ -216,7 +215,7 @@ fn bullet_problems(
         let failed: Vec<&str> = recorded.results.iter().filter(|r| r.failed()).map(|r| r.id).collect();
         let caught = match &marker.fails {
             Some(check) => failed.contains(&check.as_str()),
-            None => failed.iter().any(|id| step_ids.contains(id) || *id == id::BUILDS),
+            None => failed.iter().any(|id| step_ids.contains(id) || *id == super::step_00::BUILDS),
         };
         if !caught {
             let wanted = match &marker.fails {

@@ -1,7 +1,12 @@
-//! The checks, one module per step, each check one value in [`REGISTRY`]: its id, its
-//! step, what it observes, the run it needs, the judging function and the hint.
-//! `verify`, `grade`, `list`, the guide's test and the points all read the registry;
-//! adding a check is a value in its step's module and a bullet on the guide's page.
+//! The checks, one module per step. Each step's module declares what the step is, one
+//! [`Step`] value: what its program gains ([`Gains`]: from it on the checker runs the
+//! program otherwise), the kinds of run it adds ([`RunKind`]) and its checks, each a
+//! [`Check`] (its id, a constant beside the declaration; what it observes, the run it
+//! needs, the judging function and the hint). [`REGISTRY`] lists the steps' declarations
+//! in order: a step's number is its place there, and [`plan`] and [`since`] read the
+//! gains and runs from it. `verify`, `grade`, `list`, the guide's test and the points
+//! all read the registry; adding a check is one edit of its step's module (and a bullet
+//! on the guide's page).
 //!
 //! A judging function only reads an [`Observation`] (gathered by `observe`) and says
 //! what the evidence shows: the property [`holds`](Evidence::Holds), is
@@ -18,104 +23,56 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lab_trace::{EventKind, Record, Trace};
 
-use crate::observe::Observation;
+use crate::observe::{Gains, Observation, Plan, RunKind};
 
 mod collectives;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]
 mod mistakes;
-mod step_00;
-mod step_01;
-mod step_02;
-mod step_03;
-mod step_04;
-mod step_05;
-mod step_06;
-mod step_07;
-mod step_08;
-mod step_09;
-mod step_10;
-mod step_11;
-mod step_12;
-mod step_13;
-mod step_14;
+pub mod step_00;
+pub mod step_01;
+pub mod step_02;
+pub mod step_03;
+pub mod step_04;
+pub mod step_05;
+pub mod step_06;
+pub mod step_07;
+pub mod step_08;
+pub mod step_09;
+pub mod step_10;
+pub mod step_11;
+pub mod step_12;
+pub mod step_13;
+pub mod step_14;
 
 pub use step_00::build_failed;
 
-/// Every check's id, the one spelling the registry, the judge, the grade and the
-/// tests use; each step's module declares its checks with these.
-pub mod id {
-    /// Step 0, reported by [`build_failed`](super::build_failed) when the crate does not
-    /// compile (not in the registry).
-    pub const BUILDS: &str = "builds";
-    pub const IMPORTS_DIST: &str = "imports-dist";
-    pub const TRAINS: &str = "trains";
-    pub const OPTIONS_LISTED: &str = "options-listed";
-    pub const OPTIONS_TYPED: &str = "options-typed";
-    pub const WORLD_SIZE: &str = "world-size";
-    pub const RENDEZVOUS: &str = "rendezvous";
-    pub const WORKER_PER_RANK: &str = "worker-per-rank";
-    pub const GLOBAL_RANK: &str = "global-rank";
-    pub const RANK0_PRINTS: &str = "rank0-prints";
-    pub const PREPARE_ONCE_PER_NODE: &str = "prepare-once-per-node";
-    pub const DOWNLOADS_PER_NODE: &str = "downloads-per-node";
-    pub const DATA_BARRIER: &str = "data-barrier";
-    pub const SAMPLER_SHARES: &str = "sampler-shares";
-    pub const SAMPLER_SET_EPOCH: &str = "sampler-set-epoch";
-    pub const WEIGHTS_SYNCHRONIZED: &str = "weights-synchronized";
-    pub const MATCHES_SINGLE_RANK: &str = "matches-single-rank";
-    pub const THROUGHPUT_REDUCED: &str = "throughput-reduced";
-    pub const EPOCH_BARRIER: &str = "epoch-barrier";
-    pub const METRICS_AVERAGED: &str = "metrics-averaged";
-    pub const SELF_SPAWN: &str = "self-spawn";
-    pub const FAILING_RANK_ENDS_RUN: &str = "failing-rank-ends-run";
-    pub const SUMMARY: &str = "summary";
-    pub const TARGET_REACHED: &str = "target-reached";
-    pub const RANKS_STOP_TOGETHER: &str = "ranks-stop-together";
-    pub const ONE_WRITER: &str = "one-writer";
-    pub const READ_AFTER_WHOLE: &str = "read-after-whole";
-    pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
-    pub const DEVICE_MAPPING: &str = "device-mapping";
-    pub const OWN_STAGE: &str = "own-stage";
-    pub const EQUALS_UNCUT: &str = "equals-uncut";
-    pub const BUBBLE_REPORTED: &str = "bubble-reported";
-    pub const METRICS_FROM_LAST_STAGE: &str = "metrics-from-last-stage";
-    pub const SHARDED_MEMORY: &str = "sharded-memory";
-    pub const EQUALS_DDP: &str = "equals-ddp";
-    pub const FSDP_COLLECTIVES: &str = "fsdp-collectives";
+/// What a step is to the checker: what its program gains, the runs it adds to a
+/// verification and its checks. Each step's module declares its `STEP`; its number is
+/// its place in [`REGISTRY`].
+pub struct Step {
+    /// What the program has from this step on, that the checker's runs rely on.
+    pub gains: &'static [Gains],
+    /// The kinds of run a verification makes from this step on.
+    pub runs: &'static [RunKind],
+    /// In the order reports show them.
+    pub checks: &'static [Check],
 }
 
 /// One check of the lab.
 pub struct Check {
+    /// Its public name (reports, grades, fixtures, the guide): a constant of its step's
+    /// module, beside the step's declaration.
     pub id: &'static str,
-    pub step: u8,
     /// What it looks at, in a few words.
     pub observes: &'static str,
-    /// The run whose failure makes missing evidence "could not judge".
-    pub needs: Needs,
+    /// The run whose failure makes missing evidence "could not judge"; `None`: the
+    /// program's text, or a run whose failure is the check's own property.
+    pub needs: Option<RunKind>,
     pub hint: &'static str,
     /// `None`: the check does not apply to this observation (its run was not made).
     pub judge: fn(&Observation) -> Option<Finding>,
-}
-
-/// Which run a check's evidence comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Needs {
-    /// The program's text, or a run whose failure is the check's own property.
-    Nothing,
-    /// The main run (hidden variations).
-    Main,
-    /// The N-rank and 1-rank runs of the comparison.
-    Equivalence,
-    /// The quick evaluation.
-    QuickRun,
-    /// The runs stopped and resumed, and the uninterrupted one (step 12).
-    Resume,
-    /// The pipeline's runs and the uncut model's step beside them (step 13).
-    Pipeline,
-    /// The runs with `--fsdp` and without (step 14).
-    Fsdp,
 }
 
 /// What the evidence shows.
@@ -315,46 +272,75 @@ impl Excerpt {
     }
 }
 
-/// Every check, step by step, in the order reports show them.
-pub static REGISTRY: [&[Check]; lab_course::STEPS.len()] = [
-    step_00::CHECKS,
-    step_01::CHECKS,
-    step_02::CHECKS,
-    step_03::CHECKS,
-    step_04::CHECKS,
-    step_05::CHECKS,
-    step_06::CHECKS,
-    step_07::CHECKS,
-    step_08::CHECKS,
-    step_09::CHECKS,
-    step_10::CHECKS,
-    step_11::CHECKS,
-    step_12::CHECKS,
-    step_13::CHECKS,
-    step_14::CHECKS,
+/// Every step, in order: a step's number is its place here.
+pub static REGISTRY: [&Step; lab_course::STEPS.len()] = [
+    &step_00::STEP,
+    &step_01::STEP,
+    &step_02::STEP,
+    &step_03::STEP,
+    &step_04::STEP,
+    &step_05::STEP,
+    &step_06::STEP,
+    &step_07::STEP,
+    &step_08::STEP,
+    &step_09::STEP,
+    &step_10::STEP,
+    &step_11::STEP,
+    &step_12::STEP,
+    &step_13::STEP,
+    &step_14::STEP,
 ];
 
-/// The ids of the checks step `step` introduces.
+/// Every check with its step, in the order reports show them.
+pub fn all_checks() -> impl Iterator<Item = (u8, &'static Check)> {
+    (0u8..).zip(REGISTRY).flat_map(|(step, declared)| declared.checks.iter().map(move |check| (step, check)))
+}
+
+/// The step whose check `id` is (ids are unique: a test says so).
+pub fn step_of(id: &str) -> u8 {
+    all_checks().find(|(_, c)| c.id == id).map(|(step, _)| step).unwrap_or_else(|| panic!("no check `{id}`"))
+}
+
+/// The first step whose program has `gains`.
+pub fn since(gains: Gains) -> u8 {
+    (0u8..)
+        .zip(REGISTRY)
+        .find(|(_, declared)| declared.gains.contains(&gains))
+        .map(|(step, _)| step)
+        .unwrap_or_else(|| panic!("no step declares {gains:?}"))
+}
+
+/// What a verification of step `step` runs: the gains and runs of steps 0..=`step`.
+pub fn plan(step: u8) -> Plan {
+    let declared = &REGISTRY[..=usize::from(step)];
+    Plan {
+        step,
+        gains: declared.iter().flat_map(|d| d.gains.iter().copied()).collect(),
+        runs: declared.iter().flat_map(|d| d.runs.iter().copied()).collect(),
+    }
+}
+
 /// A check's id as the command line names it (`--hidden-until-due`): one of the registry's.
 pub fn check_id(value: &str) -> Result<String, String> {
     let value = value.trim();
-    if REGISTRY.iter().flat_map(|c| c.iter()).any(|c| c.id == value) {
+    if all_checks().any(|(_, c)| c.id == value) {
         Ok(value.to_string())
     } else {
         Err(format!("there is no check `{value}`: `cargo checker list --checks` lists every check's id"))
     }
 }
 
+/// The ids of the checks step `step` introduces.
 pub fn ids(step: u8) -> Vec<&'static str> {
-    REGISTRY[usize::from(step)].iter().map(|c| c.id).collect()
+    REGISTRY[usize::from(step)].checks.iter().map(|c| c.id).collect()
 }
 
 /// `checker list --checks`: every check, its step and what it looks at.
 pub fn table() -> String {
-    let width = REGISTRY.iter().flat_map(|c| c.iter()).map(|c| c.id.len()).max().unwrap_or(0);
+    let width = all_checks().map(|(_, c)| c.id.len()).max().unwrap_or(0);
     let mut out = String::new();
-    for check in REGISTRY.iter().flat_map(|c| c.iter()) {
-        out.push_str(&format!("step {:>2}  {:<width$}  {}\n", check.step, check.id, check.observes));
+    for (step, check) in all_checks() {
+        out.push_str(&format!("step {step:>2}  {:<width$}  {}\n", check.id, check.observes));
     }
     out
 }
@@ -367,7 +353,7 @@ pub fn first_failing_step(results: &[CheckResult]) -> Option<u8> {
 /// Every check of steps 0..=`obs.step`, in step order.
 pub fn judge(obs: &Observation) -> Vec<CheckResult> {
     let mut out = Vec::new();
-    for check in REGISTRY[..=usize::from(obs.step)].iter().flat_map(|c| c.iter()) {
+    for (step, check) in all_checks().take_while(|(step, _)| *step <= obs.step) {
         let Some(finding) = (check.judge)(obs) else { continue };
         let (mut stopped_at, mut raw) = (None, None);
         let (verdict, observed) = match finding.evidence {
@@ -393,7 +379,7 @@ pub fn judge(obs: &Observation) -> Vec<CheckResult> {
             excerpt: excerpt.filter(|_| verdict == Verdict::Fail),
             stopped_at,
             raw,
-            ..CheckResult::new(check.id, check.step, verdict, observed, finding.expected, check.hint)
+            ..CheckResult::new(check.id, step, verdict, observed, finding.expected, check.hint)
         });
     }
     // A check stopped at a mistake that no failing check of this report names is
@@ -422,27 +408,19 @@ const ERROR_LINE_SHOWN: usize = 200;
 
 /// Why the run a check needs did not end well, if it did not: the first failing
 /// process and its last error line, and any collective the ranks disagreed on.
-fn run_failure(obs: &Observation, needs: Needs) -> Option<RunFailure> {
-    let processes: Vec<&crate::job::Ended> = match needs {
-        Needs::Nothing => return None,
-        Needs::Main => obs.main.processes.iter().map(|p| &p.ended).collect(),
-        Needs::Equivalence => match &obs.equivalence {
-            Some(eq) => eq.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the comparison did not run")),
-        },
-        Needs::QuickRun => obs.quick_run.iter().collect(),
-        Needs::Resume => match &obs.resume {
-            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the stopped and resumed runs did not run")),
-        },
-        Needs::Pipeline => match &obs.pipeline {
-            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the pipeline's runs did not run")),
-        },
-        Needs::Fsdp => match &obs.fsdp {
-            Some(runs) => runs.processes().map(|p| &p.ended).collect(),
-            None => return Some(RunFailure::plain("the runs with --fsdp and with DDP did not run")),
-        },
+fn run_failure(obs: &Observation, needs: Option<RunKind>) -> Option<RunFailure> {
+    let needs = needs?;
+    let Some(processes) = obs.processes(needs) else {
+        return Some(RunFailure::plain(match needs {
+            RunKind::Equivalence => "the comparison did not run",
+            RunKind::Resume => "the stopped and resumed runs did not run",
+            RunKind::Pipeline => "the pipeline's runs did not run",
+            RunKind::Fsdp => "the runs with --fsdp and with DDP did not run",
+            // Checks of these runs report their absence as their own finding.
+            RunKind::Main | RunKind::Options | RunKind::FailingRank | RunKind::QuickEvaluation => {
+                return None
+            }
+        }));
     };
     let failed = processes.into_iter().find(|e| !e.success())?;
     let mut why = format!("{} ended with {}", failed.name, failed.describe());
@@ -463,14 +441,14 @@ fn run_failure(obs: &Observation, needs: Needs) -> Option<RunFailure> {
     }
     let mut blames = None;
     // The runs of the program as the step is (the comparison's N ranks run it too).
-    let trace = match (needs, &obs.equivalence) {
-        (Needs::Main, _) => Some(&obs.main.trace),
-        (Needs::Equivalence, Some(eq)) => Some(&eq.many.trace),
+    let trace = match needs {
+        RunKind::Main => Some(&obs.main.trace),
+        RunKind::Equivalence => obs.equivalence().map(|eq| &eq.many.trace),
         _ => None,
     };
     if let Some(trace) = trace {
         // The step that owns the mistake, when one does; else the two calls as logged.
-        let divergence = collectives::Divergence::find(&trace.records, obs.step, collectives::Run::Main);
+        let divergence = collectives::Divergence::find(&trace.records, obs.step, RunKind::Main);
         match divergence.as_ref().and_then(|d| Some((d.owner_words()?, &d.sentence, d.owner?.1))) {
             Some((owner, sentence, id)) => {
                 blames = Some(id);
@@ -572,21 +550,21 @@ mod tests {
                 .map_or(text, |rest| rest.split_once(" = ").map_or(rest, |(_, value)| value));
             text.replace("args.", "").chars().filter(|c| !c.is_whitespace()).collect()
         };
-        for check in REGISTRY.iter().flat_map(|c| c.iter()) {
+        for (step, check) in all_checks() {
             let hint = bare(check.hint);
-            for line in lab_course::answer_lines(&master, check.step).unwrap() {
+            for line in lab_course::answer_lines(&master, step).unwrap() {
                 let line = bare(&line);
                 assert!(
                     line.len() < 12 || !hint.contains(&line),
                     "`{}`'s hint gives step {}'s line `{line}`",
                     check.id,
-                    check.step
+                    step
                 );
             }
         }
     }
     use crate::job::Ended;
-    use crate::observe::{since, Run, Variation};
+    use crate::observe::{Run, Runs, Variation};
 
     fn not_started() -> Ended {
         Ended::not_started("nothing", "")
@@ -594,22 +572,20 @@ mod tests {
 
     /// An observation of a run that produced nothing at all.
     pub(super) fn nothing(step: u8) -> Observation {
-        Observation {
-            step,
-            variation: Variation::for_step(step, 1),
-            source: String::new(),
-            main: Run { processes: Vec::new(), trace: Trace::default() },
-            port: None,
-            help: (step >= since::NODE_OPTIONS).then(not_started),
-            bad_value: (step >= since::NODE_OPTIONS).then(not_started),
-            fail_run: (step >= since::SPAWNS_ITS_RANKS).then(not_started),
-            quick_run: (step >= since::QUICK_EVALUATION).then(not_started),
-            equivalence: None,
-            resume: None,
-            pipeline: None,
-            fsdp: None,
-            downloads: (step >= since::DATA_ONCE_PER_NODE).then(BTreeMap::new),
+        let main = Run { processes: Vec::new(), trace: Trace::default() };
+        let mut obs = Observation::of_main(step, Variation::for_step(step, 1), String::new(), main, None);
+        let plan = plan(step);
+        obs.downloads = plan.has(Gains::DataOncePerNode).then(BTreeMap::new);
+        if plan.makes(RunKind::Options) {
+            obs.insert(Runs::Options { help: not_started(), bad_value: not_started() });
         }
+        if plan.makes(RunKind::FailingRank) {
+            obs.insert(Runs::FailingRank(not_started()));
+        }
+        if plan.makes(RunKind::QuickEvaluation) {
+            obs.insert(Runs::QuickEvaluation(not_started()));
+        }
+        obs
     }
 
     #[test]
@@ -619,30 +595,59 @@ mod tests {
             for s in 0..=step {
                 let reported: Vec<&str> = results.iter().filter(|r| r.step == s).map(|r| r.id).collect();
                 // device-mapping applies only where ranks compute on GPUs (checks/step_12.rs).
-                let expected: Vec<&str> = ids(s).into_iter().filter(|id| *id != id::DEVICE_MAPPING).collect();
+                let expected: Vec<&str> =
+                    ids(s).into_iter().filter(|id| *id != step_12::DEVICE_MAPPING).collect();
                 assert_eq!(reported, expected, "checks of step {s} in a step {step} run");
             }
         }
-        for (step, checks) in REGISTRY.iter().enumerate() {
+        // A step's place in the registry is its module's number: each check's id is a
+        // constant of the module `step_NN.rs` of its place.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/checks");
+        for (step, check) in all_checks() {
+            let module = std::fs::read_to_string(dir.join(format!("step_{step:02}.rs"))).unwrap();
             assert!(
-                checks.iter().all(|c| usize::from(c.step) == step),
-                "a check of step {step} is filed elsewhere"
+                module.contains(&format!("&str = {:?};", check.id)),
+                "a check of step {step} is filed elsewhere: `{}` is not step_{step:02}.rs's",
+                check.id
             );
         }
-        let all: Vec<&str> = REGISTRY.iter().flat_map(|c| c.iter().map(|c| c.id)).collect();
+        let all: Vec<&str> = all_checks().map(|(_, c)| c.id).collect();
         let unique: BTreeSet<&str> = all.iter().copied().collect();
         assert_eq!(all.len(), unique.len(), "check ids must be unique");
+    }
+
+    /// Each gain is declared by one step, the one whose title says so: a step inserted
+    /// before it, or a gain filed with another step, would run the program as it is not.
+    #[test]
+    fn each_gain_is_the_step_whose_title_says_so() {
+        for (gains, words) in [
+            (Gains::NodeOptions, "--num-nodes"),
+            (Gains::ProcessGroup, "process group"),
+            (Gains::DataOncePerNode, "once per node"),
+            (Gains::Ddp, "DDP"),
+            (Gains::ThroughputBarrier, "throughput"),
+            (Gains::SpawnsItsRanks, "spawns its own ranks"),
+            (Gains::EarlyStop, "quick evaluation"),
+            (Gains::Checkpoints, "checkpoint"),
+            (Gains::Pipeline, "pipeline"),
+            (Gains::Fsdp, "FSDP"),
+        ] {
+            let declaring = REGISTRY.iter().filter(|d| d.gains.contains(&gains)).count();
+            assert_eq!(declaring, 1, "{gains:?} is declared by {declaring} steps");
+            let step = since(gains);
+            let title = lab_course::STEPS[usize::from(step)];
+            assert!(title.contains(words), "step {step} is {title:?}, not the one about {words:?}");
+        }
     }
 
     #[test]
     fn the_guide_describes_every_check() {
         let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-        for check in REGISTRY.iter().flat_map(|c| c.iter()) {
-            let bullet = guide_hints::check_hint_for(root, check.step, check.id);
+        for (step, check) in all_checks() {
+            let bullet = guide_hints::check_hint_for(root, step, check.id);
             assert!(
                 bullet.as_deref().is_some_and(|b| b.starts_with(&format!("`{}`: ", check.id))),
-                "{}: no bullet `{}`: ... under \"What the checker will test\"",
-                lab_course::guide_page(check.step).display(),
+                "lab-guide/src/steps/step-{step:02}.md: no bullet `{}`: ... under \"What the checker will test\"",
                 check.id
             );
         }
@@ -657,7 +662,7 @@ mod tests {
         // only the runs that never started (the comparison, the quick evaluation) leave
         // their checks unjudged.
         let unjudged: Vec<&str> = results.iter().filter(|r| !r.failed()).map(|r| r.id).collect();
-        assert_eq!(unjudged, [id::MATCHES_SINGLE_RANK, id::TARGET_REACHED], "{results:?}");
+        assert_eq!(unjudged, [step_07::MATCHES_SINGLE_RANK, step_11::TARGET_REACHED], "{results:?}");
     }
 
     /// The string literals of Rust source `text` with their lines, comments and char
@@ -796,7 +801,7 @@ mod tests {
         });
         obs.main.trace = serde_json::from_value(serde_json::json!([line])).unwrap();
         let results = judge(&obs);
-        let reduced = results.iter().find(|r| r.id == id::THROUGHPUT_REDUCED).unwrap();
+        let reduced = results.iter().find(|r| r.id == step_08::THROUGHPUT_REDUCED).unwrap();
         assert!(reduced.failed(), "{reduced:?}");
         assert!(
             reduced.observed.contains(
@@ -816,7 +821,7 @@ mod tests {
         crashed.stderr = "loading...\nerror: reduce destination rank 3 is out of range\n".into();
         obs.main.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: crashed });
         let results = judge(&obs);
-        let metrics = results.iter().find(|r| r.id == id::METRICS_AVERAGED).unwrap();
+        let metrics = results.iter().find(|r| r.id == step_09::METRICS_AVERAGED).unwrap();
         assert_eq!(metrics.verdict, Verdict::CouldNotJudge, "{metrics:?}");
         assert!(
             metrics.observed.starts_with(
@@ -825,7 +830,7 @@ mod tests {
             "{}",
             metrics.observed
         );
-        let trains = results.iter().find(|r| r.id == id::TRAINS).unwrap();
+        let trains = results.iter().find(|r| r.id == step_00::TRAINS).unwrap();
         assert_eq!(trains.verdict, Verdict::Fail, "a crash is `trains`' own property");
         assert_eq!(first_failing_step(&results), Some(0));
     }

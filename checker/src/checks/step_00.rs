@@ -1,25 +1,33 @@
 //! Step 0: the single-GPU program, with the distributed module imported.
-use super::{epoch_lines, id, Check, CheckResult, Evidence, Finding, Needs, Verdict};
-use crate::observe::{since, BuildFailure, Observation};
+use super::{epoch_lines, Check, CheckResult, Evidence, Finding, Step, Verdict};
+use crate::observe::{BuildFailure, Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::IMPORTS_DIST,
-        step: 0,
-        observes: "the program's text",
-        needs: Needs::Nothing,
-        hint: "the Rust mirror of `import torch.distributed as dist` is one `use` line (guide: step 0)",
-        judge: imports_dist,
-    },
-    Check {
-        id: id::TRAINS,
-        step: 0,
-        observes: "every process's exit and the epoch lines",
-        needs: Needs::Nothing,
-        hint: "run the step by hand (see the guide's page) and read the first error",
-        judge: trains,
-    },
-];
+/// Reported by [`build_failed`] when the crate does not compile (not a check of the
+/// registry).
+pub const BUILDS: &str = "builds";
+pub const IMPORTS_DIST: &str = "imports-dist";
+pub const TRAINS: &str = "trains";
+
+pub const STEP: Step = Step {
+    gains: &[],
+    runs: &[RunKind::Main],
+    checks: &[
+        Check {
+            id: IMPORTS_DIST,
+            observes: "the program's text",
+            needs: None,
+            hint: "the Rust mirror of `import torch.distributed as dist` is one `use` line (guide: step 0)",
+            judge: imports_dist,
+        },
+        Check {
+            id: TRAINS,
+            observes: "every process's exit and the epoch lines",
+            needs: None,
+            hint: "run the step by hand (see the guide's page) and read the first error",
+            judge: trains,
+        },
+    ],
+};
 
 /// The `builds` check: a crate that does not build leaves nothing else to judge, so it
 /// is reported alone, as step 0's failure, and is not in the registry.
@@ -36,7 +44,7 @@ pub fn build_failed(package: &str, failure: &BuildFailure) -> CheckResult {
             "run the checker from the repository, where `cargo build` works",
         ),
     };
-    CheckResult::new(id::BUILDS, 0, Verdict::Fail, observed, expected.into(), hint)
+    CheckResult::new(BUILDS, 0, Verdict::Fail, observed, expected.into(), hint)
 }
 
 fn imports_dist(obs: &Observation) -> Option<Finding> {
@@ -83,41 +91,44 @@ fn trains(obs: &Observation) -> Option<Finding> {
     // report blames step 5's barrier, which names the mistake, not this check.
     let early_read = obs.main.trace.checked().ok().and_then(super::step_05::early_reads);
     if let (false, true, Some(early)) =
-        (failures.is_empty(), obs.step >= since::DATA_ONCE_PER_NODE, early_read)
+        (failures.is_empty(), obs.step >= super::since(Gains::DataOncePerNode), early_read)
     {
         return Some(Finding {
             evidence: Evidence::Consequence,
             observed: format!(
                 "a rank read the data set before it was ready (step 5's `{}`): {early}\n{observed}",
-                id::DATA_BARRIER
+                super::step_05::DATA_BARRIER
             ),
             expected: expected.into(),
-            blames: Some(id::DATA_BARRIER),
+            blames: Some(super::step_05::DATA_BARRIER),
             at: None,
         });
     }
     // From step 4 on, ranks that did not all join one group of the world size (a world
     // size or rank computed wrongly, refused by init_process_group) fail for it: the
     // report blames step 4's ranks, which names the mistake.
-    if obs.step >= since::PROCESS_GROUP && !failures.is_empty() && super::step_04::group_formed_wrongly(obs) {
+    if obs.step >= super::since(Gains::ProcessGroup)
+        && !failures.is_empty()
+        && super::step_04::group_formed_wrongly(obs)
+    {
         let ranks = super::step_04::global_rank(obs).filter(|f| f.evidence == Evidence::Broken);
         if let Some(ranks) = ranks {
             return Some(Finding {
                 evidence: Evidence::Consequence,
                 observed: format!(
                     "the ranks did not all join one group of the world size (step 4's `{}`): {}\n{observed}",
-                    id::GLOBAL_RANK,
+                    super::step_04::GLOBAL_RANK,
                     ranks.observed
                 ),
                 expected: expected.into(),
-                blames: Some(id::GLOBAL_RANK),
+                blames: Some(super::step_04::GLOBAL_RANK),
                 at: None,
             });
         }
     }
     // Ranks whose collectives part ways fail (a mismatch, a dead peer): the report
     // blames the step that owns the diverging call, which names the mistake.
-    let divergence = super::collectives::divergence(obs, super::collectives::Run::Main);
+    let divergence = super::collectives::divergence(obs, RunKind::Main);
     if let (false, Some(divergence)) = (failures.is_empty(), divergence) {
         if let Some(owner) = divergence.owner_words() {
             return Some(Finding {

@@ -1,28 +1,33 @@
 //! Step 1: the distributed options, typed.
-use super::{id, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::OPTIONS_LISTED,
-        step: 1,
-        observes: "`--help`",
-        needs: Needs::Nothing,
-        hint: "three clap options in Args, with default_value_t and a doc comment each (guide: step 1)",
-        judge: options_listed,
-    },
-    Check {
-        id: id::OPTIONS_TYPED,
-        step: 1,
-        observes: "a run with `--num-gpus two`",
-        needs: Needs::Nothing,
-        hint: "declare the options as numbers (usize), so clap rejects other values",
-        judge: options_typed,
-    },
-];
+pub const OPTIONS_LISTED: &str = "options-listed";
+pub const OPTIONS_TYPED: &str = "options-typed";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::NodeOptions],
+    runs: &[RunKind::Options],
+    checks: &[
+        Check {
+            id: OPTIONS_LISTED,
+            observes: "`--help`",
+            needs: None,
+            hint: "three clap options in Args, with default_value_t and a doc comment each (guide: step 1)",
+            judge: options_listed,
+        },
+        Check {
+            id: OPTIONS_TYPED,
+            observes: "a run with `--num-gpus two`",
+            needs: None,
+            hint: "declare the options as numbers (usize), so clap rejects other values",
+            judge: options_typed,
+        },
+    ],
+};
 
 fn options_listed(obs: &Observation) -> Option<Finding> {
-    let text = &obs.help.as_ref()?.stdout;
+    let text = &obs.options()?.0.stdout;
     let want = [("--num-nodes", "1"), ("--num-gpus", "1"), ("--node-id", "0")];
     let missing: Vec<String> = want
         .iter()
@@ -43,7 +48,7 @@ fn options_listed(obs: &Observation) -> Option<Finding> {
 }
 
 fn options_typed(obs: &Observation) -> Option<Finding> {
-    let bad = obs.bad_value.as_ref()?;
+    let (_, bad) = obs.options()?;
     let code = bad.status.and_then(|s| s.code());
     Finding::shown(
         // clap's "invalid value" (a typed option), not "unexpected argument" (none).

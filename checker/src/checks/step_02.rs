@@ -3,27 +3,32 @@ use std::collections::BTreeSet;
 
 use lab_trace::event::World;
 
-use super::{events, id, malformed, set, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{events, malformed, set, Check, Finding, Step};
+use crate::observe::{Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::WORLD_SIZE,
-        step: 2,
-        observes: "the world each rank announced",
-        needs: Needs::Main,
-        hint: "the world size counts every rank on every node (guide: step 2)",
-        judge: world_size,
-    },
-    Check {
-        id: id::RENDEZVOUS,
-        step: 2,
-        observes: "the rendezvous address each rank announced",
-        needs: Needs::Main,
-        hint: "the lab's localhost:9956 unless MASTER_ADDR and MASTER_PORT are set (guide: step 2)",
-        judge: rendezvous,
-    },
-];
+pub const WORLD_SIZE: &str = "world-size";
+pub const RENDEZVOUS: &str = "rendezvous";
+
+pub const STEP: Step = Step {
+    gains: &[],
+    runs: &[],
+    checks: &[
+        Check {
+            id: WORLD_SIZE,
+            observes: "the world each rank announced",
+            needs: Some(RunKind::Main),
+            hint: "the world size counts every rank on every node (guide: step 2)",
+            judge: world_size,
+        },
+        Check {
+            id: RENDEZVOUS,
+            observes: "the rendezvous address each rank announced",
+            needs: Some(RunKind::Main),
+            hint: "the lab's localhost:9956 unless MASTER_ADDR and MASTER_PORT are set (guide: step 2)",
+            judge: rendezvous,
+        },
+    ],
+};
 
 fn world_size(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;

@@ -3,17 +3,22 @@ use std::collections::BTreeMap;
 
 use lab_trace::event::Worker;
 
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{events, malformed, Check, Finding, Step};
+use crate::observe::{Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[Check {
-    id: id::WORKER_PER_RANK,
-    step: 3,
-    observes: "which process entered the worker, with which local rank",
-    needs: Needs::Main,
-    hint: "main reads LOCAL_RANK (dist::local_rank) and calls worker(local_rank, args) (guide: step 3)",
-    judge: worker_per_rank,
-}];
+pub const WORKER_PER_RANK: &str = "worker-per-rank";
+
+pub const STEP: Step = Step {
+    gains: &[],
+    runs: &[],
+    checks: &[Check {
+        id: WORKER_PER_RANK,
+        observes: "which process entered the worker, with which local rank",
+        needs: Some(RunKind::Main),
+        hint: "main reads LOCAL_RANK (dist::local_rank) and calls worker(local_rank, args) (guide: step 3)",
+        judge: worker_per_rank,
+    }],
+};
 
 fn worker_per_rank(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;

@@ -4,29 +4,34 @@ use std::collections::{BTreeMap, BTreeSet};
 use lab_trace::event::Printed;
 use lab_trace::Record;
 
-use super::{epoch_lines, events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{epoch_lines, events, malformed, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::GLOBAL_RANK,
-        step: 4,
-        observes: "the rank and group size each process joined with",
-        // A group that never forms is this check's own property (two ranks claiming one
-        // number never meet): no rank at all is a failure here, not "could not judge".
-        needs: Needs::Nothing,
-        hint: "a global rank counts every rank of the nodes before this one, then adds the local rank; pass it and the world size to init_process_group (guide: step 4)",
-        judge: global_rank,
-    },
-    Check {
-        id: id::RANK0_PRINTS,
-        step: 4,
-        observes: "which ranks printed epoch lines",
-        needs: Needs::Main,
-        hint: "wrap the report's print in `if global_rank == 0` (guide: step 4)",
-        judge: rank0_prints,
-    },
-];
+pub const GLOBAL_RANK: &str = "global-rank";
+pub const RANK0_PRINTS: &str = "rank0-prints";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::ProcessGroup],
+    runs: &[],
+    checks: &[
+        Check {
+            id: GLOBAL_RANK,
+            observes: "the rank and group size each process joined with",
+            // A group that never forms is this check's own property (two ranks claiming one
+            // number never meet): no rank at all is a failure here, not "could not judge".
+            needs: None,
+            hint: "a global rank counts every rank of the nodes before this one, then adds the local rank; pass it and the world size to init_process_group (guide: step 4)",
+            judge: global_rank,
+        },
+        Check {
+            id: RANK0_PRINTS,
+            observes: "which ranks printed epoch lines",
+            needs: Some(RunKind::Main),
+            hint: "wrap the report's print in `if global_rank == 0` (guide: step 4)",
+            judge: rank0_prints,
+        },
+    ],
+};
 
 /// Each rank process of the main run: its node, its local rank, the global rank it
 /// joined a group with (`None`: it joined none) and the stderr that would say why.

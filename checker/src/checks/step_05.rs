@@ -4,38 +4,43 @@ use std::collections::BTreeMap;
 use lab_trace::event::{DatasetReady, LoadDataset, PrepareDataset};
 use lab_trace::Record;
 
-use super::collectives::{self, Run};
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::collectives;
+use super::{events, malformed, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::PREPARE_ONCE_PER_NODE,
-        step: 5,
-        observes: "which ranks prepared the data set",
-        needs: Needs::Main,
-        hint: "`if local_rank == 0 { prepare }`, then dist::barrier(), then every rank loads (guide: step 5)",
-        judge: prepare_once_per_node,
-    },
-    Check {
-        id: id::DOWNLOADS_PER_NODE,
-        step: 5,
-        observes: "the files the local mirror served",
-        needs: Needs::Main,
-        hint: "only local rank 0 of each node may download (guide: step 5)",
-        judge: downloads_per_node,
-    },
-    Check {
-        id: id::DATA_BARRIER,
-        step: 5,
-        observes: "when each rank began reading the data set and when its node's copy was ready (preparing made 1 s late)",
-        // A read seen too early is evidence however the run ended (the reading rank
-        // usually dies of the missing files); no read at all after a crash is not.
-        needs: Needs::Main,
-        hint: "dist::barrier() after local rank 0 prepares the data set and before any rank loads it, on every rank (guide: step 5)",
-        judge: data_barrier,
-    },
-];
+pub const PREPARE_ONCE_PER_NODE: &str = "prepare-once-per-node";
+pub const DOWNLOADS_PER_NODE: &str = "downloads-per-node";
+pub const DATA_BARRIER: &str = "data-barrier";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::DataOncePerNode],
+    runs: &[],
+    checks: &[
+        Check {
+            id: PREPARE_ONCE_PER_NODE,
+            observes: "which ranks prepared the data set",
+            needs: Some(RunKind::Main),
+            hint: "`if local_rank == 0 { prepare }`, then dist::barrier(), then every rank loads (guide: step 5)",
+            judge: prepare_once_per_node,
+        },
+        Check {
+            id: DOWNLOADS_PER_NODE,
+            observes: "the files the local mirror served",
+            needs: Some(RunKind::Main),
+            hint: "only local rank 0 of each node may download (guide: step 5)",
+            judge: downloads_per_node,
+        },
+        Check {
+            id: DATA_BARRIER,
+            observes: "when each rank began reading the data set and when its node's copy was ready (preparing made 1 s late)",
+            // A read seen too early is evidence however the run ended (the reading rank
+            // usually dies of the missing files); no read at all after a crash is not.
+            needs: Some(RunKind::Main),
+            hint: "dist::barrier() after local rank 0 prepares the data set and before any rank loads it, on every rank (guide: step 5)",
+            judge: data_barrier,
+        },
+    ],
+};
 
 fn prepare_once_per_node(obs: &Observation) -> Option<Finding> {
     let nodes = obs.variation.nodes;
@@ -73,7 +78,7 @@ const DATA_BARRIER_EXPECTED: &str =
 /// `prepare-once-per-node`'s business; here any finished preparation of the directory
 /// will do, so a program where every rank prepares is not blamed twice.
 fn data_barrier(obs: &Observation) -> Option<Finding> {
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::DATA_BARRIER, DATA_BARRIER_EXPECTED) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, DATA_BARRIER, DATA_BARRIER_EXPECTED) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
@@ -233,8 +238,8 @@ mod tests {
         obs.main.processes.push(crate::observe::RankProcess { node: 0, local_rank: Some(1), ended: died });
         let results = judge(&obs);
         let verdict = |id: &str| results.iter().find(|r| r.id == id).unwrap();
-        assert_eq!(verdict(id::DATA_BARRIER).verdict, Verdict::Fail);
-        let trains = verdict(id::TRAINS);
+        assert_eq!(verdict(DATA_BARRIER).verdict, Verdict::Fail);
+        let trains = verdict(crate::checks::step_00::TRAINS);
         assert_eq!(trains.verdict, Verdict::CouldNotJudge, "{trains:?}");
         assert!(
             trains.observed.starts_with(
@@ -245,7 +250,7 @@ mod tests {
         );
         // Before step 5 the barrier is not checked, and the crash is `trains`' own.
         obs.step = 4;
-        let trains = judge(&obs).into_iter().find(|r| r.id == id::TRAINS).unwrap();
+        let trains = judge(&obs).into_iter().find(|r| r.id == crate::checks::step_00::TRAINS).unwrap();
         assert_eq!(trains.verdict, Verdict::Fail);
     }
 

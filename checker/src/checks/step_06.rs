@@ -2,27 +2,32 @@
 use lab_trace::event::{TrainIndices, Validation};
 use tch_distributed::DistributedSampler;
 
-use super::{by_rank, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{by_rank, malformed, Check, Finding, Step};
+use crate::observe::{Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::SAMPLER_SHARES,
-        step: 6,
-        observes: "the indices each rank trained and validated on",
-        needs: Needs::Main,
-        hint: "DistributedSampler::with_defaults(len, world_size, global_rank) for training and validation (guide: step 6)",
-        judge: sampler_shares,
-    },
-    Check {
-        id: id::SAMPLER_SET_EPOCH,
-        step: 6,
-        observes: "rank 0's training order in successive epochs",
-        needs: Needs::Main,
-        hint: "call train_loader.sampler.set_epoch(epoch) at the start of every epoch (guide: step 6.5)",
-        judge: sampler_set_epoch,
-    },
-];
+pub const SAMPLER_SHARES: &str = "sampler-shares";
+pub const SAMPLER_SET_EPOCH: &str = "sampler-set-epoch";
+
+pub const STEP: Step = Step {
+    gains: &[],
+    runs: &[],
+    checks: &[
+        Check {
+            id: SAMPLER_SHARES,
+            observes: "the indices each rank trained and validated on",
+            needs: Some(RunKind::Main),
+            hint: "DistributedSampler::with_defaults(len, world_size, global_rank) for training and validation (guide: step 6)",
+            judge: sampler_shares,
+        },
+        Check {
+            id: SAMPLER_SET_EPOCH,
+            observes: "rank 0's training order in successive epochs",
+            needs: Some(RunKind::Main),
+            hint: "call train_loader.sampler.set_epoch(epoch) at the start of every epoch (guide: step 6.5)",
+            judge: sampler_set_epoch,
+        },
+    ],
+};
 
 fn sampler_shares(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;

@@ -4,28 +4,33 @@ use std::collections::{BTreeMap, BTreeSet};
 use lab_trace::event::{InitialWeights, Weights};
 use lab_trace::{EventKind, Record};
 
-use super::collectives::{self, Run};
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::{Equivalence, Observation};
+use super::collectives;
+use super::{events, malformed, Check, Finding, Step};
+use crate::observe::{Equivalence, Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::WEIGHTS_SYNCHRONIZED,
-        step: 7,
-        observes: "each rank's weight digest after every epoch",
-        needs: Needs::Main,
-        hint: "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
-        judge: weights_synchronized,
-    },
-    Check {
-        id: id::MATCHES_SINGLE_RANK,
-        step: 7,
-        observes: "rank 0's weights after one epoch, N ranks x batch B against 1 rank x batch N*B",
-        needs: Needs::Equivalence,
-        hint: "DDP averages the gradients of the ranks' batches: with the DistributedSampler, one step of N ranks is one step on the N batches together (guide: step 7)",
-        judge: matches_single_rank,
-    },
-];
+pub const WEIGHTS_SYNCHRONIZED: &str = "weights-synchronized";
+pub const MATCHES_SINGLE_RANK: &str = "matches-single-rank";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::Ddp],
+    runs: &[RunKind::Equivalence],
+    checks: &[
+        Check {
+            id: WEIGHTS_SYNCHRONIZED,
+            observes: "each rank's weight digest after every epoch",
+            needs: Some(RunKind::Main),
+            hint: "wrap the model in dist::DistributedDataParallel::new(model, &vs, ...) (guide: step 7)",
+            judge: weights_synchronized,
+        },
+        Check {
+            id: MATCHES_SINGLE_RANK,
+            observes: "rank 0's weights after one epoch, N ranks x batch B against 1 rank x batch N*B",
+            needs: Some(RunKind::Equivalence),
+            hint: "DDP averages the gradients of the ranks' batches: with the DistributedSampler, one step of N ranks is one step on the N batches together (guide: step 7)",
+            judge: matches_single_rank,
+        },
+    ],
+};
 
 /// How far the two runs' weights may drift apart, relative to the step's change.
 /// Measured on the solutions: 2e-5 to 3e-3. Beyond summation order, rounding flips a
@@ -43,7 +48,7 @@ fn weights_synchronized(obs: &Observation) -> Option<Finding> {
     }
     let expected =
         "identical weights on every rank after every epoch (ranks started from different random weights)";
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::WEIGHTS_SYNCHRONIZED, expected) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, WEIGHTS_SYNCHRONIZED, expected) {
         return Some(mine);
     }
     let differing: Vec<usize> = per_epoch.iter().filter(|(_, d)| d.len() != 1).map(|(e, _)| *e).collect();
@@ -72,7 +77,7 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
         ws * v.batch_size,
         b = v.batch_size
     );
-    let Some(eq) = &obs.equivalence else { return Finding::missing("the comparison did not run", expected) };
+    let Some(eq) = obs.equivalence() else { return Finding::missing("the comparison did not run", expected) };
     let failed: Vec<String> = eq
         .processes()
         .filter(|p| !p.ended.success())

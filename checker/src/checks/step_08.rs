@@ -4,28 +4,33 @@ use std::collections::BTreeMap;
 use lab_trace::event::{EpochReport, ImagesPerSec, Printed, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Record, ReduceOp};
 
-use super::collectives::{self, Call, Run};
-use super::{by_rank, events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::collectives::{self, Call};
+use super::{by_rank, events, malformed, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::THROUGHPUT_REDUCED,
-        step: 8,
-        observes: "the collective that carried each rank's images/sec, and what rank 0 printed",
-        needs: Needs::Main,
-        hint: "dist::reduce the images/sec tensor to rank 0 with ReduceOp::Sum (guide: step 8)",
-        judge: throughput_reduced,
-    },
-    Check {
-        id: id::EPOCH_BARRIER,
-        step: 8,
-        observes: "each rank's epoch time and when it stopped its clock, with one rank made late",
-        needs: Needs::Main,
-        hint: "dist::barrier() after training, before stopping the clock (guide: step 8)",
-        judge: epoch_barrier,
-    },
-];
+pub const THROUGHPUT_REDUCED: &str = "throughput-reduced";
+pub const EPOCH_BARRIER: &str = "epoch-barrier";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::ThroughputBarrier],
+    runs: &[],
+    checks: &[
+        Check {
+            id: THROUGHPUT_REDUCED,
+            observes: "the collective that carried each rank's images/sec, and what rank 0 printed",
+            needs: Some(RunKind::Main),
+            hint: "dist::reduce the images/sec tensor to rank 0 with ReduceOp::Sum (guide: step 8)",
+            judge: throughput_reduced,
+        },
+        Check {
+            id: EPOCH_BARRIER,
+            observes: "each rank's epoch time and when it stopped its clock, with one rank made late",
+            needs: Some(RunKind::Main),
+            hint: "dist::barrier() after training, before stopping the clock (guide: step 8)",
+            judge: epoch_barrier,
+        },
+    ],
+};
 
 /// Why `call` does not give rank 0 the sum on every backend, if it does not.
 fn wrong_throughput_call(call: &Call) -> Option<String> {
@@ -45,7 +50,7 @@ fn wrong_throughput_call(call: &Call) -> Option<String> {
 
 fn throughput_reduced(obs: &Observation) -> Option<Finding> {
     let expected = "rank 0's images/sec == the sum of every rank's, reduced to rank 0 with SUM (right on NCCL as on Gloo)";
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::THROUGHPUT_REDUCED, expected) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, THROUGHPUT_REDUCED, expected) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
@@ -126,7 +131,7 @@ fn epoch_barrier(obs: &Observation) -> Option<Finding> {
         "with one rank {delay:.1} s late, every rank's epoch time within {:.2} s of the late rank's",
         delay / 2.0
     );
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::EPOCH_BARRIER, &expected) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, EPOCH_BARRIER, &expected) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };

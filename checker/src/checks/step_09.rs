@@ -4,18 +4,25 @@ use std::collections::BTreeMap;
 use lab_trace::event::{EpochReport, Validation};
 use lab_trace::{CollectiveOp, ReduceOp};
 
-use super::collectives::{self, Call, Run};
-use super::{by_rank, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::collectives::{self, Call};
+use super::{by_rank, malformed, Check, Finding, Step};
+use crate::observe::{Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[Check {
-    id: id::METRICS_AVERAGED,
-    step: 9,
-    observes: "the collective that carried each rank's metrics, and every rank's reported metrics",
-    needs: Needs::Main,
-    hint: "all_reduce a tensor of [accuracy, loss] with ReduceOp::Sum and divide by the world size (guide: step 9)",
-    judge: metrics_averaged,
-}];
+pub const METRICS_AVERAGED: &str = "metrics-averaged";
+
+pub const STEP: Step = Step {
+    gains: &[],
+    runs: &[],
+    checks: &[
+        Check {
+            id: METRICS_AVERAGED,
+            observes: "the collective that carried each rank's metrics, and every rank's reported metrics",
+            needs: Some(RunKind::Main),
+            hint: "all_reduce a tensor of [accuracy, loss] with ReduceOp::Sum and divide by the world size (guide: step 9)",
+            judge: metrics_averaged,
+        },
+    ],
+};
 
 /// Why `call` does not give every rank the ranks' combined metrics, if it does not.
 fn wrong_metrics_call(call: &Call) -> Option<String> {
@@ -34,7 +41,7 @@ fn metrics_averaged(obs: &Observation) -> Option<Finding> {
     let v = &obs.variation;
     let ws = v.world_size();
     let expected = "every rank's validation accuracy and loss == the mean over ranks, all-reduced (right on NCCL as on Gloo)";
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::METRICS_AVERAGED, expected) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, METRICS_AVERAGED, expected) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };

@@ -3,27 +3,32 @@ use std::collections::BTreeSet;
 
 use lab_trace::event::Worker;
 
-use super::{events, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::{events, malformed, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::SELF_SPAWN,
-        step: 10,
-        observes: "which processes ran the workers, and their parent",
-        needs: Needs::Nothing,
-        hint: "main starts this node's ranks itself with dist::spawn, one worker per GPU of the node, each given its local rank and the arguments (guide: step 10)",
-        judge: self_spawn,
-    },
-    Check {
-        id: id::FAILING_RANK_ENDS_RUN,
-        step: 10,
-        observes: "a run whose rank 1 fails on purpose",
-        needs: Needs::Nothing,
-        hint: "let dist::spawn run the ranks: it stops the others when one fails (guide: step 10)",
-        judge: failing_rank_ends_run,
-    },
-];
+pub const SELF_SPAWN: &str = "self-spawn";
+pub const FAILING_RANK_ENDS_RUN: &str = "failing-rank-ends-run";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::SpawnsItsRanks],
+    runs: &[RunKind::FailingRank],
+    checks: &[
+        Check {
+            id: SELF_SPAWN,
+            observes: "which processes ran the workers, and their parent",
+            needs: None,
+            hint: "main starts this node's ranks itself with dist::spawn, one worker per GPU of the node, each given its local rank and the arguments (guide: step 10)",
+            judge: self_spawn,
+        },
+        Check {
+            id: FAILING_RANK_ENDS_RUN,
+            observes: "a run whose rank 1 fails on purpose",
+            needs: None,
+            hint: "let dist::spawn run the ranks: it stops the others when one fails (guide: step 10)",
+            judge: failing_rank_ends_run,
+        },
+    ],
+};
 
 /// One invocation per node, each the parent of its node's `--num-gpus` workers: a node
 /// that spawns the world size (`dist::spawn(args.world_size, ...)`) starts too many.
@@ -63,7 +68,7 @@ fn self_spawn(obs: &Observation) -> Option<Finding> {
 }
 
 fn failing_rank_ends_run(obs: &Observation) -> Option<Finding> {
-    let f = obs.fail_run.as_ref()?;
+    let f = obs.single(RunKind::FailingRank)?;
     let names_rank = f.stderr.contains("rank 1");
     Finding::shown(
         // It must end because of rank 1 (and say so), not by a timeout of its own.

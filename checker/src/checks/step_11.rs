@@ -5,36 +5,41 @@ use std::collections::BTreeMap;
 use lab_trace::event::{StopDecision, TrainIndices, Weights};
 use lab_trace::Record;
 
-use super::collectives::{self, ranks_words, Run};
-use super::{all_stdout, id, malformed, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::collectives::{self, ranks_words};
+use super::{all_stdout, malformed, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::SUMMARY,
-        step: 11,
-        observes: "rank 0's `Quick evaluation:` line",
-        needs: Needs::Main,
-        hint: "labkit::print_summary on rank 0 after the loop, then dist::destroy_process_group() (guide: step 11)",
-        judge: summary,
-    },
-    Check {
-        id: id::TARGET_REACHED,
-        step: 11,
-        observes: "a quick evaluation on the generated stand-in (8,000 training images, until the first epoch that reaches the target, at most 6)",
-        needs: Needs::QuickRun,
-        hint: "check the learning rate and batch size against the lab's defaults (guide: step 11)",
-        judge: target_reached,
-    },
-    Check {
-        id: id::RANKS_STOP_TOGETHER,
-        step: 11,
-        observes: "the epochs and steps each rank trained before it left the loop, in a run asked to stop early (--target-accuracy 0, --patience as many epochs as it should train, one epoch more allowed)",
-        needs: Needs::Main,
-        hint: "every rank records the same all-reduced accuracy in its own EarlyStopping and breaks out of the loop on it; no rank decides alone (no `global_rank == 0 &&` in the stop) (guide: step 11)",
-        judge: ranks_stop_together,
-    },
-];
+pub const SUMMARY: &str = "summary";
+pub const TARGET_REACHED: &str = "target-reached";
+pub const RANKS_STOP_TOGETHER: &str = "ranks-stop-together";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::EarlyStop],
+    runs: &[RunKind::QuickEvaluation],
+    checks: &[
+        Check {
+            id: SUMMARY,
+            observes: "rank 0's `Quick evaluation:` line",
+            needs: Some(RunKind::Main),
+            hint: "labkit::print_summary on rank 0 after the loop, then dist::destroy_process_group() (guide: step 11)",
+            judge: summary,
+        },
+        Check {
+            id: TARGET_REACHED,
+            observes: "a quick evaluation on the generated stand-in (8,000 training images, until the first epoch that reaches the target, at most 6)",
+            needs: Some(RunKind::QuickEvaluation),
+            hint: "check the learning rate and batch size against the lab's defaults (guide: step 11)",
+            judge: target_reached,
+        },
+        Check {
+            id: RANKS_STOP_TOGETHER,
+            observes: "the epochs and steps each rank trained before it left the loop, in a run asked to stop early (--target-accuracy 0, --patience as many epochs as it should train, one epoch more allowed)",
+            needs: Some(RunKind::Main),
+            hint: "every rank records the same all-reduced accuracy in its own EarlyStopping and breaks out of the loop on it; no rank decides alone (no `global_rank == 0 &&` in the stop) (guide: step 11)",
+            judge: ranks_stop_together,
+        },
+    ],
+};
 
 fn summary(obs: &Observation) -> Option<Finding> {
     let ws = obs.variation.world_size();
@@ -59,7 +64,7 @@ fn summary(obs: &Observation) -> Option<Finding> {
 }
 
 fn target_reached(obs: &Observation) -> Option<Finding> {
-    let q = obs.quick_run.as_ref()?;
+    let q = obs.single(RunKind::QuickEvaluation)?;
     let expected = "the quick evaluation reaches the target validation accuracy";
     let line = q.stdout.lines().find(|l| l.starts_with("Quick evaluation:")).unwrap_or("");
     let observed = format!(
@@ -158,10 +163,10 @@ fn ranks_stop_together(obs: &Observation) -> Option<Finding> {
     let steps_apart = left.windows(2).any(|w| w[0].epoch == w[1].epoch && w[0].steps != w[1].steps);
     if left_early || steps_apart {
         let mut observed = described.join("; ");
-        match collectives::divergence(obs, Run::Main) {
+        match collectives::divergence(obs, RunKind::Main) {
             // Another step's mistake made the ranks part ways (and so stop apart): that
             // step's check fails for it, not this one.
-            Some(d) if d.owner.is_some_and(|(_, c)| c != id::RANKS_STOP_TOGETHER) => {
+            Some(d) if d.owner.is_some_and(|(_, c)| c != RANKS_STOP_TOGETHER) => {
                 return Some(Finding {
                     evidence: super::Evidence::Consequence,
                     observed: format!(

@@ -15,44 +15,49 @@ use lab_trace::event::{
 };
 use lab_trace::Record;
 
-use super::collectives::{self, Run};
-use super::{events, id, malformed, set, Check, Finding, Needs};
-use crate::observe::Observation;
+use super::collectives;
+use super::{events, malformed, set, Check, Finding, Step};
+use crate::observe::{Gains, Observation, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::ONE_WRITER,
-        step: 12,
-        observes: "who writes the checkpoint after each epoch (--save-every 1)",
-        needs: Needs::Main,
-        hint: "every rank holds the same weights: only global rank 0 calls labkit::write_checkpoint (guide: step 12)",
-        judge: one_writer,
-    },
-    Check {
-        id: id::READ_AFTER_WHOLE,
-        step: 12,
-        observes: "when each rank begins loading the checkpoint, against when rank 0's write finished (writing made 1 s late)",
-        needs: Needs::Main,
-        hint: "a dist::barrier() between rank 0's write and every rank's labkit::load_checkpoint (guide: step 12)",
-        judge: read_after_whole,
-    },
-    Check {
-        id: id::RESUME_EQUALS_UNINTERRUPTED,
-        step: 12,
-        observes: "a run stopped after epoch 0 and resumed with --resume, against the same run never stopped (weight digests, dropout off)",
-        needs: Needs::Resume,
-        hint: "with --resume, every rank loads the checkpoint (labkit::load_checkpoint) and the loop starts at labkit::resume_after's epoch (guide: step 12)",
-        judge: resume_equals_uninterrupted,
-    },
-    Check {
-        id: id::DEVICE_MAPPING,
-        step: 12,
-        observes: "the device each rank loads the checkpoint onto (map_location) against its model's, where the ranks compute on GPUs (left out on CPU, where every device is the CPU)",
-        needs: Needs::Main,
-        hint: "load onto the device this rank trains on, not a fixed one, as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} does (guide: step 12)",
-        judge: device_mapping,
-    },
-];
+pub const ONE_WRITER: &str = "one-writer";
+pub const READ_AFTER_WHOLE: &str = "read-after-whole";
+pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
+pub const DEVICE_MAPPING: &str = "device-mapping";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::Checkpoints],
+    runs: &[RunKind::Resume],
+    checks: &[
+        Check {
+            id: ONE_WRITER,
+            observes: "who writes the checkpoint after each epoch (--save-every 1)",
+            needs: Some(RunKind::Main),
+            hint: "every rank holds the same weights: only global rank 0 calls labkit::write_checkpoint (guide: step 12)",
+            judge: one_writer,
+        },
+        Check {
+            id: READ_AFTER_WHOLE,
+            observes: "when each rank begins loading the checkpoint, against when rank 0's write finished (writing made 1 s late)",
+            needs: Some(RunKind::Main),
+            hint: "a dist::barrier() between rank 0's write and every rank's labkit::load_checkpoint (guide: step 12)",
+            judge: read_after_whole,
+        },
+        Check {
+            id: RESUME_EQUALS_UNINTERRUPTED,
+            observes: "a run stopped after epoch 0 and resumed with --resume, against the same run never stopped (weight digests, dropout off)",
+            needs: Some(RunKind::Resume),
+            hint: "with --resume, every rank loads the checkpoint (labkit::load_checkpoint) and the loop starts at labkit::resume_after's epoch (guide: step 12)",
+            judge: resume_equals_uninterrupted,
+        },
+        Check {
+            id: DEVICE_MAPPING,
+            observes: "the device each rank loads the checkpoint onto (map_location) against its model's, where the ranks compute on GPUs (left out on CPU, where every device is the CPU)",
+            needs: Some(RunKind::Main),
+            hint: "load onto the device this rank trains on, not a fixed one, as PyTorch's map_location={'cuda:0': f'cuda:{local_rank}'} does (guide: step 12)",
+            judge: device_mapping,
+        },
+    ],
+};
 
 /// "rank 1 (local rank 1)", or what the record says of who wrote it.
 fn who(record: &Record) -> String {
@@ -103,7 +108,7 @@ const READ_AFTER_WHOLE_EXPECTED: &str =
 /// Every read against the writes begun before it: each must have finished (its
 /// `checkpoint_saved`) before the read began, and at least one must have.
 fn read_after_whole(obs: &Observation) -> Option<Finding> {
-    if let Some(mine) = collectives::owned(obs, Run::Main, id::READ_AFTER_WHOLE, READ_AFTER_WHOLE_EXPECTED) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Main, READ_AFTER_WHOLE, READ_AFTER_WHOLE_EXPECTED) {
         return Some(mine);
     }
     let Ok(trace) = obs.main.trace.checked() else { return malformed(&obs.main.trace) };
@@ -184,7 +189,7 @@ const RESUME_EXPECTED: &str =
     "the resumed run trains only the epochs after the checkpoint and ends with the uninterrupted run's weights, bit for bit";
 
 fn resume_equals_uninterrupted(obs: &Observation) -> Option<Finding> {
-    let Some(runs) = obs.resume.as_ref() else {
+    let Some(runs) = obs.resume() else {
         return Finding::missing("the stopped and resumed runs did not run", RESUME_EXPECTED);
     };
     let (Ok(whole), Ok(resumed)) = (runs.uninterrupted.trace.checked(), runs.resumed.trace.checked()) else {
@@ -373,13 +378,13 @@ mod every_rank_tests {
         let mut records =
             vec![at(0, 1.0, loaded), at(0, 2.0, TrainIndices { epoch: 1, indices: vec![0; 16] }), weights(0)];
         records.extend(rank1);
-        obs.resume = Some(crate::observe::ResumeRuns {
+        obs.insert(crate::observe::Runs::Resume(crate::observe::ResumeRuns {
             settings,
             stopped_after: 0,
             uninterrupted: run(vec![weights(0)]),
             stopped: run(Vec::new()),
             resumed: run(records),
-        });
+        }));
         let finding = resume_equals_uninterrupted(&obs).unwrap();
         (finding.evidence, finding.observed)
     }

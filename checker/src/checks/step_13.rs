@@ -12,44 +12,49 @@ use std::sync::OnceLock;
 use lab_trace::event::{EpochReport, FirstStep, PipelineEpoch, PipelineStage, Validation};
 use lab_trace::{Record, Trace};
 
-use super::collectives::{self, Run};
-use super::{by_rank, id, malformed, Check, Finding, Needs};
-use crate::observe::{Observation, PipelineRuns, RankProcess};
+use super::collectives;
+use super::{by_rank, malformed, Check, Finding, Step};
+use crate::observe::{Gains, Observation, PipelineRuns, RankProcess, RunKind};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::OWN_STAGE,
-        step: 13,
-        observes: "the layers and the parameter count each rank's optimizer holds with --pipeline",
-        needs: Needs::Pipeline,
-        hint: "rank r builds only stage r (labkit::WideResNet::stage over the layers labkit::stage_layers gives its rank) on a VarStore of its own, no whole model beside it (guide: step 13)",
-        judge: own_stage,
-    },
-    Check {
-        id: id::EQUALS_UNCUT,
-        step: 13,
-        observes: "the loss and weights after one step through the stages (one micro-batch), against the same step of the uncut model on 1 rank (float values, dropout off)",
-        needs: Needs::Pipeline,
-        hint: "every stage starts from the uncut model's weights (WideResNet::stage with the run's settings) and steps its own optimizer once per batch after dist::Pipeline's train_step (guide: step 13)",
-        judge: equals_uncut,
-    },
-    Check {
-        id: id::BUBBLE_REPORTED,
-        step: 13,
-        observes: "each rank's measured idle share per epoch beside GPipe's (S-1)/(M+S-1), and rank 0's printed bubble lines",
-        needs: Needs::Pipeline,
-        hint: "train with labkit::train_pipeline (it measures the bubble) and print the Bubble it returns on rank 0 after the epoch line (guide: step 13)",
-        judge: bubble_reported,
-    },
-    Check {
-        id: id::METRICS_FROM_LAST_STAGE,
-        step: 13,
-        observes: "every rank's validation accuracy and loss (held, and printed by rank 0) in the pipeline's runs, against what the last stage measured",
-        needs: Needs::Pipeline,
-        hint: "only the last stage gets figures from labkit::test_pipeline: dist::broadcast them from rank world_size - 1 to every rank before the epoch report (guide: step 13)",
-        judge: metrics_from_last_stage,
-    },
-];
+pub const OWN_STAGE: &str = "own-stage";
+pub const EQUALS_UNCUT: &str = "equals-uncut";
+pub const BUBBLE_REPORTED: &str = "bubble-reported";
+pub const METRICS_FROM_LAST_STAGE: &str = "metrics-from-last-stage";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::Pipeline],
+    runs: &[RunKind::Pipeline],
+    checks: &[
+        Check {
+            id: OWN_STAGE,
+            observes: "the layers and the parameter count each rank's optimizer holds with --pipeline",
+            needs: Some(RunKind::Pipeline),
+            hint: "rank r builds only stage r (labkit::WideResNet::stage over the layers labkit::stage_layers gives its rank) on a VarStore of its own, no whole model beside it (guide: step 13)",
+            judge: own_stage,
+        },
+        Check {
+            id: EQUALS_UNCUT,
+            observes: "the loss and weights after one step through the stages (one micro-batch), against the same step of the uncut model on 1 rank (float values, dropout off)",
+            needs: Some(RunKind::Pipeline),
+            hint: "every stage starts from the uncut model's weights (WideResNet::stage with the run's settings) and steps its own optimizer once per batch after dist::Pipeline's train_step (guide: step 13)",
+            judge: equals_uncut,
+        },
+        Check {
+            id: BUBBLE_REPORTED,
+            observes: "each rank's measured idle share per epoch beside GPipe's (S-1)/(M+S-1), and rank 0's printed bubble lines",
+            needs: Some(RunKind::Pipeline),
+            hint: "train with labkit::train_pipeline (it measures the bubble) and print the Bubble it returns on rank 0 after the epoch line (guide: step 13)",
+            judge: bubble_reported,
+        },
+        Check {
+            id: METRICS_FROM_LAST_STAGE,
+            observes: "every rank's validation accuracy and loss (held, and printed by rank 0) in the pipeline's runs, against what the last stage measured",
+            needs: Some(RunKind::Pipeline),
+            hint: "only the last stage gets figures from labkit::test_pipeline: dist::broadcast them from rank world_size - 1 to every rank before the epoch report (guide: step 13)",
+            judge: metrics_from_last_stage,
+        },
+    ],
+};
 
 /// Largest difference allowed between the pipeline's first step and the uncut model's:
 /// the loss, and each weight value compared.
@@ -72,7 +77,7 @@ fn option_missing(runs: &PipelineRuns, expected: &str) -> Option<Option<Finding>
 
 /// The pipeline's runs, or the finding that stands in for a judgement.
 fn runs_or<'o>(obs: &'o Observation, expected: &str) -> Result<&'o PipelineRuns, Option<Finding>> {
-    let Some(runs) = obs.pipeline.as_ref() else {
+    let Some(runs) = obs.pipeline() else {
         return Err(Finding::missing("the pipeline's runs did not run", expected));
     };
     match option_missing(runs, expected) {
@@ -306,7 +311,7 @@ fn metrics_against_last_stage(
 
 fn metrics_from_last_stage(obs: &Observation) -> Option<Finding> {
     let expected = METRICS_FROM_LAST_STAGE_EXPECTED;
-    if let Some(mine) = collectives::owned(obs, Run::Pipeline, id::METRICS_FROM_LAST_STAGE, expected) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Pipeline, METRICS_FROM_LAST_STAGE, expected) {
         return Some(mine);
     }
     let runs = match runs_or(obs, expected) {
@@ -352,6 +357,13 @@ mod tests {
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
     }
 
+    fn pipeline_mut(obs: &mut Observation) -> &mut PipelineRuns {
+        match obs.run_mut(RunKind::Pipeline) {
+            Some(crate::observe::Runs::Pipeline(runs)) => runs,
+            _ => panic!("solution-13 recorded the pipeline's runs"),
+        }
+    }
+
     /// A program that reports figures no stage measured: rank 0 holds the zeros its
     /// own `test_pipeline` left it (no broadcast from the last stage).
     #[test]
@@ -359,7 +371,7 @@ mod tests {
         let mut obs = solution_13();
         let holds = metrics_from_last_stage(&obs).unwrap();
         assert_eq!(holds.evidence, Evidence::Holds, "{}", holds.observed);
-        let runs = obs.pipeline.as_mut().unwrap();
+        let runs = pipeline_mut(&mut obs);
         for record in runs.pipelined.trace.records.iter_mut().filter(|r| r.rank == Some(0)) {
             if let lab_trace::Event::EpochReport(report) = &mut record.event {
                 (report.validation_accuracy, report.validation_loss) = (0.0, 0.0);
@@ -374,7 +386,7 @@ mod tests {
         );
         // What rank 0 printed is read too.
         let mut obs = solution_13();
-        let rank0 = &mut obs.pipeline.as_mut().unwrap().pipelined.processes[0].ended;
+        let rank0 = &mut pipeline_mut(&mut obs).pipelined.processes[0].ended;
         rank0.stdout = rank0.stdout.replace("Validation Accuracy = 0.096", "Validation Accuracy = 0.000");
         let broken = metrics_from_last_stage(&obs).unwrap();
         assert_eq!(broken.evidence, Evidence::Broken);

@@ -7,44 +7,47 @@ use std::collections::BTreeMap;
 use lab_trace::event::{Collective, ParameterSummary, ParameterValues, ShardsHeld, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Record};
 
-use super::collectives::{self, Run};
-use super::{by_rank, events, id, malformed, Check, Finding, Needs};
+use super::collectives;
+use super::{by_rank, events, malformed, Check, Finding, Step};
 use labkit::report::grouped;
 
-use crate::observe::{FsdpRuns, Observation, FSDP_STEPS};
+use crate::observe::{FsdpRuns, Gains, Observation, RunKind, FSDP_STEPS};
 
-pub const CHECKS: &[Check] = &[
-    Check {
-        id: id::SHARDED_MEMORY,
-        step: 14,
-        observes: "what each rank of the --fsdp run holds, measured from its tensors: parameters, gradients, what the optimizer steps on, the most full parameters at once",
-        needs: Needs::Fsdp,
-        hint: "shard each block as it is built (fsdp.fully_shard(block, name)), then the root; keep FsdpOptions' reshard_after_forward; build the optimizer on fsdp.shards(), not on vs (guide: step 14)",
-        judge: sharded_memory,
-    },
-    Check {
-        id: id::EQUALS_DDP,
-        step: 14,
-        observes: "rank 0's weights after 3 steps with --fsdp (gathered from the shards) against the same run with DDP: each parameter's sum and 8 of its values",
-        needs: Needs::Fsdp,
-        hint: "FSDP must take DDP's step: gradients averaged over the ranks (leave FsdpOptions' gradient_divide_factor at None), the optimizer on fsdp.shards() (guide: step 14)",
-        judge: equals_ddp,
-    },
-    Check {
-        id: id::FSDP_COLLECTIVES,
-        step: 14,
-        observes: "the collectives each rank of the --fsdp run issues while training, against the sizes of its shards: all-gathers, reduce-scatters, all-reduces",
-        needs: Needs::Fsdp,
-        hint: "with --fsdp build no DistributedDataParallel: shard each block, then the root, and keep FsdpOptions' reshard_after_forward, so that a block is gathered before its forward and again before its backward (guide: step 14)",
-        judge: fsdp_collectives,
-    },
-];
+pub const SHARDED_MEMORY: &str = "sharded-memory";
+pub const EQUALS_DDP: &str = "equals-ddp";
+pub const FSDP_COLLECTIVES: &str = "fsdp-collectives";
+
+pub const STEP: Step = Step {
+    gains: &[Gains::Fsdp],
+    runs: &[RunKind::Fsdp],
+    checks: &[
+        Check {
+            id: SHARDED_MEMORY,
+            observes: "what each rank of the --fsdp run holds, measured from its tensors: parameters, gradients, what the optimizer steps on, the most full parameters at once",
+            needs: Some(RunKind::Fsdp),
+            hint: "shard each block as it is built (fsdp.fully_shard(block, name)), then the root; keep FsdpOptions' reshard_after_forward; build the optimizer on fsdp.shards(), not on vs (guide: step 14)",
+            judge: sharded_memory,
+        },
+        Check {
+            id: EQUALS_DDP,
+            observes: "rank 0's weights after 3 steps with --fsdp (gathered from the shards) against the same run with DDP: each parameter's sum and 8 of its values",
+            needs: Some(RunKind::Fsdp),
+            hint: "FSDP must take DDP's step: gradients averaged over the ranks (leave FsdpOptions' gradient_divide_factor at None), the optimizer on fsdp.shards() (guide: step 14)",
+            judge: equals_ddp,
+        },
+        Check {
+            id: FSDP_COLLECTIVES,
+            observes: "the collectives each rank of the --fsdp run issues while training, against the sizes of its shards: all-gathers, reduce-scatters, all-reduces",
+            needs: Some(RunKind::Fsdp),
+            hint: "with --fsdp build no DistributedDataParallel: shard each block, then the root, and keep FsdpOptions' reshard_after_forward, so that a block is gathered before its forward and again before its backward (guide: step 14)",
+            judge: fsdp_collectives,
+        },
+    ],
+};
 
 /// The runs, or the finding that they did not run.
 fn fsdp_runs<'a>(obs: &'a Observation, expected: &str) -> Result<&'a FsdpRuns, Option<Finding>> {
-    obs.fsdp
-        .as_ref()
-        .ok_or_else(|| Finding::missing("the runs with --fsdp and with DDP did not run", expected))
+    obs.fsdp().ok_or_else(|| Finding::missing("the runs with --fsdp and with DDP did not run", expected))
 }
 
 /// Each rank's last record of what it holds.
@@ -229,7 +232,7 @@ fn pattern(per_step: &str, steps: usize) -> String {
 }
 
 fn fsdp_collectives(obs: &Observation) -> Option<Finding> {
-    if let Some(mine) = collectives::owned(obs, Run::Fsdp, id::FSDP_COLLECTIVES, FSDP_COLLECTIVES_EXPECTED) {
+    if let Some(mine) = collectives::owned(obs, RunKind::Fsdp, FSDP_COLLECTIVES, FSDP_COLLECTIVES_EXPECTED) {
         return Some(mine);
     }
     let runs = match fsdp_runs(obs, FSDP_COLLECTIVES_EXPECTED) {

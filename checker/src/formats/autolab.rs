@@ -53,7 +53,7 @@ pub fn render(grade: &Grade) -> Autoresult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::step_08;
     use crate::grade::tests::{check, grade_of, step_run};
     use crate::grade::StepGrade;
 
@@ -61,8 +61,10 @@ mod tests {
     // JSON, {"scores": {problem: points, ...}, "scoreboard": [column values]}.
     #[test]
     fn each_step_is_a_problem_scored_in_points() {
-        let s8 =
-            step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let s8 = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
         let s0 = StepGrade::not_run(0, "no main.rs".into());
         let r = render(&grade_of(vec![s0, s8]));
         let line = serde_json::to_string(&r).unwrap();

@@ -70,7 +70,7 @@ pub fn render(grade: &Grade) -> RunnerResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::{step_00, step_08};
     use crate::grade::tests::{check, grade_of, step_run};
 
     // Against autograding-command-grader's generateResult (version 1, status, max_score,
@@ -79,7 +79,10 @@ mod tests {
     // https://github.com/github-education-resources/autograding-grading-reporter/blob/main/src/notify-classroom.js
     #[test]
     fn each_check_passed_earns_its_share() {
-        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
         let r = render(&grade_of(vec![s]));
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["version"], 1);
@@ -106,7 +109,7 @@ mod tests {
 
     #[test]
     fn a_program_that_does_not_compile_is_an_error_worth_nothing() {
-        let build = check(id::BUILDS, 0, false);
+        let build = check(step_00::BUILDS, 0, false);
         let r = render(&grade_of(vec![step_run(1, vec![build])]));
         assert_eq!(r.status, Verdict::Error);
         assert!(r.tests.iter().all(|t| t.status == Verdict::Error && t.score == 0.0));

@@ -62,7 +62,7 @@ fn html(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::{step_00, step_08};
     use crate::grade::tests::{check, grade_of, step_run};
 
     // Against coderunner.org.nz's documentation, "Combinator-template grading"
@@ -70,8 +70,11 @@ mod tests {
     // testresults with a header row (iscorrect, ishidden), prologuehtml, epiloguehtml.
     #[test]
     fn the_table_has_a_header_row_and_a_row_per_check() {
-        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
-        let r = render(&grade_of(vec![s]), &[id::EPOCH_BARRIER.to_string()]);
+        let s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
+        let r = render(&grade_of(vec![s]), &[step_08::EPOCH_BARRIER.to_string()]);
         assert_eq!(r.fraction, 0.5);
         assert_eq!(r.testresults.len(), 3);
         assert_eq!(r.testresults[0], HEADER.map(|h| json!(h)));
@@ -98,7 +101,7 @@ mod tests {
 
     #[test]
     fn compiler_errors_are_escaped_in_the_prologue() {
-        let mut build = check(id::BUILDS, 0, false);
+        let mut build = check(step_00::BUILDS, 0, false);
         build.observed = "error: expected `<` here: Vec<u8> & more".into();
         let r = render(&grade_of(vec![step_run(1, vec![build])]), &[]);
         assert_eq!(r.fraction, 0.0);

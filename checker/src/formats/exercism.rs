@@ -96,12 +96,15 @@ fn cut_bytes(text: &str, limit: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::{step_00, step_08};
     use crate::grade::tests::{check, grade_of, step_run};
 
     #[test]
     fn only_the_specs_keys_in_its_spelling() {
-        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
         let r = serde_json::to_value(render(&grade_of(vec![s]))).unwrap();
         let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, ["status", "tests", "version"]);
@@ -122,7 +125,7 @@ mod tests {
 
     #[test]
     fn nothing_ran_is_an_error_with_the_compilers_message() {
-        let mut build = check(id::BUILDS, 0, false);
+        let mut build = check(step_00::BUILDS, 0, false);
         let errors: Vec<String> = (0..5000).map(|i| format!("error: é{i} is not found")).collect();
         build.observed = format!("cargo build failed:\n{}", errors.join("\n"));
         let r = render(&grade_of(vec![step_run(3, vec![build])]));
@@ -142,7 +145,7 @@ mod tests {
 
     #[test]
     fn output_is_the_programs_last_500_characters() {
-        let mut s = step_run(0, vec![check(id::IMPORTS_DIST, 0, true), check(id::TRAINS, 0, true)]);
+        let mut s = step_run(0, vec![check(step_00::IMPORTS_DIST, 0, true), check(step_00::TRAINS, 0, true)]);
         let lines: Vec<String> = (0..100).map(|i| format!("Epoch = {i}: the line of epoch {i}")).collect();
         s.output = lines.join("\n");
         let r = render(&grade_of(vec![s]));

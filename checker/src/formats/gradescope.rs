@@ -183,7 +183,7 @@ fn test(step: &StepGrade, number: usize, check: &CheckGrade, hidden_until_due: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::{step_00, step_08};
     use crate::grade::tests::{check, grade_of, step_run};
 
     fn render_all(grade: &Grade) -> Results {
@@ -192,7 +192,10 @@ mod tests {
 
     #[test]
     fn scores_are_the_points_and_statuses_gradescopes_words() {
-        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
         let r = render_all(&grade_of(vec![s]));
         assert_eq!(r.score, 5.0);
         assert_eq!(r.execution_time, 13);
@@ -231,8 +234,11 @@ mod tests {
     // (https://github.com/gradescope/autograder_samples/blob/master/docs/specs.md).
     #[test]
     fn checks_hidden_until_due_are_shown_after_the_due_date() {
-        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
-        let r = render(&grade_of(vec![s]), &[id::EPOCH_BARRIER.to_string()]);
+        let s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
+        let r = render(&grade_of(vec![s]), &[step_08::EPOCH_BARRIER.to_string()]);
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["tests"][0]["visibility"], "visible");
         assert_eq!(json["tests"][1]["visibility"], "after_due_date");
@@ -253,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_build_failure_scores_nothing_and_shows_the_compiler() {
-        let mut build = check(id::BUILDS, 0, false);
+        let mut build = check(step_00::BUILDS, 0, false);
         build.observed = "cargo build failed:\nerror[E0425]: cannot find value `y` in this scope".into();
         let r = render_all(&grade_of(vec![step_run(1, vec![build])]));
         assert_eq!(r.score, 0.0);
@@ -267,7 +273,7 @@ mod tests {
 
     #[test]
     fn unsandboxed_grading_is_said_and_recorded() {
-        let mut g = grade_of(vec![step_run(0, vec![check(id::IMPORTS_DIST, 0, true)])]);
+        let mut g = grade_of(vec![step_run(0, vec![check(step_00::IMPORTS_DIST, 0, true)])]);
         g.confinement =
             Confinement::Unconfined { why: Some("bubblewrap cannot make namespaces here".into()) };
         let r = render_all(&g);

@@ -227,7 +227,7 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::{step_00, step_08};
     use crate::grade::tests::{check, grade_of, step_run};
 
     #[test]
@@ -247,14 +247,14 @@ mod tests {
 
     #[test]
     fn counts_follow_the_verdicts() {
-        let mut unjudged = check(id::EPOCH_BARRIER, 8, false);
+        let mut unjudged = check(step_08::EPOCH_BARRIER, 8, false);
         unjudged.verdict = Verdict::CouldNotJudge;
         let s = step_run(
             8,
             vec![
-                check(id::IMPORTS_DIST, 0, true),
-                check(id::TRAINS, 0, false),
-                check(id::THROUGHPUT_REDUCED, 8, true),
+                check(step_00::IMPORTS_DIST, 0, true),
+                check(step_00::TRAINS, 0, false),
+                check(step_08::THROUGHPUT_REDUCED, 8, true),
                 unjudged,
             ],
         );
@@ -287,9 +287,9 @@ mod tests {
         let s = step_run(
             8,
             vec![
-                check(id::TRAINS, 0, false),
-                check(id::THROUGHPUT_REDUCED, 8, true),
-                check(id::EPOCH_BARRIER, 8, false),
+                check(step_00::TRAINS, 0, false),
+                check(step_08::THROUGHPUT_REDUCED, 8, true),
+                check(step_08::EPOCH_BARRIER, 8, false),
             ],
         );
         let xml = render_codegrade(&grade_of(vec![s]));

@@ -174,7 +174,7 @@ fn test(step: &StepGrade, check: &CheckGrade, limit: usize) -> Test {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::id;
+    use crate::checks::{step_00, step_08};
     use crate::grade::tests::{check, grade_of, step_run};
     use crate::grade::StepGrade;
 
@@ -182,7 +182,10 @@ mod tests {
     // [0, 1]; gradable; tests with name, description, points, max_points, message, output.
     #[test]
     fn a_graded_run_has_a_fractional_score_and_a_test_per_check() {
-        let s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true), check(id::EPOCH_BARRIER, 8, false)]);
+        let s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, true), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
         let r = render(&grade_of(vec![s]));
         assert!(r.gradable);
         assert_eq!(r.score, Some(0.5));
@@ -212,7 +215,7 @@ mod tests {
     // "images": each {"label", "url": "data:[mimetype];base64,[contents]"}.
     #[test]
     fn a_run_that_printed_epochs_has_its_figure_as_a_data_uri() {
-        let mut s = step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, true)]);
+        let mut s = step_run(8, vec![check(step_08::THROUGHPUT_REDUCED, 8, true)]);
         s.output = "Epoch =  0: Cumulative Time = 2.000, Epoch Time = 2.000, Images/sec = 812.5, Validation Loss = 0.500, Validation Accuracy = 0.800\n\
                     Epoch =  1: Cumulative Time = 3.000, Epoch Time = 1.000, Images/sec = 990, Validation Loss = 0.400, Validation Accuracy = 0.850\n"
             .into();
@@ -234,7 +237,7 @@ mod tests {
     // be penalized an attempt"; format_errors a string or a list of strings.
     #[test]
     fn a_program_that_does_not_compile_is_not_gradable() {
-        let mut build = check(id::BUILDS, 0, false);
+        let mut build = check(step_00::BUILDS, 0, false);
         build.observed = "cargo build failed:\nerror[E0425]: cannot find value `y` in this scope".into();
         let r = render(&grade_of(vec![step_run(1, vec![build])]));
         assert!(!r.gradable);
@@ -254,8 +257,10 @@ mod tests {
     // "this file should be limited to 1 MB".
     #[test]
     fn a_huge_output_keeps_the_file_under_one_megabyte() {
-        let mut s =
-            step_run(8, vec![check(id::THROUGHPUT_REDUCED, 8, false), check(id::EPOCH_BARRIER, 8, false)]);
+        let mut s = step_run(
+            8,
+            vec![check(step_08::THROUGHPUT_REDUCED, 8, false), check(step_08::EPOCH_BARRIER, 8, false)],
+        );
         s.output = "\u{1b}".repeat(2 << 20);
         for c in &mut s.checks {
             c.message = Some("\u{1b}".repeat(2 << 20));

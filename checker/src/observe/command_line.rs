@@ -1,7 +1,7 @@
 //! The program's command line and environment for a run: the lab's options for a
 //! variation, checkpoints, a rendezvous of its own.
 use super::placement::{gpus, placement};
-use super::{since, Setup, Variation};
+use super::{Gains, Plan, Setup, Variation};
 
 /// A free port for a run's rendezvous; the lab's default port if none can be found.
 pub(super) fn rendezvous_port() -> u16 {
@@ -20,7 +20,7 @@ pub(super) enum Stop {
     Early,
 }
 
-pub(super) fn common_args(step: u8, v: &Variation, node: usize, stop: Stop) -> Vec<String> {
+pub(super) fn common_args(plan: &Plan, v: &Variation, node: usize, stop: Stop) -> Vec<String> {
     let (epochs, patience) = match stop {
         Stop::AtTheLastEpoch => (v.epochs, 0),
         Stop::Early => (v.epochs + 1, v.epochs),
@@ -48,7 +48,7 @@ pub(super) fn common_args(step: u8, v: &Variation, node: usize, stop: Stop) -> V
         args.extend(["--target-accuracy".into(), "0".into()]);
     }
     args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
-    if step >= since::NODE_OPTIONS {
+    if plan.has(Gains::NodeOptions) {
         args.extend([
             "--num-nodes".into(),
             v.nodes.to_string(),

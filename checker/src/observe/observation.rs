@@ -25,8 +25,72 @@ pub struct Run {
     pub trace: Trace,
 }
 
-/// Everything one verification observed.
-#[derive(Serialize, Deserialize)]
+/// The kinds of run a verification makes. A step declares the kinds it adds (its
+/// module in `checks`); a check names the kind its evidence comes from, and the
+/// [`Observation`] is read by kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RunKind {
+    /// The run most checks judge: hidden variations, a late rank from step 8,
+    /// downloads from the mirror from step 5, the early stop from step 11.
+    Main,
+    /// `--help` and a bad option value.
+    Options,
+    /// The program with one rank made to fail.
+    FailingRank,
+    /// The finished lab's quick evaluation.
+    QuickEvaluation,
+    /// The N-rank and 1-rank runs of the comparison.
+    Equivalence,
+    /// The runs stopped and resumed, and the uninterrupted one.
+    Resume,
+    /// The pipeline's runs and the uncut model's step beside them.
+    Pipeline,
+    /// The runs with `--fsdp` and without.
+    Fsdp,
+}
+
+/// What the runs of one kind (but [`RunKind::Main`], always [`Observation::main`])
+/// observed.
+pub enum Runs {
+    Options { help: Ended, bad_value: Ended },
+    FailingRank(Ended),
+    QuickEvaluation(Ended),
+    Equivalence(Equivalence),
+    Resume(ResumeRuns),
+    Pipeline(PipelineRuns),
+    Fsdp(FsdpRuns),
+}
+
+impl Runs {
+    pub fn kind(&self) -> RunKind {
+        match self {
+            Runs::Options { .. } => RunKind::Options,
+            Runs::FailingRank(_) => RunKind::FailingRank,
+            Runs::QuickEvaluation(_) => RunKind::QuickEvaluation,
+            Runs::Equivalence(_) => RunKind::Equivalence,
+            Runs::Resume(_) => RunKind::Resume,
+            Runs::Pipeline(_) => RunKind::Pipeline,
+            Runs::Fsdp(_) => RunKind::Fsdp,
+        }
+    }
+
+    /// How every process of these runs ended.
+    pub fn processes(&self) -> Vec<&Ended> {
+        match self {
+            Runs::Options { help, bad_value } => vec![help, bad_value],
+            Runs::FailingRank(ended) | Runs::QuickEvaluation(ended) => vec![ended],
+            Runs::Equivalence(runs) => runs.processes().map(|p| &p.ended).collect(),
+            Runs::Resume(runs) => runs.processes().map(|p| &p.ended).collect(),
+            Runs::Pipeline(runs) => runs.processes().map(|p| &p.ended).collect(),
+            Runs::Fsdp(runs) => runs.processes().map(|p| &p.ended).collect(),
+        }
+    }
+}
+
+/// Everything one verification observed. Recorded (and read back) in the form the
+/// fixtures hold, one field per kind of run (see [`Recorded`]).
+#[derive(Deserialize)]
+#[serde(from = "Recorded")]
 pub struct Observation {
     pub step: u8,
     pub variation: Variation,
@@ -34,22 +98,176 @@ pub struct Observation {
     /// The run most checks judge.
     pub main: Run,
     pub port: Option<u16>,
-    pub help: Option<Ended>,
-    pub bad_value: Option<Ended>,
-    pub fail_run: Option<Ended>,
-    pub quick_run: Option<Ended>,
     pub downloads: Option<BTreeMap<String, usize>>,
-    /// Step 7 on: the N-rank and 1-rank runs of the comparison.
-    pub equivalence: Option<Equivalence>,
-    /// Step 12 on: a run stopped and resumed, and the same run never stopped.
+    /// The other kinds' runs, each kind at most once, in the order made.
+    runs: Vec<Runs>,
+}
+
+impl Observation {
+    /// An observation of the main run alone; [`Observation::insert`] adds the others.
+    pub fn of_main(
+        step: u8,
+        variation: Variation,
+        source: String,
+        main: Run,
+        port: Option<u16>,
+    ) -> Observation {
+        Observation { step, variation, source, main, port, downloads: None, runs: Vec::new() }
+    }
+
+    /// The runs of kind `kind`, when they were made (never for [`RunKind::Main`]).
+    pub fn run(&self, kind: RunKind) -> Option<&Runs> {
+        self.runs.iter().find(|r| r.kind() == kind)
+    }
+
+    #[cfg(test)]
+    pub fn run_mut(&mut self, kind: RunKind) -> Option<&mut Runs> {
+        self.runs.iter_mut().find(|r| r.kind() == kind)
+    }
+
+    /// Adds runs, in place of any of their kind.
+    pub fn insert(&mut self, runs: Runs) {
+        self.runs.retain(|r| r.kind() != runs.kind());
+        self.runs.push(runs);
+    }
+
+    /// How every process of the runs of `kind` ended; `None` when they were not made.
+    pub fn processes(&self, kind: RunKind) -> Option<Vec<&Ended>> {
+        match kind {
+            RunKind::Main => Some(self.main.processes.iter().map(|p| &p.ended).collect()),
+            kind => self.run(kind).map(Runs::processes),
+        }
+    }
+
+    pub fn equivalence(&self) -> Option<&Equivalence> {
+        match self.run(RunKind::Equivalence)? {
+            Runs::Equivalence(runs) => Some(runs),
+            _ => None,
+        }
+    }
+
+    pub fn resume(&self) -> Option<&ResumeRuns> {
+        match self.run(RunKind::Resume)? {
+            Runs::Resume(runs) => Some(runs),
+            _ => None,
+        }
+    }
+
+    pub fn pipeline(&self) -> Option<&PipelineRuns> {
+        match self.run(RunKind::Pipeline)? {
+            Runs::Pipeline(runs) => Some(runs),
+            _ => None,
+        }
+    }
+
+    pub fn fsdp(&self) -> Option<&FsdpRuns> {
+        match self.run(RunKind::Fsdp)? {
+            Runs::Fsdp(runs) => Some(runs),
+            _ => None,
+        }
+    }
+
+    /// The one process of a [`RunKind::FailingRank`] or [`RunKind::QuickEvaluation`].
+    pub fn single(&self, kind: RunKind) -> Option<&Ended> {
+        match self.run(kind)? {
+            Runs::FailingRank(ended) | Runs::QuickEvaluation(ended) => Some(ended),
+            _ => None,
+        }
+    }
+
+    /// `--help`'s and the bad value's processes.
+    pub fn options(&self) -> Option<(&Ended, &Ended)> {
+        match self.run(RunKind::Options)? {
+            Runs::Options { help, bad_value } => Some((help, bad_value)),
+            _ => None,
+        }
+    }
+}
+
+/// An [`Observation`] as it is recorded: one optional field per kind of run, the form
+/// of every fixture under `checker/fixtures/observations`.
+#[derive(Deserialize)]
+struct Recorded {
+    step: u8,
+    variation: Variation,
+    source: String,
+    main: Run,
+    port: Option<u16>,
+    help: Option<Ended>,
+    bad_value: Option<Ended>,
+    fail_run: Option<Ended>,
+    quick_run: Option<Ended>,
+    downloads: Option<BTreeMap<String, usize>>,
+    equivalence: Option<Equivalence>,
     #[serde(default)]
-    pub resume: Option<ResumeRuns>,
-    /// Step 13 on: the model cut into stages, one per rank (`--pipeline`).
+    resume: Option<ResumeRuns>,
     #[serde(default)]
-    pub pipeline: Option<PipelineRuns>,
-    /// Step 14 on: the program with `--fsdp` and without (DDP), on the same data.
+    pipeline: Option<PipelineRuns>,
     #[serde(default)]
-    pub fsdp: Option<FsdpRuns>,
+    fsdp: Option<FsdpRuns>,
+}
+
+/// [`Recorded`], borrowed from an observation to write it.
+#[derive(Serialize)]
+struct RecordedRef<'a> {
+    step: u8,
+    variation: &'a Variation,
+    source: &'a str,
+    main: &'a Run,
+    port: Option<u16>,
+    help: Option<&'a Ended>,
+    bad_value: Option<&'a Ended>,
+    fail_run: Option<&'a Ended>,
+    quick_run: Option<&'a Ended>,
+    downloads: Option<&'a BTreeMap<String, usize>>,
+    equivalence: Option<&'a Equivalence>,
+    resume: Option<&'a ResumeRuns>,
+    pipeline: Option<&'a PipelineRuns>,
+    fsdp: Option<&'a FsdpRuns>,
+}
+
+impl Serialize for Observation {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let options = self.options();
+        RecordedRef {
+            step: self.step,
+            variation: &self.variation,
+            source: &self.source,
+            main: &self.main,
+            port: self.port,
+            help: options.map(|(help, _)| help),
+            bad_value: options.map(|(_, bad_value)| bad_value),
+            fail_run: self.single(RunKind::FailingRank),
+            quick_run: self.single(RunKind::QuickEvaluation),
+            downloads: self.downloads.as_ref(),
+            equivalence: self.equivalence(),
+            resume: self.resume(),
+            pipeline: self.pipeline(),
+            fsdp: self.fsdp(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl From<Recorded> for Observation {
+    fn from(r: Recorded) -> Observation {
+        let mut obs = Observation::of_main(r.step, r.variation, r.source, r.main, r.port);
+        obs.downloads = r.downloads;
+        // --help and the bad value are run together: both or neither were recorded.
+        if let (Some(help), Some(bad_value)) = (r.help, r.bad_value) {
+            obs.insert(Runs::Options { help, bad_value });
+        }
+        let runs = [
+            r.fail_run.map(Runs::FailingRank),
+            r.quick_run.map(Runs::QuickEvaluation),
+            r.equivalence.map(Runs::Equivalence),
+            r.resume.map(Runs::Resume),
+            r.pipeline.map(Runs::Pipeline),
+            r.fsdp.map(Runs::Fsdp),
+        ];
+        runs.into_iter().flatten().for_each(|runs| obs.insert(runs));
+        obs
+    }
 }
 
 /// Step 13's runs, on the main run's world, every rank seeded alike (`--seed`, so that

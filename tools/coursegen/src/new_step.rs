@@ -2,9 +2,9 @@
 //! is this command and then an edit of what is new.
 //!
 //! Step N (one after [`LAST_STEP`]) gets its title in [`STEPS`], a block in the master
-//! with the starter's `TODO Step N`, a checks module whose one check is not judged yet
-//! (it fails until it is written), its line in the checks' registry and an id for that
-//! check, a guide page with the check's bullet, a line in the guide's SUMMARY and a row
+//! with the starter's `TODO Step N`, a checks module declaring the step (no gains, no
+//! runs of its own, one check with its id, not judged yet: it fails until it is
+//! written), its line in the checks' registry (and its `mod` line), a guide page with the check's bullet, a line in the guide's SUMMARY and a row
 //! in the checker page's table of checks. Every edit is planned before any file is
 //! written: a step already (partly) there, or a file without the line an edit goes
 //! next to, leaves the tree as it was.
@@ -40,8 +40,8 @@ pub enum NewStepError {
          joined by `-` (e.g. `sharded-memory`), starting with a letter; pass one with --check"
     )]
     BadCheckId(String),
-    #[error("the check id `{id}` is already one of {REGISTRY}'s ids; pass another with --check")]
-    CheckIdTaken { id: String },
+    #[error("the check id `{id}` is already {}'s; pass another with --check", module.display())]
+    CheckIdTaken { id: String, module: PathBuf },
     #[error("step {step} is already (partly) there: {what}; nothing was written")]
     Exists { step: u8, what: String },
     #[error(
@@ -116,10 +116,13 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
     let row = |n: u8| format!("| {n} |");
     let there = [
         (master.has_line(&opener), format!("{MASTER} has a `{opener}` block")),
-        (registry.has_line(&format!("mod step_{step:02};")), format!("{REGISTRY} has `mod step_{step:02};`")),
         (
-            registry.has_line(&format!("step_{step:02}::CHECKS,")),
-            format!("{REGISTRY}'s registry has `step_{step:02}::CHECKS`"),
+            registry.has_line(&format!("pub mod step_{step:02};")),
+            format!("{REGISTRY} has `pub mod step_{step:02};`"),
+        ),
+        (
+            registry.has_line(&format!("&step_{step:02}::STEP,")),
+            format!("{REGISTRY}'s registry has `&step_{step:02}::STEP`"),
         ),
         (summary.text.contains(&page_link), format!("{SUMMARY} links to {page_link}")),
         (
@@ -130,8 +133,14 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
     if let Some((_, what)) = there.into_iter().find(|(there, _)| *there) {
         return Err(NewStepError::Exists { step, what });
     }
-    if registry.text.contains(&format!("&str = {id:?};")) {
-        return Err(NewStepError::CheckIdTaken { id });
+    // Each check's id is a constant of its step's module.
+    for old in 0..step {
+        let module = checks_module(old);
+        let full = root.join(&module);
+        let text = fs::read_to_string(&full).map_err(|source| NewStepError::Io { path: full, source })?;
+        if text.contains(&format!("&str = {id:?};")) {
+            return Err(NewStepError::CheckIdTaken { id, module });
+        }
     }
     let found = lib.steps_listed()?;
     if found != STEPS.len() {
@@ -141,13 +150,8 @@ pub fn plan(root: &Path, title: &str, check_id: Option<&str>) -> Result<Vec<File
     let lib = lib.insert_before_end_of("pub const STEPS: &[&str] = &[", "];", &format!("    {title:?},"))?;
     let master = master.append(&new.master_block());
     let registry = registry
-        .insert_after_line(&format!("mod step_{last:02};"), &format!("mod step_{step:02};"))?
-        .insert_after_line(&format!("step_{last:02}::CHECKS,"), &format!("    step_{step:02}::CHECKS,"))?
-        .insert_before_end_of(
-            "pub mod id {",
-            "}",
-            &format!("    pub const {}: &str = {id:?};", new.id_const()),
-        )?;
+        .insert_after_line(&format!("pub mod step_{last:02};"), &format!("pub mod step_{step:02};"))?
+        .insert_after_line(&format!("&step_{last:02}::STEP,"), &format!("    &step_{step:02}::STEP,"))?;
     let summary = summary.insert_after_line_containing(
         &format!("({})", page_in_book(last).display()),
         &format!("- [Step {step}: {title}]{page_link}"),
@@ -285,7 +289,7 @@ struct Scaffold<'a> {
 }
 
 impl Scaffold<'_> {
-    /// `sharded-memory` as the id module spells its constant: `SHARDED_MEMORY`.
+    /// `sharded-memory` as its step's module spells its constant: `SHARDED_MEMORY`.
     fn id_const(&self) -> String {
         self.id.to_uppercase().replace('-', "_")
     }

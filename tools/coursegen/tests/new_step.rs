@@ -20,7 +20,10 @@ impl Tree {
         let dir = std::env::temp_dir().join(format!("coursegen-new-step-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        for rel in EDITED {
+        // The steps' checks modules too: new-step reads their check ids.
+        let modules: Vec<PathBuf> = (0..=LAST_STEP).map(checks_module).collect();
+        let read = modules.iter().map(|m| m.to_str().unwrap());
+        for rel in EDITED.into_iter().chain(read) {
             std::fs::create_dir_all(dir.join(rel).parent().unwrap()).unwrap();
             std::fs::copy(repo.join(rel), dir.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
         }
@@ -115,28 +118,30 @@ fn each_file_gets_exactly_the_steps_addition() {
 
     let id = "tensor-parallelism";
     let registry = added(was(REGISTRY), now(REGISTRY));
-    assert_eq!(registry.len(), 3, "{registry:?}");
-    assert_eq!(registry[0], pairs(&[(&format!("mod step_{last:02};"), &format!("mod step_{step:02};"))])[0]);
-    // The id, as the last of the id module's constants.
-    assert!(registry[1].0.starts_with("    pub const "), "{registry:?}");
-    assert_eq!(registry[1].1, format!("    pub const TENSOR_PARALLELISM: &str = \"{id}\";"));
-    let id_module = now(REGISTRY).split("pub mod id {").nth(1).unwrap().split("\n}").next().unwrap();
-    assert!(id_module.ends_with(&registry[1].1), "{id_module}");
+    assert_eq!(registry.len(), 2, "{registry:?}");
     assert_eq!(
-        registry[2],
-        pairs(&[(&format!("    step_{last:02}::CHECKS,"), &format!("    step_{step:02}::CHECKS,"))])[0]
+        registry[0],
+        pairs(&[(&format!("pub mod step_{last:02};"), &format!("pub mod step_{step:02};"))])[0]
+    );
+    assert_eq!(
+        registry[1],
+        pairs(&[(&format!("    &step_{last:02}::STEP,"), &format!("    &step_{step:02}::STEP,"))])[0]
     );
 
+    // The step's declaration: its check's id beside it, no gains and no runs of its own.
     let module = now(checks_module(step).to_str().unwrap());
     for part in [
-        "id: id::TENSOR_PARALLELISM,".to_string(),
-        format!("step: {step},"),
-        "needs: Needs::Nothing,".into(),
+        format!("pub const TENSOR_PARALLELISM: &str = \"{id}\";"),
+        "pub const STEP: Step = Step {".into(),
+        "gains: &[],".into(),
+        "runs: &[],".into(),
+        "id: TENSOR_PARALLELISM,".into(),
+        "needs: None,".into(),
         "judge: not_judged_yet,".into(),
     ] {
         assert!(module.contains(&part), "{part} not in:\n{module}");
     }
-    // The placeholder's evidence is missing, which with Needs::Nothing fails: it never passes.
+    // The placeholder's evidence is missing, which with no run needed fails: it never passes.
     assert!(module.contains("Finding::missing(\n        \"not judged yet"), "{module}");
     assert!(!module.contains("Finding::shown") && !module.contains("Holds"), "{module}");
 
@@ -238,7 +243,11 @@ fn a_check_id_taken_is_refused() {
     let before = tree.files();
     let out = tree.new_step(&["--check", "equals-ddp"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("`equals-ddp` is already"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("`equals-ddp` is already checker/src/checks/step_14.rs's"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(tree.files(), before);
 }
 
