@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::placement::{describe_placement, gpus, placement};
+use super::since;
 
 /// The hidden variations of one verification, all drawn from the checker's `--seed`
 /// (`seed`), the programs' own `--seed` among them (`program_seed`).
@@ -20,6 +21,11 @@ pub struct Variation {
     /// it `init_seed`.
     #[serde(alias = "init_seed")]
     pub program_seed: u64,
+    /// The programs' `--momentum` from step 12 on (0: not passed, the lab's plain SGD):
+    /// drawn on half the seeds, so that the checkpoints and the shards carry optimizer
+    /// state too. Recorded observations before it have none: 0.
+    #[serde(default)]
+    pub momentum: f64,
 }
 
 impl Variation {
@@ -47,6 +53,8 @@ impl Variation {
             batch_size: 16,
             epochs: 2,
             program_seed: d.below(1_000_000),
+            // Drawn last, so that the draws above stay what they were for every seed.
+            momentum: if step >= since::CHECKPOINTS && d.below(2) == 1 { MOMENTUM } else { 0.0 },
         }
     }
 
@@ -91,7 +99,7 @@ impl Variation {
 
     pub fn describe(&self) -> String {
         format!(
-            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs, program --seed {}",
+            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs, program --seed {}{}",
             self.seed,
             describe_placement(
                 placement(self.nodes, self.ranks_per_node, gpus()),
@@ -102,7 +110,8 @@ impl Variation {
             self.test_subset,
             self.batch_size,
             self.epochs,
-            self.program_seed
+            self.program_seed,
+            if self.momentum == 0.0 { String::new() } else { format!(" --momentum {}", self.momentum) }
         )
     }
 }
@@ -124,6 +133,9 @@ pub fn worlds(step: u8) -> &'static [(usize, usize)] {
         _ => &[(2, 3), (3, 2)],
     }
 }
+
+/// The `--momentum` a draw with momentum passes (PyTorch's usual 0.9).
+pub const MOMENTUM: f64 = 0.9;
 
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
@@ -269,5 +281,32 @@ mod tests {
         map.insert("init_seed".into(), seed.clone());
         let read: Variation = serde_json::from_value(recorded).unwrap();
         assert_eq!(serde_json::json!(read.program_seed), seed);
+    }
+
+    /// Momentum from step 12 on, on some seeds and not others, passed to the programs
+    /// exactly then; before step 12 never (those programs have no `--momentum`).
+    #[test]
+    fn momentum_is_drawn_from_step_12_on_and_passed_when_drawn() {
+        use super::super::command_line::{common_args, Stop};
+        for step in 0..=coursegen::LAST_STEP {
+            let drawn: Vec<f64> = (0..40).map(|seed| Variation::for_step(step, seed).momentum).collect();
+            if step < super::since::CHECKPOINTS {
+                assert!(drawn.iter().all(|&m| m == 0.0), "step {step}: {drawn:?}");
+            } else {
+                assert!(drawn.contains(&0.0) && drawn.contains(&super::MOMENTUM), "step {step}: {drawn:?}");
+            }
+            for seed in 0..40 {
+                let v = Variation::for_step(step, seed);
+                let args = common_args(step, &v, 0, Stop::AtTheLastEpoch);
+                let passed = args.iter().position(|a| a == "--momentum").map(|i| args[i + 1].clone());
+                let expected = (v.momentum != 0.0).then(|| "0.9".to_string());
+                assert_eq!(passed, expected, "step {step} seed {seed}");
+            }
+        }
+        // An observation recorded before the draw reads as plain SGD.
+        let mut recorded = serde_json::to_value(Variation::for_step(12, 1)).unwrap();
+        recorded.as_object_mut().unwrap().remove("momentum");
+        let v: Variation = serde_json::from_value(recorded).unwrap();
+        assert_eq!(v.momentum, 0.0);
     }
 }
