@@ -23,9 +23,14 @@ pub struct Variation {
     pub program_seed: u64,
     /// The programs' `--momentum` from step 12 on (0: not passed, the lab's plain SGD):
     /// drawn on half the seeds, so that the checkpoints and the shards carry optimizer
-    /// state too. Recorded observations before it have none: 0.
-    #[serde(default)]
+    /// state too. Recorded observations before it have none: 0, which is not written,
+    /// so that a plain-SGD observation records as it did before.
+    #[serde(default, skip_serializing_if = "is_plain_sgd")]
     pub momentum: f64,
+}
+
+fn is_plain_sgd(momentum: &f64) -> bool {
+    *momentum == 0.0
 }
 
 impl Variation {
@@ -303,10 +308,11 @@ mod tests {
                 assert_eq!(passed, expected, "step {step} seed {seed}");
             }
         }
-        // An observation recorded before the draw reads as plain SGD.
-        let mut recorded = serde_json::to_value(Variation::for_step(12, 1)).unwrap();
-        recorded.as_object_mut().unwrap().remove("momentum");
-        let v: Variation = serde_json::from_value(recorded).unwrap();
-        assert_eq!(v.momentum, 0.0);
+        // Plain SGD is recorded as before the draw (no field), and reads back as such.
+        let plain = serde_json::to_value(Variation::for_step(12, 1)).unwrap();
+        assert!(plain.get("momentum").is_none(), "{plain}");
+        assert_eq!(serde_json::from_value::<Variation>(plain).unwrap().momentum, 0.0);
+        let drawn = serde_json::to_value(Variation::for_step(12, 0)).unwrap();
+        assert_eq!(serde_json::from_value::<Variation>(drawn).unwrap().momentum, super::MOMENTUM);
     }
 }
