@@ -48,7 +48,11 @@ struct Args {
     /// Most epochs to train.
     #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
+    //@ step 12
     /// Learning rate of SGD.
+    //@ old
+    //| /// Learning rate of SGD (no momentum).
+    //@ end
     #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.

@@ -20,7 +20,7 @@ struct Args {
     /// Most epochs to train.
     #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
-    /// Learning rate of SGD.
+    /// Learning rate of SGD (no momentum).
     #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.
