@@ -110,7 +110,8 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
         }
         (_, None) => unreachable!("only --crate DIR names no crate of the course"),
     };
-    let variation = Variation::for_step(step, seed);
+    let plan = checks::plan(step);
+    let variation = Variation::for_step(&plan, seed);
     // A binary of another revision is not judged at all: the command cannot run (exit 2).
     let prebuilt = match (prebuilt, version) {
         (Some(dir), Some(version)) => Some(prebuilt::binary(dir, version)?),
@@ -166,7 +167,6 @@ pub fn run_step(root: &Path, step: u8, subject: Subject, options: StepRunOptions
                 limit,
                 confine,
             };
-            let plan = checks::plan(step);
             let mut obs = observe::observe(&plan, &bin, source, &variation, &setup, &|p| spinner.phase(p));
             if plan.has(observe::Gains::DataOncePerNode) {
                 obs.downloads = Some(mirror.downloads());

@@ -573,7 +573,8 @@ mod tests {
     /// An observation of a run that produced nothing at all.
     pub(super) fn nothing(step: u8) -> Observation {
         let main = Run { processes: Vec::new(), trace: Trace::default() };
-        let mut obs = Observation::of_main(step, Variation::for_step(step, 1), String::new(), main, None);
+        let mut obs =
+            Observation::of_main(step, Variation::for_step(&plan(step), 1), String::new(), main, None);
         let plan = plan(step);
         obs.downloads = plan.has(Gains::DataOncePerNode).then(BTreeMap::new);
         if plan.makes(RunKind::Options) {
@@ -629,6 +630,8 @@ mod tests {
             (Gains::SpawnsItsRanks, "spawns its own ranks"),
             (Gains::EarlyStop, "quick evaluation"),
             (Gains::Checkpoints, "checkpoint"),
+            // The optimizer's state arrives with the checkpoint that must carry it.
+            (Gains::Momentum, "checkpoint"),
             (Gains::Pipeline, "pipeline"),
             (Gains::Fsdp, "FSDP"),
         ] {

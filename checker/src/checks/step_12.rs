@@ -25,7 +25,7 @@ pub const RESUME_EQUALS_UNINTERRUPTED: &str = "resume-equals-uninterrupted";
 pub const DEVICE_MAPPING: &str = "device-mapping";
 
 pub const STEP: Step = Step {
-    gains: &[Gains::Checkpoints],
+    gains: &[Gains::Checkpoints, Gains::Momentum],
     runs: &[RunKind::Resume],
     checks: &[
         Check {

@@ -380,7 +380,7 @@ mod tests {
         let broken = metrics_from_last_stage(&obs).unwrap();
         assert_eq!(broken.evidence, Evidence::Broken);
         assert!(
-            broken.observed.starts_with("pipelined run, rank 0 epoch 0: holds accuracy 0.0000, loss 0.0000; the last stage (rank 2) measured 0.0962, 2.3361"),
+            broken.observed.starts_with("pipelined run, rank 0 epoch 0: holds accuracy 0.0000, loss 0.0000; the last stage (rank 5) measured 0.0962, 2.3364"),
             "{}",
             broken.observed
         );

@@ -48,6 +48,10 @@ pub(super) fn common_args(plan: &Plan, v: &Variation, node: usize, stop: Stop) -
         args.extend(["--target-accuracy".into(), "0".into()]);
     }
     args.extend(placement(v.nodes, v.ranks_per_node, gpus()).options());
+    // The draw is 0 before step 12, whose program is the first with --momentum.
+    if v.momentum != 0.0 {
+        args.extend(["--momentum".into(), v.momentum.to_string()]);
+    }
     if plan.has(Gains::NodeOptions) {
         args.extend([
             "--num-nodes".into(),

@@ -27,6 +27,9 @@ pub enum Gains {
     EarlyStop,
     /// Checkpoints and `--resume` (a slow save shows a missing barrier).
     Checkpoints,
+    /// `--momentum`: SGD with momentum, whose buffers the checkpoints and the shards
+    /// carry (the checker draws it on half its seeds).
+    Momentum,
     /// The model cut into pipeline stages.
     Pipeline,
     /// FSDP.

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::placement::{describe_placement, gpus, placement};
+use super::plan::{Gains, Plan};
 
 /// The hidden variations of one verification, all drawn from the checker's `--seed`
 /// (`seed`), the programs' own `--seed` among them (`program_seed`).
@@ -20,10 +21,22 @@ pub struct Variation {
     /// it `init_seed`.
     #[serde(alias = "init_seed")]
     pub program_seed: u64,
+    /// The programs' `--momentum` from step 12 on (0: not passed, the lab's plain SGD):
+    /// drawn on half the seeds, so that the checkpoints and the shards carry optimizer
+    /// state too. Recorded observations before it have none: 0, which is not written,
+    /// so that a plain-SGD observation records as it did before.
+    #[serde(default, skip_serializing_if = "is_plain_sgd")]
+    pub momentum: f64,
+}
+
+fn is_plain_sgd(momentum: &f64) -> bool {
+    *momentum == 0.0
 }
 
 impl Variation {
-    pub fn for_step(step: u8, seed: u64) -> Variation {
+    /// The draw of `seed` for a verification that runs as `plan` says.
+    pub fn for_step(plan: &Plan, seed: u64) -> Variation {
+        let step = plan.step;
         // SplitMix64: reproducible from the seed, on every machine.
         let mut d = labkit::Rng::new(seed ^ (u64::from(step) << 32));
         let worlds = worlds(step);
@@ -47,6 +60,8 @@ impl Variation {
             batch_size: 16,
             epochs: 2,
             program_seed: d.below(1_000_000),
+            // Drawn last, so that the draws above stay what they were for every seed.
+            momentum: if plan.has(Gains::Momentum) && d.below(2) == 1 { MOMENTUM } else { 0.0 },
         }
     }
 
@@ -91,7 +106,7 @@ impl Variation {
 
     pub fn describe(&self) -> String {
         format!(
-            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs, program --seed {}",
+            "seed {}: {}, {} training and {} validation images, batch {}, {} epochs, program --seed {}{}",
             self.seed,
             describe_placement(
                 placement(self.nodes, self.ranks_per_node, gpus()),
@@ -102,7 +117,8 @@ impl Variation {
             self.test_subset,
             self.batch_size,
             self.epochs,
-            self.program_seed
+            self.program_seed,
+            if self.momentum == 0.0 { String::new() } else { format!(" --momentum {}", self.momentum) }
         )
     }
 }
@@ -125,6 +141,9 @@ pub fn worlds(step: u8) -> &'static [(usize, usize)] {
     }
 }
 
+/// The `--momentum` a draw with momentum passes (PyTorch's usual 0.9).
+pub const MOMENTUM: f64 = 0.9;
+
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
 
@@ -132,7 +151,7 @@ pub const FSDP_STEPS: usize = 3;
 mod tests {
     use tch_distributed::DistributedSampler;
 
-    use super::{worlds, Variation};
+    use super::{worlds, Gains, Plan, Variation};
 
     /// A global rank as a program computes it from (node, local rank, nodes, ranks per node).
     type RankFormula = fn(usize, usize, usize, usize) -> usize;
@@ -168,7 +187,7 @@ mod tests {
         let mut seen = std::collections::BTreeSet::new();
         for step in 0..=lab_course::LAST_STEP {
             for seed in 0..500 {
-                let v = Variation::for_step(step, seed);
+                let v = Variation::for_step(&drawn_for(step), seed);
                 let (nodes, per_node, world) = (v.nodes, v.ranks_per_node, v.world_size());
                 let what = format!("step {step} seed {seed}: {nodes} node(s) x {per_node}");
                 assert!(worlds(step).contains(&(nodes, per_node)), "{what}: not a world of the step");
@@ -263,11 +282,55 @@ mod tests {
     /// fixtures are all re-written with the new name).
     #[test]
     fn an_init_seed_reads_as_the_program_seed() {
-        let mut recorded = serde_json::to_value(Variation::for_step(3, 7)).unwrap();
+        let mut recorded = serde_json::to_value(Variation::for_step(&drawn_for(3), 7)).unwrap();
         let map = recorded.as_object_mut().unwrap();
         let seed = map.remove("program_seed").unwrap();
         map.insert("init_seed".into(), seed.clone());
         let read: Variation = serde_json::from_value(recorded).unwrap();
         assert_eq!(serde_json::json!(read.program_seed), seed);
+    }
+
+    /// A plan of step `step` without the gains that change a draw (momentum).
+    fn drawn_for(step: u8) -> Plan {
+        Plan { step, gains: vec![], runs: vec![] }
+    }
+
+    /// Momentum where the program has `--momentum` (the step that declares
+    /// [`Gains::Momentum`] and after: checks' `each_gain_is_the_step_whose_title_says_so`),
+    /// on some seeds and not others, passed to the programs exactly then; never where the
+    /// program has no `--momentum`.
+    #[test]
+    fn momentum_is_drawn_where_the_program_has_it_and_passed_when_drawn() {
+        use super::super::command_line::{common_args, Stop};
+        let with = Plan { step: 12, gains: vec![Gains::NodeOptions, Gains::Momentum], runs: vec![] };
+        let without = Plan { step: 12, gains: vec![Gains::NodeOptions], runs: vec![] };
+        let drawn: Vec<f64> = (0..40).map(|seed| Variation::for_step(&with, seed).momentum).collect();
+        assert!(drawn.contains(&0.0) && drawn.contains(&super::MOMENTUM), "{drawn:?}");
+        assert!((0..40).all(|seed| Variation::for_step(&without, seed).momentum == 0.0));
+        for plan in [&with, &without] {
+            for seed in 0..40 {
+                let v = Variation::for_step(plan, seed);
+                let args = common_args(plan, &v, 0, Stop::AtTheLastEpoch);
+                let passed = args.iter().position(|a| a == "--momentum").map(|i| args[i + 1].clone());
+                let expected = (v.momentum != 0.0).then(|| "0.9".to_string());
+                assert_eq!(passed, expected, "{:?} seed {seed}", plan.gains);
+            }
+        }
+        // Momentum is drawn last: every other draw is the same with it or without.
+        for seed in 0..40 {
+            let (a, b) = (Variation::for_step(&with, seed), Variation::for_step(&without, seed));
+            assert_eq!(
+                (a.nodes, a.ranks_per_node, a.train_subset, a.program_seed),
+                (b.nodes, b.ranks_per_node, b.train_subset, b.program_seed)
+            );
+        }
+        // Plain SGD is recorded as before the draw (no field), and reads back as such.
+        let plain_seed = (0..40).find(|&s| Variation::for_step(&with, s).momentum == 0.0).unwrap();
+        let drawn_seed = (0..40).find(|&s| Variation::for_step(&with, s).momentum != 0.0).unwrap();
+        let plain = serde_json::to_value(Variation::for_step(&with, plain_seed)).unwrap();
+        assert!(plain.get("momentum").is_none(), "{plain}");
+        assert_eq!(serde_json::from_value::<Variation>(plain).unwrap().momentum, 0.0);
+        let drawn = serde_json::to_value(Variation::for_step(&with, drawn_seed)).unwrap();
+        assert_eq!(serde_json::from_value::<Variation>(drawn).unwrap().momentum, super::MOMENTUM);
     }
 }

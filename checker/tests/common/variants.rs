@@ -156,8 +156,8 @@ pub const VARIANTS: &[Variant] = &[
     Variant {
         step: 12,
         name: "no-barrier-before-load",
-        from: "            dist::barrier()?;\n            labkit::load_checkpoint(&args.run, &vs, device)?;",
-        to: "            labkit::load_checkpoint(&args.run, &vs, device)?;",
+        from: "            dist::barrier()?;\n            labkit::load_checkpoint(&args.run, &vs, &mut optimizer, device)?;",
+        to: "            labkit::load_checkpoint(&args.run, &vs, &mut optimizer, device)?;",
     },
     Variant {
         step: 13,
@@ -231,8 +231,8 @@ pub const VARIANTS: &[Variant] = &[
     Variant {
         step: 12,
         name: "checkpoint-barrier-on-rank-0-only",
-        from: "                labkit::write_checkpoint(&args.run, &vs, state)?;\n            }\n            dist::barrier()?;\n",
-        to: "                labkit::write_checkpoint(&args.run, &vs, state)?;\n                dist::barrier()?;\n            }\n",
+        from: "                labkit::write_checkpoint(&args.run, &vs, &optimizer, state)?;\n            }\n            dist::barrier()?;\n",
+        to: "                labkit::write_checkpoint(&args.run, &vs, &optimizer, state)?;\n                dist::barrier()?;\n            }\n",
     },
     Variant {
         step: 13,
@@ -243,8 +243,8 @@ pub const VARIANTS: &[Variant] = &[
     Variant {
         step: 14,
         name: "optimizer-on-the-model",
-        from: "let optimizer = nn::Sgd::default().build(fsdp.shards()?, args.base_lr)?;",
-        to: "let optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;",
+        from: "let optimizer = labkit::Sgd::new(fsdp.shards()?, args.base_lr, args.momentum)?;",
+        to: "let optimizer = labkit::Sgd::new(&vs, args.base_lr, args.momentum)?;",
     },
     // The guide's "Common mistakes" (issue 48): each bullet of a step page names its
     // variants (checks::mistakes), and each fails a check of that step.

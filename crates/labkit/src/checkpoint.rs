@@ -3,10 +3,12 @@
 //! Rank 0 writes, every `--save-every` epochs, into `--checkpoint-dir`:
 //!
 //! - `weights-epoch-NNNN.safetensors`: every variable of the model (parameters and
-//!   BatchNorm running statistics), in safetensors, which holds raw tensors and
-//!   metadata only: loading it runs no code (unlike a pickle);
-//! - `checkpoint.json`: the format, the epoch, the learning rate, the early-stopping
-//!   history, the cumulative time, the weights file's name and its MD5.
+//!   BatchNorm running statistics), and with `--momentum` the optimizer's momentum
+//!   buffers (named `optimizer/momentum_buffer/` and their parameter's name), in
+//!   safetensors, which holds raw tensors and metadata only: loading it runs no code
+//!   (unlike a pickle);
+//! - `checkpoint.json`: the format, the epoch, the learning rate and momentum, the
+//!   early-stopping history, the cumulative time, the weights file's name and its MD5.
 //!
 //! Both are written under a temporary name and renamed into place, weights first. The
 //! rename of `checkpoint.json` is the commit: a process killed at any moment leaves the
@@ -24,8 +26,14 @@
 //! [`resume`] and [`save`] are the same steps for the programs of steps 0-11, out of
 //! sight there.
 //!
-//! SGD without momentum keeps no per-parameter state: the optimizer's state is its
-//! learning rate, stored as such.
+//! SGD without momentum (the DLI lab's, the default) keeps no per-parameter state: its
+//! learning rate is stored as such, in format `ddp-lab-checkpoint/1`. With momentum
+//! ([`crate::Sgd`], step 12 on) the buffers go into the weights file, so that they are
+//! committed with the weights, and the format is `ddp-lab-checkpoint/2`: a program that
+//! reads only `/1` refuses it as another format rather than resuming without the
+//! buffers. A `/1` checkpoint is a plain-SGD run's whole state (its momentum is 0), so
+//! it still loads; resuming with another momentum than the saved one is refused (it
+//! would not continue the saved run, and `/1` holds no buffers to continue with).
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Write;
@@ -42,13 +50,19 @@ use thiserror::Error;
 
 use crate::data::fsutil;
 use crate::error::{Failure, Result};
+use crate::optim::Sgd;
 use crate::report::EarlyStopping;
 use crate::{probes, run, trace};
 
 /// The file that commits a checkpoint.
 pub const CHECKPOINT_FILE: &str = "checkpoint.json";
-/// The `format` field of [`CHECKPOINT_FILE`].
+/// The `format` field of [`CHECKPOINT_FILE`] for plain SGD (no optimizer state).
 pub const FORMAT: &str = "ddp-lab-checkpoint/1";
+/// The `format` field with momentum: the weights file holds the momentum buffers too.
+pub const FORMAT_WITH_MOMENTUM: &str = "ddp-lab-checkpoint/2";
+/// What the name of a momentum buffer starts with in the weights file: a `/`, which no
+/// VarStore name holds (tch joins paths with `.`).
+pub const MOMENTUM_BUFFER_PREFIX: &str = "optimizer/momentum_buffer/";
 pub use crate::probes::CRASH_IN_SAVE_ENV;
 
 /// The checkpoint options of every step program (flattened into `RunOptions`, whose
@@ -155,6 +169,8 @@ pub struct Checkpoint {
     pub total_time: f64,
     /// The learning rate the run trained with.
     pub learning_rate: f64,
+    /// SGD's momentum (0: plain SGD, no buffers saved).
+    pub momentum: f64,
     /// The validation accuracy of every epoch trained (epoch i at index i).
     pub accuracy_history: Vec<f64>,
     /// The weights file, relative to the checkpoint directory.
@@ -178,7 +194,7 @@ struct CheckpointFile {
     weights_md5: String,
 }
 
-/// SGD without momentum: its learning rate is all its state.
+/// SGD's settings; its momentum buffers, if any, are in the weights file.
 #[derive(Serialize, Deserialize)]
 struct OptimizerState {
     kind: String,
@@ -194,13 +210,13 @@ struct EarlyStoppingState {
 impl Checkpoint {
     fn to_file(&self) -> CheckpointFile {
         CheckpointFile {
-            format: FORMAT.into(),
+            format: if self.momentum == 0.0 { FORMAT } else { FORMAT_WITH_MOMENTUM }.into(),
             epoch: self.epoch,
             next_epoch: self.epoch + 1,
             total_time: self.total_time,
             optimizer: OptimizerState {
                 kind: "sgd".into(),
-                momentum: 0.0,
+                momentum: self.momentum,
                 learning_rate: self.learning_rate,
             },
             early_stopping: EarlyStoppingState { accuracy_history: self.accuracy_history.clone() },
@@ -211,10 +227,13 @@ impl Checkpoint {
 
     fn from_json(path: &Path, v: Value) -> Result<Self, CheckpointError> {
         // The format first: another version's file is refused as such, not for a field.
-        if v["format"] != FORMAT {
+        if v["format"] != FORMAT && v["format"] != FORMAT_WITH_MOMENTUM {
             return Err(CheckpointError::invalid(
                 path,
-                format!("its format is {}, this program reads {FORMAT}", v["format"]),
+                format!(
+                    "its format is {}, this program reads {FORMAT} and {FORMAT_WITH_MOMENTUM}",
+                    v["format"]
+                ),
             ));
         }
         let file =
@@ -223,6 +242,7 @@ impl Checkpoint {
             epoch: file.epoch,
             total_time: file.total_time,
             learning_rate: file.optimizer.learning_rate,
+            momentum: file.optimizer.momentum,
             accuracy_history: file.early_stopping.accuracy_history,
             weights: file.weights,
             weights_md5: file.weights_md5,
@@ -240,10 +260,13 @@ fn md5_of(path: &Path) -> Result<String, CheckpointError> {
     Ok(Md5::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Writes a checkpoint of `vs` into `dir` atomically (see the module documentation).
+/// Writes a checkpoint of `vs` and the optimizer's `momentum_buffers` (by parameter
+/// name, as [`crate::Sgd::momentum_buffers`] gives them) into `dir` atomically (see the
+/// module documentation).
 pub fn write(
     dir: &Path,
     vs: &VarStore,
+    momentum_buffers: &[(String, Tensor)],
     checkpoint_fields: &Checkpoint,
 ) -> Result<Checkpoint, CheckpointError> {
     fsutil::create_dir(dir).map_err(|e| CheckpointError::invalid(dir, e.to_string()))?;
@@ -251,8 +274,14 @@ pub fn write(
     let mut checkpoint = checkpoint_fields.clone();
     checkpoint.weights = format!("weights-epoch-{:04}.safetensors", checkpoint.epoch);
     // Sorted names, CPU tensors: the same bytes whatever the rank's device.
-    let variables: BTreeMap<String, Tensor> =
-        vs.variables().into_iter().map(|(k, v)| (k, v.to_device(Device::Cpu))).collect();
+    let variables: BTreeMap<String, Tensor> = vs
+        .variables()
+        .into_iter()
+        .chain(
+            momentum_buffers.iter().map(|(k, v)| (format!("{MOMENTUM_BUFFER_PREFIX}{k}"), v.shallow_clone())),
+        )
+        .map(|(k, v)| (k, v.to_device(Device::Cpu)))
+        .collect();
     let named: Vec<(&str, &Tensor)> = variables.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let weights_path = dir.join(&checkpoint.weights);
     let tmp =
@@ -315,19 +344,64 @@ pub fn read(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
 
 /// Copies the checkpoint's weights into `vs`: the saved tensors are loaded onto
 /// `device` first (PyTorch's `map_location`), then copied into the model. The names and
-/// shapes must match the model exactly (same `--width`).
+/// shapes must match the model exactly (same `--width`). For a program whose SGD has no
+/// momentum: a checkpoint saved with momentum is refused (see [`load_state`]).
 pub fn load_weights(
     dir: &Path,
     checkpoint: &Checkpoint,
     vs: &VarStore,
     device: Device,
 ) -> Result<(), CheckpointError> {
+    load_state(dir, checkpoint, vs, None, device)
+}
+
+/// [`load_weights`], and the momentum buffers into `optimizer` (PyTorch's
+/// `optimizer.load_state_dict`), replacing its own. The optimizer's momentum (0 without
+/// one) must be the saved run's: another would not continue it.
+pub fn load_state(
+    dir: &Path,
+    checkpoint: &Checkpoint,
+    vs: &VarStore,
+    optimizer: Option<&mut Sgd>,
+    device: Device,
+) -> Result<(), CheckpointError> {
+    let momentum = optimizer.as_ref().map_or(0.0, |o| o.momentum());
+    if checkpoint.momentum != momentum {
+        return Err(CheckpointError::invalid(
+            &dir.join(CHECKPOINT_FILE),
+            format!(
+                "it was saved by SGD with --momentum {}, this run's has momentum {momentum}, which would not continue the saved run: resume with --momentum {} (the option exists from step 12 on)",
+                checkpoint.momentum, checkpoint.momentum
+            ),
+        ));
+    }
     let path = dir.join(&checkpoint.weights);
-    let saved: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
+    let mut saved: HashMap<String, Tensor> = Tensor::read_safetensors(&path)
         .map_err(|e| CheckpointError::invalid(&path, format!("it is not a readable safetensors file ({e})")))?
         .into_iter()
         .map(|(name, tensor)| (name, tensor.to_device(device)))
         .collect();
+    let buffer_names: Vec<String> =
+        saved.keys().filter(|k| k.starts_with(MOMENTUM_BUFFER_PREFIX)).cloned().collect();
+    let buffers: Vec<(String, Tensor)> = buffer_names
+        .into_iter()
+        .map(|k| {
+            let tensor = saved.remove(&k).expect("a listed name");
+            (k[MOMENTUM_BUFFER_PREFIX.len()..].to_string(), tensor)
+        })
+        .collect();
+    load_variables(&path, saved, vs)?;
+    if let Some(optimizer) = optimizer {
+        optimizer
+            .restore_momentum_buffers(buffers)
+            .map_err(|reason| CheckpointError::invalid(&path, reason))?;
+    }
+    Ok(())
+}
+
+/// Copies `saved` into `vs`, whose names and shapes it must hold exactly.
+fn load_variables(path: &Path, saved: HashMap<String, Tensor>, vs: &VarStore) -> Result<(), CheckpointError> {
+    let path = path.to_path_buf();
     let variables = vs.variables();
     let mut missing: Vec<&String> = variables.keys().filter(|k| !saved.contains_key(*k)).collect();
     missing.sort();
@@ -441,9 +515,11 @@ impl Start {
 }
 
 /// Every rank's half of a checkpoint: loads the last checkpoint of `--checkpoint-dir`
-/// into `vs`, its tensors loaded onto `device` first (PyTorch's `map_location`: pass
-/// this rank's own device, or every rank stages the whole model on the device it was
-/// saved from). `None` when the directory holds no checkpoint yet.
+/// into `vs` and `optimizer` (its momentum buffers, if it has momentum), its tensors
+/// loaded onto `device` first (PyTorch's `map_location`: pass this rank's own device,
+/// or every rank stages the whole model on the device it was saved from). `None` when
+/// the directory holds no checkpoint yet. An error when the checkpoint was saved with
+/// another momentum than `optimizer`'s.
 ///
 /// Call it only once the checkpoint is whole: after the barrier that follows rank 0's
 /// [`write_checkpoint`], or at the start of a restarted job.
@@ -456,16 +532,17 @@ impl Start {
 /// let options = CheckpointOptions { save_every: Some(1), checkpoint_dir: dir.clone(), resume: true };
 /// let vs = VarStore::new(Device::Cpu);
 /// let _layer = nn::linear(vs.root() / "fc", 4, 2, Default::default());
+/// let mut optimizer = labkit::Sgd::new(&vs, 0.1, 0.9)?;
 /// let mut early_stopping = EarlyStopping::new(0.9, 2);
-/// assert!(labkit::load_checkpoint(&options, &vs, Device::Cpu)?.is_none(), "nothing saved yet");
+/// assert!(labkit::load_checkpoint(&options, &vs, &mut optimizer, Device::Cpu)?.is_none(), "nothing saved yet");
 ///
 /// early_stopping.record(0.8);
 /// let state =
 ///     TrainingState { epoch: 0, total_time: 1.5, learning_rate: 0.1, early_stopping: &early_stopping };
 /// if labkit::checkpoint_due(&options, state.epoch) {
-///     labkit::write_checkpoint(&options, &vs, state)?; // rank 0 only, then a barrier
+///     labkit::write_checkpoint(&options, &vs, &optimizer, state)?; // rank 0 only, then a barrier
 /// }
-/// let checkpoint = labkit::load_checkpoint(&options, &vs, Device::Cpu)?;
+/// let checkpoint = labkit::load_checkpoint(&options, &vs, &mut optimizer, Device::Cpu)?;
 /// let start = labkit::resume_after(checkpoint.as_ref(), &mut EarlyStopping::new(0.9, 2));
 /// assert_eq!((start.epoch, start.total_time), (1, 1.5));
 /// # std::fs::remove_dir_all(dir)?;
@@ -474,6 +551,7 @@ impl Start {
 pub fn load_checkpoint(
     options: &impl AsRef<CheckpointOptions>,
     vs: &VarStore,
+    optimizer: &mut Sgd,
     device: Device,
 ) -> Result<Option<Checkpoint>> {
     let dir = &options.as_ref().checkpoint_dir;
@@ -485,7 +563,7 @@ pub fn load_checkpoint(
         model_device: format!("{:?}", vs.device()),
     });
     let Some(checkpoint) = read(dir)? else { return Ok(None) };
-    load_weights(dir, &checkpoint, vs, device)?;
+    load_state(dir, &checkpoint, vs, Some(optimizer), device)?;
     if trace::enabled() {
         let digest = trace::fingerprint(&vs.trainable_variables()).digest;
         trace::record(event::CheckpointLoaded {
@@ -532,12 +610,14 @@ pub fn checkpoint_due(options: &impl AsRef<CheckpointOptions>, epoch: usize) -> 
     options.as_ref().save_every.is_some_and(|every| (epoch + 1).is_multiple_of(every))
 }
 
-/// Writes a checkpoint of `vs` and `state` into `--checkpoint-dir` now, atomically
-/// (see the module documentation), whichever rank calls it: the lab calls it on rank 0
-/// only, as every rank holds the same weights. See [`load_checkpoint`] for an example.
+/// Writes a checkpoint of `vs`, `optimizer` (its momentum and momentum buffers) and
+/// `state` into `--checkpoint-dir` now, atomically (see the module documentation),
+/// whichever rank calls it: the lab calls it on rank 0 only, as every rank holds the
+/// same weights and buffers. See [`load_checkpoint`] for an example.
 pub fn write_checkpoint(
     options: &impl AsRef<CheckpointOptions>,
     vs: &VarStore,
+    optimizer: &Sgd,
     state: TrainingState<'_>,
 ) -> Result<()> {
     let dir = &options.as_ref().checkpoint_dir;
@@ -547,11 +627,12 @@ pub fn write_checkpoint(
         epoch: state.epoch,
         total_time: state.total_time,
         learning_rate: state.learning_rate,
+        momentum: optimizer.momentum(),
         accuracy_history: state.early_stopping.history().to_vec(),
         weights: String::new(),
         weights_md5: String::new(),
     };
-    let saved = write(dir, vs, &fields)?;
+    let saved = write(dir, vs, &optimizer.momentum_buffers(), &fields)?;
     trace::record(event::CheckpointSaved {
         epoch: state.epoch,
         weights: saved.weights,
@@ -569,7 +650,8 @@ pub struct TrainingState<'a> {
     pub epoch: usize,
     /// Seconds of training so far, this epoch included.
     pub total_time: f64,
-    /// The optimizer's learning rate (SGD without momentum keeps no other state).
+    /// The optimizer's learning rate (its momentum and buffers, if any, are the
+    /// optimizer's: [`write_checkpoint`] takes it).
     pub learning_rate: f64,
     /// The early stop, whose accuracy history the checkpoint keeps.
     pub early_stopping: &'a EarlyStopping,
@@ -589,11 +671,13 @@ pub fn save(options: &impl AsRef<CheckpointOptions>, vs: &VarStore, state: Train
         epoch,
         total_time,
         learning_rate,
+        momentum: 0.0,
         accuracy_history: early_stopping.history().to_vec(),
         weights: String::new(),
         weights_md5: String::new(),
     };
-    let saved = write(&options.checkpoint_dir, vs, &fields)?;
+    // The programs of steps 0-11 train with tch's plain SGD: no optimizer state.
+    let saved = write(&options.checkpoint_dir, vs, &[], &fields)?;
     trace::record(event::CheckpointSaved { epoch, weights: saved.weights, md5: saved.weights_md5 });
     Ok(())
 }
@@ -622,6 +706,7 @@ mod tests {
             epoch,
             total_time: 12.5,
             learning_rate: 0.01,
+            momentum: 0.0,
             accuracy_history: vec![0.5, 0.75],
             weights: String::new(),
             weights_md5: String::new(),
@@ -639,7 +724,7 @@ mod tests {
         let dir = scratch("round-trip");
         assert_eq!(read(&dir).unwrap(), None, "no checkpoint yet");
         let saved = model(1, 3);
-        let written = write(&dir, &saved, &fields(4)).unwrap();
+        let written = write(&dir, &saved, &[], &fields(4)).unwrap();
         assert_eq!(written.weights, "weights-epoch-0004.safetensors");
         let back = read(&dir).unwrap().expect("a checkpoint");
         assert_eq!(back, written);
@@ -652,7 +737,7 @@ mod tests {
         load_weights(&dir, &back, &other, Device::Cpu).unwrap();
         assert!(same(&saved, &other), "weights and BatchNorm statistics restored");
         // A newer checkpoint replaces the older weights file after its commit.
-        write(&dir, &saved, &fields(5)).unwrap();
+        write(&dir, &saved, &[], &fields(5)).unwrap();
         let names: Vec<String> = fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
@@ -681,7 +766,7 @@ mod tests {
         let run = resume_options(&dir);
         let saved = model(1, 3);
         // Not finished: history [0.5, 0.75] is below the target 0.9.
-        write(&dir, &saved, &fields(4)).unwrap();
+        write(&dir, &saved, &[], &fields(4)).unwrap();
         let mut early_stopping = EarlyStopping::new(0.9, 2);
         let start = resume(&run, &model(2, 3), &mut early_stopping).unwrap();
         assert_eq!(start, Start { epoch: 5, total_time: 12.5 });
@@ -699,7 +784,7 @@ mod tests {
         let _rng = crate::torch_rng_lock();
         let dir = scratch("damaged");
         let saved = model(1, 3);
-        let written = write(&dir, &saved, &fields(0)).unwrap();
+        let written = write(&dir, &saved, &[], &fields(0)).unwrap();
         // Another width: names match, shapes do not.
         let wider = model(1, 5);
         let e = load_weights(&dir, &written, &wider, Device::Cpu).unwrap_err();
@@ -729,6 +814,99 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.exit_code(), 2);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A model and its SGD with `momentum` after two steps on a fixed batch (buffers
+    /// that are not the last gradient alone).
+    fn trained(seed: i64, momentum: f64) -> (VarStore, Sgd) {
+        use crate::optim::Optimizer;
+        use tch::nn::Module;
+        tch::manual_seed(seed);
+        let vs = VarStore::new(Device::Cpu);
+        let layer = nn::linear(vs.root() / "fc", 4, 3, Default::default());
+        let mut optimizer = Sgd::new(&vs, 0.1, momentum).unwrap();
+        for step in 1..=2 {
+            optimizer.zero_grad();
+            let x = Tensor::arange(8, tch::kind::FLOAT_CPU).reshape([2, 4]) * step as f64;
+            layer.forward(&x).square().sum(tch::Kind::Float).backward();
+            optimizer.step();
+        }
+        (vs, optimizer)
+    }
+
+    fn same_buffers(a: &Sgd, b: &Sgd) -> bool {
+        let (a, b) = (a.momentum_buffers(), b.momentum_buffers());
+        a.len() == b.len() && a.iter().zip(&b).all(|((n, x), (m, y))| n == m && x.equal(y))
+    }
+
+    #[test]
+    fn momentum_buffers_are_saved_with_the_weights_and_restored() {
+        let _rng = crate::torch_rng_lock();
+        let dir = scratch("momentum");
+        let (saved_vs, saved_optimizer) = trained(1, 0.9);
+        assert_eq!(saved_optimizer.momentum_buffers().len(), 2);
+        let fields = Checkpoint { momentum: 0.9, ..fields(3) };
+        let written = write(&dir, &saved_vs, &saved_optimizer.momentum_buffers(), &fields).unwrap();
+        let json: Value =
+            serde_json::from_str(&fs::read_to_string(dir.join(CHECKPOINT_FILE)).unwrap()).unwrap();
+        assert_eq!(json["format"], FORMAT_WITH_MOMENTUM);
+        assert_eq!(json["optimizer"]["momentum"], 0.9);
+        let back = read(&dir).unwrap().expect("a checkpoint");
+        assert_eq!(back, written);
+        // Another model and optimizer, with buffers of their own, get the saved ones.
+        let (vs, mut optimizer) = trained(2, 0.9);
+        assert!(!same(&saved_vs, &vs) && !same_buffers(&saved_optimizer, &optimizer));
+        load_state(&dir, &back, &vs, Some(&mut optimizer), Device::Cpu).unwrap();
+        assert!(same(&saved_vs, &vs), "weights restored");
+        assert!(same_buffers(&saved_optimizer, &optimizer), "momentum buffers restored");
+        // The buffers are the optimizer's, not the model's: the weights load alone only
+        // into a run with the same momentum.
+        let e = load_weights(&dir, &back, &vs, Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains("--momentum 0.9") && e.exit_code() == 2, "{e}");
+        let (vs, mut other) = trained(2, 0.5);
+        let e = load_state(&dir, &back, &vs, Some(&mut other), Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains("--momentum 0.9") && e.exit_code() == 2, "{e}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_checkpoint_from_before_momentum_loads_as_plain_sgds() {
+        let _rng = crate::torch_rng_lock();
+        let dir = scratch("format-1");
+        fs::create_dir_all(&dir).unwrap();
+        // Written by hand as the program before momentum wrote it.
+        let (saved_vs, _) = trained(1, 0.0);
+        let variables: BTreeMap<String, Tensor> = saved_vs.variables().into_iter().collect();
+        let named: Vec<(&str, &Tensor)> = variables.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let weights = dir.join("weights-epoch-0001.safetensors");
+        Tensor::write_safetensors(&named, &weights).unwrap();
+        let md5 = md5_of(&weights).unwrap();
+        let json = format!(
+            r#"{{"format": "ddp-lab-checkpoint/1", "epoch": 1, "next_epoch": 2, "total_time": 3.0,
+                "optimizer": {{"kind": "sgd", "momentum": 0.0, "learning_rate": 0.01}},
+                "early_stopping": {{"accuracy_history": [0.5, 0.6]}},
+                "weights": "weights-epoch-0001.safetensors", "weights_md5": "{md5}"}}"#
+        );
+        fs::write(dir.join(CHECKPOINT_FILE), json).unwrap();
+        let back = read(&dir).unwrap().expect("a checkpoint");
+        assert_eq!((back.epoch, back.momentum), (1, 0.0));
+        let (vs, mut optimizer) = trained(2, 0.0);
+        load_state(&dir, &back, &vs, Some(&mut optimizer), Device::Cpu).unwrap();
+        assert!(same(&saved_vs, &vs));
+        // With momentum: refused, naming the momentum it was saved with, not a zero
+        // buffer that would pass for the saved run's state.
+        let (vs, mut optimizer) = trained(2, 0.9);
+        let e = load_state(&dir, &back, &vs, Some(&mut optimizer), Device::Cpu).unwrap_err();
+        assert!(e.to_string().contains("--momentum 0") && e.to_string().contains("checkpoint.json"), "{e}");
+        // Plain SGD still writes this format, byte for byte the same fields.
+        write(&dir, &saved_vs, &[], &fields(1)).unwrap();
+        let json: Value =
+            serde_json::from_str(&fs::read_to_string(dir.join(CHECKPOINT_FILE)).unwrap()).unwrap();
+        assert_eq!(
+            (json["format"].as_str(), json["optimizer"]["momentum"].as_f64()),
+            (Some(FORMAT), Some(0.0))
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -12,6 +12,7 @@ use tch_distributed as dist;
 use crate::error::Result;
 use crate::loader::{DataLoader, Sampler};
 use crate::model::WideResNet;
+use crate::optim::Optimizer;
 use crate::perf::{self, PerfSettings};
 use crate::{perfetto, probes, run, trace};
 
@@ -79,8 +80,9 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
 }
 
 /// One epoch of training, as the lab's `train` function: every batch the loader's
-/// sampler gives, forward, cross-entropy, backward, an SGD step. With DDP the
-/// backward pass also averages the gradients over all ranks.
+/// sampler gives, forward, cross-entropy, backward, an SGD step (tch's `nn::Optimizer`,
+/// or from step 12 on [`crate::Sgd`], which may carry momentum). With DDP the backward
+/// pass also averages the gradients over all ranks.
 ///
 /// Shows a progress bar on rank 0 when standard error is a terminal.
 ///
@@ -103,13 +105,13 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
 /// assert!((0.0..=1.0).contains(&accuracy) && loss > 0.0);
 /// # Ok::<(), labkit::BoxError>(())
 /// ```
-pub fn train<M: Model, S: Sampler>(
+pub fn train<M: Model, S: Sampler, O: Optimizer>(
     model: &M,
-    optimizer: &mut nn::Optimizer,
+    optimizer: &mut O,
     loader: &mut DataLoader<'_, S>,
 ) -> Result<()> {
     // Before anything reads the optimizer's variables (the initial weights below).
-    model.check_optimizer(optimizer)?;
+    model.check_optimizer(optimizer.stepper())?;
     let indices = loader.sampler.epoch_indices();
     let epoch = run::next_epoch();
     let perf = model.perf();
@@ -121,7 +123,7 @@ pub fn train<M: Model, S: Sampler>(
     let train_span = perfetto::span("train");
     probes::at_epoch_start(epoch)?;
     if epoch == 0 {
-        trace::record_initial_weights(&optimizer.trainable_variables());
+        trace::record_initial_weights(&optimizer.stepper().trainable_variables());
     }
     let bar = progress_bar(loader.len() as u64, epoch);
     // The epoch's indices go to the device once; nothing in the loop waits for the GPU.
@@ -144,15 +146,18 @@ pub fn train<M: Model, S: Sampler>(
         step.end();
         if first_step && trace::enabled() {
             // The float values a pipeline's first step is compared with (step 13).
-            trace::record_first_step(Some(loss.double_value(&[])), &optimizer.trainable_variables());
+            trace::record_first_step(
+                Some(loss.double_value(&[])),
+                &optimizer.stepper().trainable_variables(),
+            );
         }
         first_step = false;
         bar.inc(1);
     }
     bar.finish_and_clear();
     probes::at_epoch_end(epoch);
-    trace::record_weights(epoch, &optimizer.trainable_variables());
-    model.after_epoch(epoch, optimizer)?;
+    trace::record_weights(epoch, &optimizer.stepper().trainable_variables());
+    model.after_epoch(epoch, optimizer.stepper())?;
     train_span.end();
     perfetto::flush();
     Ok(())

@@ -6,7 +6,8 @@
 //! the bottom: `course_sources` and `revision` (the course revision every program
 //! carries), `error`, `rng`, `widths`, `parsers`, `placement` (which device and backend
 //! each rank of a node gets), `trace`, `perfetto`; `data`, `perf`, `probes`,
-//! `dropout`; `run` (the run's settings); `model`, `loader`, `report`; `checkpoint`;
+//! `dropout`; `run` (the run's settings); `model`, `loader`, `report`, `optim` (the SGD whose state a checkpoint saves);
+//! `checkpoint`;
 //! `lab` (`train`, `test`), `sharded` (the model under FSDP), `console` (the lines about
 //! processes), `dataset` (the lab's calls for its data), `exit` (how `main` ends);
 //! `options` (`RunOptions::apply`); `pipeline` (the model cut into stages:
@@ -23,6 +24,7 @@ mod exit;
 mod lab;
 pub mod loader;
 pub mod model;
+mod optim;
 mod options;
 mod parsers;
 pub mod perf;
@@ -53,8 +55,9 @@ pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
 pub use model::{parameter_count, Block, ModelSettings, Norm, WideResNet};
+pub use optim::{Optimizer, Sgd};
 pub use options::RunOptions;
-pub use parsers::{learning_rate, node_count, node_index, positive, ranks_per_node};
+pub use parsers::{learning_rate, momentum, node_count, node_index, positive, ranks_per_node};
 pub use perf::{forward_flops_per_image, Amp};
 pub use pipeline::{
     check_pipeline, pipeline_refusal, stage_layers, test_pipeline, train_pipeline, Bubble, PipelineRequest,

@@ -90,6 +90,22 @@ pub fn learning_rate(s: &str) -> Result<f64, String> {
     Ok(lr)
 }
 
+/// `--momentum`: SGD's momentum, at least 0 (0 is the DLI lab's plain SGD) and below 1
+/// (1 and more never forgets a gradient, and the steps grow without bound).
+///
+/// ```
+/// assert_eq!(labkit::momentum("0.9"), Ok(0.9));
+/// assert!(labkit::momentum("1").is_err() && labkit::momentum("-0.5").is_err());
+/// ```
+pub fn momentum(s: &str) -> Result<f64, String> {
+    let m: f64 =
+        s.trim().parse().map_err(|_| format!("`{s}` is not a number; expected a momentum such as 0.9"))?;
+    if !(0.0..1.0).contains(&m) {
+        return Err(format!("{m} is not a usable momentum; expected at least 0 and below 1, such as 0.9"));
+    }
+    Ok(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

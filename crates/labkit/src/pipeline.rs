@@ -9,13 +9,13 @@ use std::ops::Range;
 use std::time::Duration;
 
 use lab_trace::event;
-use tch::nn;
 use tch::Kind;
 use tch_distributed as dist;
 
 use crate::error::Result;
 use crate::loader::{DataLoader, Sampler};
 use crate::model::{WideResNet, LAYERS};
+use crate::optim::Optimizer;
 use crate::options::RunOptions;
 use crate::perf::Amp;
 use crate::{perfetto, probes, run, trace};
@@ -148,9 +148,9 @@ impl Bubble {
 ///
 /// Traced (`DDP_LAB_TRACE`): the stage this rank holds, the first step's loss and
 /// weights, the weights after each epoch, and the bubble.
-pub fn train_pipeline<S: Sampler>(
+pub fn train_pipeline<S: Sampler, O: Optimizer>(
     pipeline: &dist::Pipeline<WideResNet>,
-    optimizer: &mut nn::Optimizer,
+    optimizer: &mut O,
     loader: &mut DataLoader<'_, S>,
 ) -> Result<Bubble> {
     let indices = loader.sampler.epoch_indices();
@@ -161,7 +161,7 @@ pub fn train_pipeline<S: Sampler>(
     if trace::enabled() {
         trace::record(event::TrainIndices { epoch, indices: indices.clone() });
         if epoch == 0 {
-            let parameters = optimizer.trainable_variables().iter().map(|t| t.numel() as i64).sum();
+            let parameters = optimizer.stepper().trainable_variables().iter().map(|t| t.numel() as i64).sum();
             let layers = pipeline.stage().layer_names().into_iter().map(String::from).collect();
             trace::record(event::PipelineStage { stage, stages, micro_batches, layers, parameters });
         }
@@ -170,7 +170,7 @@ pub fn train_pipeline<S: Sampler>(
     let train_span = perfetto::span("train");
     probes::at_epoch_start(epoch)?;
     if epoch == 0 {
-        trace::record_initial_weights(&optimizer.trainable_variables());
+        trace::record_initial_weights(&optimizer.stepper().trainable_variables());
     }
     let (mut busy, mut total, mut steps) = (Duration::ZERO, Duration::ZERO, 0usize);
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, loader.device) {
@@ -181,14 +181,14 @@ pub fn train_pipeline<S: Sampler>(
         let step = pipeline.train_step(&images, &labels, |logits, y| logits.cross_entropy_for_logits(y))?;
         optimizer.step();
         if epoch == 0 && steps == 0 {
-            trace::record_first_step(step.loss, &optimizer.trainable_variables());
+            trace::record_first_step(step.loss, &optimizer.stepper().trainable_variables());
         }
         busy += step.busy;
         total += step.total;
         steps += 1;
     }
     probes::at_epoch_end(epoch);
-    trace::record_weights(epoch, &optimizer.trainable_variables());
+    trace::record_weights(epoch, &optimizer.stepper().trainable_variables());
     train_span.end();
     perfetto::flush();
     let measured = if total.is_zero() { 0.0 } else { 1.0 - busy.as_secs_f64() / total.as_secs_f64() };

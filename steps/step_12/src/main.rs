@@ -41,6 +41,8 @@ struct Args {
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
     #[arg(long)]
     sync_batch_norm: bool,
+    // TODO Step 12: add the option --momentum M (default 0, the DLI lab's plain SGD;
+    // the value parser labkit::momentum rejects impossible values).
     /// Every rank of the job, on every node (computed in main, not an option).
     #[arg(skip = 1usize)]
     world_size: usize,
@@ -111,12 +113,14 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     // DDP starts every rank from rank 0's weights and averages the gradients over all
     // ranks during backward, so every rank takes the same step.
     let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
+    // TODO Step 12: tch's SGD keeps momentum out of the program's reach: build the
+    // optimizer with labkit::Sgd::new (learning rate, --momentum) instead.
     let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
     // TODO Step 12: labkit::resume does this out of sight; do it yourself: with --resume,
-    // every rank loads the last checkpoint onto its own device (labkit::load_checkpoint)
-    // and the run continues after it (labkit::resume_after).
+    // every rank loads the last checkpoint, weights and optimizer, onto its own device
+    // (labkit::load_checkpoint) and the run continues after it (labkit::resume_after).
     // --resume: continue from the last checkpoint (weights, epoch, history), if any.
     let start = labkit::resume(&args.run, &vs, &mut early_stopping)?;
     let mut total_time = start.total_time;
@@ -157,9 +161,9 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
         }
         let stop = early_stopping.record(v_accuracy);
         // TODO Step 12: labkit::save_checkpoint does this out of sight; do it yourself: with
-        // --save-every N (labkit::checkpoint_due), write the checkpoint (labkit::write_checkpoint)
-        // once, not once per rank; then every rank loads it back onto its own device
-        // (labkit::load_checkpoint), but only once it is whole.
+        // --save-every N (labkit::checkpoint_due), write the checkpoint, weights and optimizer
+        // (labkit::write_checkpoint), once, not once per rank; then every rank loads it back
+        // onto its own device (labkit::load_checkpoint), but only once it is whole.
         // --save-every N: rank 0 snapshots the run every N epochs.
         let state = labkit::TrainingState {
             epoch,

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use labkit::{DataLoader, LoaderOptions, RunOptions};
-use tch::nn::{self, OptimizerConfig};
+use tch::nn;
 use tch_distributed as dist;
 
 /// Trains the lab's WideResNet on Fashion-MNIST and prints one line per epoch.
@@ -20,7 +20,7 @@ struct Args {
     /// Most epochs to train.
     #[arg(long, default_value_t = 40, value_parser = labkit::positive)]
     epochs: usize,
-    /// Learning rate of SGD (no momentum).
+    /// Learning rate of SGD.
     #[arg(long, default_value_t = 0.01, value_parser = labkit::learning_rate)]
     base_lr: f64,
     /// Validation accuracy at which training may stop early.
@@ -41,6 +41,10 @@ struct Args {
     /// Normalise with SyncBatchNorm: BatchNorm statistics over all ranks' batches.
     #[arg(long)]
     sync_batch_norm: bool,
+    /// SGD's momentum (PyTorch's): 0 is the DLI lab's plain SGD; above 0 the optimizer
+    /// keeps a buffer per parameter, which checkpoints save with the weights.
+    #[arg(long, default_value_t = 0.0, value_parser = labkit::momentum)]
+    momentum: f64,
     /// Model parallelism: cut the model into one stage per rank and train it as a
     /// pipeline (GPipe), instead of a whole model per rank under DDP.
     #[arg(long)]
@@ -146,13 +150,15 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     // DDP starts every rank from rank 0's weights and averages the gradients over all
     // ranks during backward, so every rank takes the same step.
     let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;
-    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+    // SGD, with --momentum's buffers held where a checkpoint can save them.
+    let mut optimizer = labkit::Sgd::new(&vs, args.base_lr, args.momentum)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
     // --resume: every rank loads the last checkpoint, if there is one, onto its own
-    // device (PyTorch's map_location) and training continues at the epoch after it.
+    // device (PyTorch's map_location), the weights and the optimizer's momentum
+    // buffers, and training continues at the epoch after it.
     let start = if args.run.checkpoint.resume {
-        let checkpoint = labkit::load_checkpoint(&args.run, &vs, device)?;
+        let checkpoint = labkit::load_checkpoint(&args.run, &vs, &mut optimizer, device)?;
         labkit::resume_after(checkpoint.as_ref(), &mut early_stopping)
     } else {
         labkit::Start::FRESH
@@ -194,7 +200,8 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
             report.print();
         }
         let stop = early_stopping.record(v_accuracy);
-        // --save-every N: every rank holds the same weights, so rank 0 alone writes them.
+        // --save-every N: every rank holds the same weights and momentum buffers, so
+        // rank 0 alone writes them.
         // No rank reads the checkpoint before it is whole (the barrier); then every rank
         // continues from what was saved, loaded onto its own device, as a restarted job
         // would.
@@ -206,10 +213,10 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
                     learning_rate: args.base_lr,
                     early_stopping: &early_stopping,
                 };
-                labkit::write_checkpoint(&args.run, &vs, state)?;
+                labkit::write_checkpoint(&args.run, &vs, &optimizer, state)?;
             }
             dist::barrier()?;
-            labkit::load_checkpoint(&args.run, &vs, device)?;
+            labkit::load_checkpoint(&args.run, &vs, &mut optimizer, device)?;
         }
         if stop {
             break;
@@ -241,12 +248,12 @@ fn pipeline(
     let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);
 
     // Rank r builds stage r alone: its layers, with the uncut model's names and initial
-    // values. Its optimizer steps only them.
+    // values. Its optimizer steps only them (and keeps their momentum buffers).
     let vs = nn::VarStore::new(device);
     let layers = labkit::stage_layers(global_rank, args.world_size);
     let stage = labkit::WideResNet::stage(&vs.root(), &args.run, labkit::Norm::BatchNorm, layers);
     let pipeline = dist::Pipeline::new(stage, dist::default_group()?, args.micro_batches)?;
-    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;
+    let mut optimizer = labkit::Sgd::new(&vs, args.base_lr, args.momentum)?;
 
     let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
     let mut total_time = 0.0;

@@ -25,7 +25,7 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
-/// Builds solutions 9, 11 and 13 once and returns the binaries' folder.
+/// Builds solutions 9, 11, 12 and 13 once and returns the binaries' folder.
 fn built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -38,6 +38,8 @@ fn built() -> &'static Path {
             "solution_09",
             "-p",
             "solution_11",
+            "-p",
+            "solution_12",
             "-p",
             "solution_13",
         ]);
@@ -532,6 +534,92 @@ fn checkpoints_survive_a_crash_mid_save_and_resume() {
         "{}",
         refused.stderr
     );
+}
+
+/// Step 12's program with `--momentum`: checkpointing every epoch (each rank reloading
+/// what rank 0 saved, buffers and all) changes nothing, a run stopped after epoch 0 and
+/// resumed ends with the uninterrupted run's weights, bit for bit, and resuming with
+/// another momentum is refused. Were the buffers lost on a reload, the checkpointing
+/// runs would go elsewhere than the run without checkpoints. Dropout off (its draws are
+/// not in a checkpoint) and 2 ranks (sums of two gradients, in any order), as the
+/// checker's resume runs.
+#[test]
+fn a_run_resumed_with_momentum_equals_the_uninterrupted_run() {
+    let logs = scratch("momentum");
+    let run = |name: &str, extra: &[&str]| {
+        let args = lab_args(&[&["--num-gpus", "2", "--timeout", "30"][..], extra].concat());
+        let mut cmd = lab_command(12, &args, child_process::free_port().unwrap(), &logs.join(name));
+        cmd.env("DDP_LAB_EQUIVALENCE", "1");
+        let finished = Proc::start(cmd, &logs, name).wait(Duration::from_secs(300), name);
+        assert_eq!(
+            finished.status.code(),
+            Some(if name == "refused" { 2 } else { 0 }),
+            "{name}: {}\n{}",
+            finished.stdout,
+            finished.stderr
+        );
+        finished
+    };
+    let (whole_dir, resumed_dir) = (logs.join("ckpt-uninterrupted"), logs.join("ckpt-resumed"));
+    let (whole_s, resumed_s) = (whole_dir.display().to_string(), resumed_dir.display().to_string());
+    run("plain", &["--momentum", "0.9", "--epochs", "2"]);
+    run(
+        "uninterrupted",
+        &["--momentum", "0.9", "--epochs", "2", "--save-every", "1", "--checkpoint-dir", &whole_s],
+    );
+    run(
+        "stopped",
+        &["--momentum", "0.9", "--epochs", "1", "--save-every", "1", "--checkpoint-dir", &resumed_s],
+    );
+    let saved = checkpoint_json(&resumed_dir);
+    assert_eq!(
+        (saved["format"].as_str(), saved["optimizer"]["momentum"].as_f64()),
+        (Some("ddp-lab-checkpoint/2"), Some(0.9))
+    );
+    let resumed = run(
+        "resumed",
+        &[
+            "--momentum",
+            "0.9",
+            "--epochs",
+            "2",
+            "--save-every",
+            "1",
+            "--checkpoint-dir",
+            &resumed_s,
+            "--resume",
+        ],
+    );
+    assert!(resumed.stdout.contains("resume: continuing at epoch 1"), "{}", resumed.stdout);
+
+    let digest = |name: &str| last_digest(&trace_events(&logs.join(name)));
+    assert_eq!(digest("uninterrupted"), digest("plain"), "saving and reloading every epoch changed the run");
+    assert_eq!(
+        digest("resumed"),
+        digest("uninterrupted"),
+        "the resumed run differs from the uninterrupted one"
+    );
+    assert_eq!(
+        checkpoint_json(&resumed_dir)["weights_md5"],
+        checkpoint_json(&whole_dir)["weights_md5"],
+        "weights and buffers saved after epoch 1"
+    );
+
+    let refused = run(
+        "refused",
+        &[
+            "--momentum",
+            "0.5",
+            "--epochs",
+            "2",
+            "--save-every",
+            "1",
+            "--checkpoint-dir",
+            &resumed_s,
+            "--resume",
+        ],
+    );
+    assert!(refused.stderr.contains("--momentum 0.9"), "{}", refused.stderr);
 }
 
 /// The venv's torchrun, when setup installed it.
