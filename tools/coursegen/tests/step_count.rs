@@ -6,9 +6,9 @@ use std::path::Path;
 use regex::Regex;
 
 /// Where the lab's step count was once spelled out (paths from the repository root).
-/// checker/src/checks/mod.rs (the registry's `[_; 12]`) and checker/src/observe.rs
-/// (`step >= 11`) still are: other branches hold them, and they join this list once merged.
 const READ_THE_CONSTANT: &[&str] = &[
+    "checker/src/checks/mod.rs",
+    "checker/src/observe.rs",
     "checker/src/cli.rs",
     "checker/src/commands.rs",
     "checker/src/progress.rs",
