@@ -7,7 +7,7 @@ use lab_trace::event::{Collective, EpochReport, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Dtype, Record, ReduceOp, Trace};
 
 use super::{Evidence, Finding};
-use crate::observe::{Gains, Observation, RunKind};
+use crate::observe::{Observation, RunKind};
 
 /// One `collective` event of a rank.
 #[derive(Debug, Clone, PartialEq)]
@@ -322,7 +322,7 @@ impl Divergence {
             (_, Some(behind)) => {
                 let side = &sides[behind];
                 let call = side.call.as_ref().expect("a side with a call");
-                (behind, owner_of(call, side.place, step, run))
+                (behind, super::owner_of(call, side.place, step, run))
             }
             // They left the loop early when they had reported an epoch that another
             // rank went on from; otherwise they died.
@@ -334,16 +334,13 @@ impl Divergence {
                 if differing.is_none() && !left {
                     return None;
                 }
-                (
-                    silent,
-                    left.then_some(super::step_11::RANKS_STOP_TOGETHER).map(|id| (super::step_of(id), id)),
-                )
+                (silent, left.then(super::owner_of_early_leaver))
             }
             (None, None) => {
                 let culprit = mistaken_side(&sides);
                 let side = &sides[culprit];
                 let call = side.call.as_ref().expect("a side with a call");
-                (culprit, owner_of(call, side.place, step, run))
+                (culprit, super::owner_of(call, side.place, step, run))
             }
         };
         let mut divergence = Divergence {
@@ -483,43 +480,6 @@ fn mistaken_side(sides: &[Side]) -> usize {
             .then(a.ranks[0].cmp(&b.ranks[0]))
     });
     order[0]
-}
-
-/// The step and check a mistaken call belongs to, in the run it was found in.
-fn owner_of(call: &Call, place: Place, step: u8, run: RunKind) -> Option<(u8, &'static str)> {
-    owning_check(call, place, step, run).map(|id| (super::step_of(id), id))
-}
-
-/// The check a mistaken call belongs to, in the run it was found in.
-fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'static str> {
-    use super::{step_05, step_07, step_08, step_09, step_12, step_13, step_14};
-    use CollectiveOp as Op;
-    if !call.by_program() {
-        return match call.op {
-            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some(step_07::WEIGHTS_SYNCHRONIZED),
-            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some(step_14::FSDP_COLLECTIVES),
-            _ => None,
-        };
-    }
-    match (run, call.op) {
-        // The pipeline's metrics go from the last stage to every rank.
-        (RunKind::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
-            Some(step_13::METRICS_FROM_LAST_STAGE)
-        }
-        (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some(step_14::FSDP_COLLECTIVES),
-        (_, Op::Barrier) => match place {
-            Place::BeforeTraining => Some(step_05::DATA_BARRIER),
-            // After the epoch's report, from step 12 on: the barrier between rank 0's
-            // checkpoint and every rank's load.
-            Place::Epoch { phase: Phase::Reported, .. } if step >= super::since(Gains::Checkpoints) => {
-                Some(step_12::READ_AFTER_WHOLE)
-            }
-            Place::Epoch { .. } => Some(step_08::EPOCH_BARRIER),
-        },
-        (RunKind::Main, Op::Reduce) => Some(step_08::THROUGHPUT_REDUCED),
-        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some(step_09::METRICS_AVERAGED),
-        _ => None,
-    }
 }
 
 /// "rank 0", "ranks 1–3", "ranks 0, 2".

@@ -24,6 +24,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use lab_trace::{EventKind, Record, Trace};
 
 use crate::observe::{Gains, Observation, Plan, RunKind};
+use collectives::{Call, Phase, Place};
+use lab_trace::CollectiveOp;
 
 mod collectives;
 #[cfg(test)]
@@ -299,6 +301,52 @@ pub fn all_checks() -> impl Iterator<Item = (u8, &'static Check)> {
 /// The step whose check `id` is (ids are unique: a test says so).
 pub fn step_of(id: &str) -> u8 {
     all_checks().find(|(_, c)| c.id == id).map(|(step, _)| step).unwrap_or_else(|| panic!("no check `{id}`"))
+}
+
+/// The step and check a diverging collective belongs to: `call` (the program's, or the
+/// library's on its behalf) at `place`, in a run of kind `run` of step `step`'s
+/// verification. The one table that names checks of several steps, kept here beside
+/// the registry so that no step's module depends on another's (collectives.rs, which
+/// the steps' checks use, asks it).
+fn owner_of(call: &Call, place: Place, step: u8, run: RunKind) -> Option<(u8, &'static str)> {
+    owning_check(call, place, step, run).map(|id| (step_of(id), id))
+}
+
+/// The check a mistaken call belongs to, in the run it was found in.
+fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'static str> {
+    use CollectiveOp as Op;
+    if !call.by_program() {
+        return match call.op {
+            Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some(step_07::WEIGHTS_SYNCHRONIZED),
+            Op::AllGatherIntoTensor | Op::ReduceScatterTensor => Some(step_14::FSDP_COLLECTIVES),
+            _ => None,
+        };
+    }
+    match (run, call.op) {
+        // The pipeline's metrics go from the last stage to every rank.
+        (RunKind::Pipeline, Op::Broadcast | Op::AllReduce | Op::Reduce | Op::AllGather) => {
+            Some(step_13::METRICS_FROM_LAST_STAGE)
+        }
+        (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some(step_14::FSDP_COLLECTIVES),
+        (_, Op::Barrier) => match place {
+            Place::BeforeTraining => Some(step_05::DATA_BARRIER),
+            // After the epoch's report, from step 12 on: the barrier between rank 0's
+            // checkpoint and every rank's load.
+            Place::Epoch { phase: Phase::Reported, .. } if step >= since(Gains::Checkpoints) => {
+                Some(step_12::READ_AFTER_WHOLE)
+            }
+            Place::Epoch { .. } => Some(step_08::EPOCH_BARRIER),
+        },
+        (RunKind::Main, Op::Reduce) => Some(step_08::THROUGHPUT_REDUCED),
+        (RunKind::Main, Op::AllReduce | Op::AllGather) => Some(step_09::METRICS_AVERAGED),
+        _ => None,
+    }
+}
+
+/// The step and check of a rank that left the training loop early, after reporting an
+/// epoch that another rank went on from (step 11's: the ranks stop together).
+fn owner_of_early_leaver() -> (u8, &'static str) {
+    (step_of(step_11::RANKS_STOP_TOGETHER), step_11::RANKS_STOP_TOGETHER)
 }
 
 /// The first step whose program has `gains`.
