@@ -91,8 +91,13 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
         let largest_block =
             h.units.iter().filter(|u| !u.prefix.is_empty()).map(|u| u.numel).max().unwrap_or(0);
         let peak_bound = root + largest_block;
+        // --momentum's buffers, where the run keeps any (plain SGD keeps none).
+        let state = match h.optimizer_state_numel {
+            0 => String::new(),
+            n => format!(" (momentum for {})", grouped(n)),
+        };
         let mut line = format!(
-            "rank {rank}: {} of {} parameters ({:.1}%; 1/{world} is {:.1}%), gradients {}, optimizer {}, at most {} full at once ({:.1}%; the root and the largest block: {})",
+            "rank {rank}: {} of {} parameters ({:.1}%; 1/{world} is {:.1}%), gradients {}, optimizer {}{state}, at most {} full at once ({:.1}%; the root and the largest block: {})",
             grouped(h.shard_numel),
             grouped(h.model_numel),
             share(h.shard_numel),
@@ -115,6 +120,9 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
                 "the optimizer steps on more than this rank's shards (built on vs, not fsdp.shards()?)"
                     .into(),
             );
+        }
+        if h.optimizer_state_numel > bound {
+            wrong.push("the optimizer keeps momentum for more than this rank's shards".into());
         }
         let every_block = labkit::model::BLOCKS.iter().all(|b| blocks.contains(b));
         if !every_block {

@@ -469,8 +469,12 @@ pub struct ShardsHeld {
     pub shard_numel: i64,
     /// Elements of the gradients this rank holds (of its shards).
     pub grad_numel: i64,
-    /// Elements of the variables the optimizer steps on (and keeps any state for).
+    /// Elements of the variables the optimizer steps on.
     pub optimizer_numel: i64,
+    /// Elements of the state the optimizer keeps for them (SGD's momentum buffers; 0
+    /// for plain SGD, and in traces written before it was recorded).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub optimizer_state_numel: i64,
     /// The most full-parameter elements held at once so far (all-gathered for a
     /// block's forward or backward).
     pub peak_unsharded_numel: i64,
@@ -478,6 +482,12 @@ pub struct ShardsHeld {
     pub element_bytes: i64,
     /// Every `fully_shard` call, blocks then the root.
     pub units: Vec<ShardUnit>,
+}
+
+/// Whether a count is zero: left out of the JSON, so that traces without a count read
+/// and write back the same.
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// One `fully_shard` call of [`ShardsHeld`].

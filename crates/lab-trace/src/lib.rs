@@ -252,6 +252,7 @@ mod tests {
                 shard_numel: 52,
                 grad_numel: 52,
                 optimizer_numel: 52,
+                optimizer_state_numel: 52,
                 peak_unsharded_numel: 60,
                 element_bytes: 4,
                 units: vec![event::ShardUnit { prefix: String::new(), numel: 100, shard_numel: 52 }],

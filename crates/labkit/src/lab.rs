@@ -28,7 +28,7 @@ pub trait Model {
     /// Called by `train` on every rank after each epoch, with the optimizer that
     /// stepped: what the trace records of the model beyond its weight digests (nothing
     /// by default). A sharded model's is collective: every rank calls it.
-    fn after_epoch(&self, _epoch: usize, _optimizer: &nn::Optimizer) -> Result<()> {
+    fn after_epoch(&self, _epoch: usize, _optimizer: &dyn Optimizer) -> Result<()> {
         Ok(())
     }
     /// Called by `train` before the epoch's first step: an error when `optimizer`
@@ -46,7 +46,7 @@ impl<M: Model + ?Sized> Model for Box<M> {
     fn perf(&self) -> PerfSettings {
         (**self).perf()
     }
-    fn after_epoch(&self, epoch: usize, optimizer: &nn::Optimizer) -> Result<()> {
+    fn after_epoch(&self, epoch: usize, optimizer: &dyn Optimizer) -> Result<()> {
         (**self).after_epoch(epoch, optimizer)
     }
     fn check_optimizer(&self, optimizer: &nn::Optimizer) -> Result<()> {
@@ -71,7 +71,7 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
         self.module().perf()
     }
     /// Rank 0's replica in floats, as a sharded model's gathered weights are recorded.
-    fn after_epoch(&self, epoch: usize, _optimizer: &nn::Optimizer) -> Result<()> {
+    fn after_epoch(&self, epoch: usize, _optimizer: &dyn Optimizer) -> Result<()> {
         if run::is_rank_zero() {
             trace::record_parameter_values(epoch, false, self.parameters());
         }
@@ -157,7 +157,7 @@ pub fn train<M: Model, S: Sampler, O: Optimizer>(
     bar.finish_and_clear();
     probes::at_epoch_end(epoch);
     trace::record_weights(epoch, &optimizer.stepper().trainable_variables());
-    model.after_epoch(epoch, optimizer.stepper())?;
+    model.after_epoch(epoch, &*optimizer)?;
     train_span.end();
     perfetto::flush();
     Ok(())

@@ -25,6 +25,11 @@ pub trait Optimizer {
     /// The libtorch optimizer that writes the parameters: what FSDP checks is on its
     /// shards, and the tensors the trace fingerprints.
     fn stepper(&self) -> &nn::Optimizer;
+    /// Elements of the state it keeps beside the parameters (momentum buffers): what
+    /// FSDP's shards line counts. None for tch's own SGD, which keeps no state here.
+    fn state_numel(&self) -> i64 {
+        0
+    }
 }
 
 impl Optimizer for nn::Optimizer {
@@ -185,6 +190,10 @@ impl Optimizer for Sgd {
 
     fn stepper(&self) -> &nn::Optimizer {
         &self.stepper
+    }
+
+    fn state_numel(&self) -> i64 {
+        self.slots.iter().filter_map(|s| s.buffer.as_ref()).map(|b| b.numel() as i64).sum()
     }
 }
 

@@ -12,6 +12,7 @@ use tch_distributed as dist;
 
 use crate::error::Result;
 use crate::lab::Model;
+use crate::optim::Optimizer;
 use crate::perf::PerfSettings;
 use crate::report::grouped;
 use crate::trace;
@@ -55,9 +56,15 @@ impl<M> ShardedModel<M> {
     }
 
     /// What this rank holds now, in elements, measured from its tensors: its shards,
-    /// their gradients, what `optimizer` steps on, and the most full parameters held
-    /// at once so far.
-    pub fn held(&self, epoch: usize, optimizer: &nn::Optimizer) -> Result<event::ShardsHeld> {
+    /// their gradients, what `optimizer` steps on and the state it keeps
+    /// (`optimizer_state_numel`: its momentum buffers), and the most full parameters
+    /// held at once so far.
+    pub fn held(
+        &self,
+        epoch: usize,
+        optimizer: &nn::Optimizer,
+        optimizer_state_numel: i64,
+    ) -> Result<event::ShardsHeld> {
         let memory = self.fsdp.memory()?;
         let element_bytes = if memory.shard_numel > 0 { memory.shard_bytes / memory.shard_numel } else { 4 };
         let optimizer_numel = optimizer.trainable_variables().iter().map(|t| t.numel() as i64).sum();
@@ -73,6 +80,7 @@ impl<M> ShardedModel<M> {
             shard_numel: memory.shard_numel,
             grad_numel: memory.grad_bytes / element_bytes.max(1),
             optimizer_numel,
+            optimizer_state_numel,
             peak_unsharded_numel: memory.peak_unsharded_bytes / element_bytes.max(1),
             element_bytes,
             units,
@@ -80,11 +88,24 @@ impl<M> ShardedModel<M> {
     }
 }
 
+/// FullyShard's refusal of an optimizer, with how the lab builds one on the shards.
+fn in_the_lab(e: dist::DistError) -> dist::DistError {
+    dist::DistError::new(
+        e.kind(),
+        format!("{e}; in the lab: `labkit::Sgd::new(fsdp.shards()?, args.base_lr, args.momentum)?`"),
+    )
+}
+
 /// The line a rank prints of what it holds.
 fn describe(rank: usize, world_size: usize, held: &event::ShardsHeld) -> String {
     let share = |n: i64| 100.0 * n as f64 / held.model_numel.max(1) as f64;
+    // Plain SGD keeps no state: said only where there is some (--momentum).
+    let state = match held.optimizer_state_numel {
+        0 => String::new(),
+        n => format!(" and keeps momentum for {}", grouped(n)),
+    };
     format!(
-        "rank {rank} holds {} of the model's {} parameters ({:.1}%; 1/{world_size} is {:.1}%, DDP's replica 100%): gradients for {}, the optimizer steps on {}; at most {} full parameters at once ({:.1}%)",
+        "rank {rank} holds {} of the model's {} parameters ({:.1}%; 1/{world_size} is {:.1}%, DDP's replica 100%): gradients for {}, the optimizer steps on {}{state}; at most {} full parameters at once ({:.1}%)",
         grouped(held.shard_numel),
         grouped(held.model_numel),
         share(held.shard_numel),
@@ -106,22 +127,23 @@ impl<M: ModuleT + Model> Model for ShardedModel<M> {
     }
 
     /// Refuses an optimizer that is not on this rank's shards, with FullyShard's
-    /// message; what the rank holds is recorded first, so that the checker sees what
-    /// the optimizer would have stepped on.
+    /// message and the lab's way to build it (the library's names tch's own SGD); what
+    /// the rank holds is recorded first, so that the checker sees what the optimizer
+    /// would have stepped on.
     fn check_optimizer(&self, optimizer: &nn::Optimizer) -> Result<()> {
         if let Err(e) = self.fsdp.check_optimizer(optimizer) {
             if trace::enabled() {
-                trace::record(self.held(0, optimizer)?);
+                trace::record(self.held(0, optimizer, 0)?);
             }
-            return Err(e.into());
+            return Err(in_the_lab(e).into());
         }
         Ok(())
     }
 
     /// Prints (after the first epoch) and records what this rank holds; when traced,
     /// gathers the whole model on rank 0 for the trace (every rank takes part).
-    fn after_epoch(&self, epoch: usize, optimizer: &nn::Optimizer) -> Result<()> {
-        let held = self.held(epoch, optimizer)?;
+    fn after_epoch(&self, epoch: usize, optimizer: &dyn Optimizer) -> Result<()> {
+        let held = self.held(epoch, optimizer.stepper(), optimizer.state_numel())?;
         if !self.printed.replace(true) {
             let group = self.fsdp.group();
             println!("{}", describe(group.rank(), group.world_size(), &held));
@@ -145,6 +167,21 @@ impl<M: ModuleT + Model> Model for ShardedModel<M> {
 mod tests {
     use super::*;
 
+    /// A student who builds the lab's optimizer on vs reads how to build it on the
+    /// shards with the lab's own optimizer, and the error stays a misuse (exit code 2).
+    #[test]
+    fn a_refused_optimizer_is_told_the_labs_way() {
+        let refused = dist::DistError::new(dist::ErrorKind::InvalidArgument, "FSDP: build it on the shards");
+        let told = in_the_lab(refused.clone());
+        assert_eq!(told.kind(), refused.kind());
+        assert_eq!(told.exit_code(), refused.exit_code());
+        assert!(
+            told.to_string()
+                .starts_with("FSDP: build it on the shards; in the lab: `labkit::Sgd::new(fsdp.shards()?"),
+            "{told}"
+        );
+    }
+
     #[test]
     fn the_rank_says_what_it_holds_against_ddps_replica() {
         let held = event::ShardsHeld {
@@ -153,6 +190,7 @@ mod tests {
             shard_numel: 86_889,
             grad_numel: 86_889,
             optimizer_numel: 86_889,
+            optimizer_state_numel: 0,
             peak_unsharded_numel: 74_722,
             element_bytes: 4,
             units: Vec::new(),
@@ -160,6 +198,14 @@ mod tests {
         assert_eq!(
             describe(1, 2, &held),
             "rank 1 holds 86,889 of the model's 173,778 parameters (50.0%; 1/2 is 50.0%, DDP's replica 100%): gradients for 86,889, the optimizer steps on 86,889; at most 74,722 full parameters at once (43.0%)"
+        );
+        // With --momentum the buffers are counted too: the shards' share of them.
+        let with_momentum = event::ShardsHeld { optimizer_state_numel: 86_889, ..held };
+        assert!(
+            describe(1, 2, &with_momentum)
+                .contains("the optimizer steps on 86,889 and keeps momentum for 86,889;"),
+            "{}",
+            describe(1, 2, &with_momentum)
         );
     }
 }

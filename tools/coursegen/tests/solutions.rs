@@ -306,14 +306,14 @@ solution_tests! {
 
 /// Step 14's program with `--fsdp` on 2 ranks against the same run without it (DDP),
 /// from the same seed: every rank says, and records, that it holds half of the narrow
-/// model (each of its dims 0 is even), gradients and optimizer values for that half
-/// only, and less than the whole model unsharded at any time; rank 0's weights gathered
-/// from the shards equal DDP's to 1e-5.
+/// model (each of its dims 0 is even), gradients, optimizer values and momentum buffers
+/// for that half only, and less than the whole model unsharded at any time; rank 0's
+/// weights gathered from the shards equal DDP's to 1e-5 (SGD with momentum on both).
 #[test]
 fn solution_14_with_fsdp_holds_half_the_model_and_trains_as_ddp() {
     let seeded = |fsdp: bool| {
         let mut args: Vec<&str> = TINY.to_vec();
-        args.extend(["--seed", "3"]);
+        args.extend(["--seed", "3", "--momentum", "0.9"]);
         if fsdp {
             args.push("--fsdp");
         }
@@ -323,6 +323,7 @@ fn solution_14_with_fsdp_holds_half_the_model_and_trains_as_ddp() {
     for rank in 0..2 {
         let said = format!("rank {rank} holds 86,889 of the model's 173,778 parameters (50.0%");
         assert!(sharded.stdout.contains(&said), "{}", sharded.stdout);
+        assert!(sharded.stdout.contains("keeps momentum for 86,889;"), "{}", sharded.stdout);
     }
     let held = events::<event::ShardsHeld>(&sharded.trace);
     assert_eq!(held.len(), 2, "both ranks record what they hold");
@@ -330,6 +331,7 @@ fn solution_14_with_fsdp_holds_half_the_model_and_trains_as_ddp() {
         let last = per_epoch.last().unwrap();
         assert_eq!(last.model_numel, 173_778);
         assert_eq!((last.shard_numel, last.grad_numel, last.optimizer_numel), (86_889, 86_889, 86_889));
+        assert_eq!(last.optimizer_state_numel, 86_889, "a momentum buffer for each shard, no more");
         assert!(last.peak_unsharded_numel < last.model_numel / 2, "{last:?}");
         assert_eq!(last.units.len(), 7, "six blocks and the root");
     }
