@@ -24,18 +24,19 @@ fn main() {
         // tch's doc-only feature skips torch-sys's libtorch lookup the same way.
         return;
     }
-    for f in [
-        "tchd.cpp",
-        "ddp.cpp",
-        "sync_batch_norm.cpp",
-        "amp.cpp",
-        "fsdp.cpp",
-        "hooks.cpp",
-        "cuda_anchor.cpp",
-        "tchd.h",
-        "tchd_internal.h",
-    ] {
+    println!("cargo:rerun-if-changed=shim");
+    let listed: Vec<&str> = SHIM_SOURCES.iter().chain(&SHIM_HEADERS).chain(&[CUDA_ANCHOR]).copied().collect();
+    for f in &listed {
         println!("cargo:rerun-if-changed=shim/{f}");
+    }
+    // A file added to shim/ but not to the lists would be neither compiled nor part of
+    // the cache key: a stale archive linked without a word.
+    for entry in std::fs::read_dir("shim").expect("tch-distributed's shim/ folder") {
+        let name = entry.expect("a file of shim/").file_name().to_string_lossy().into_owned();
+        assert!(
+            listed.contains(&name.as_str()),
+            "shim/{name} is in none of build.rs's lists: add it to SHIM_SOURCES (compiled) or SHIM_HEADERS"
+        );
     }
 
     let reported = locate::libtorch_lib(std::env::var_os("DEP_TCH_LIBTORCH_LIB").as_deref())
@@ -50,12 +51,7 @@ fn main() {
         .cpp(true)
         .pic(true)
         .warnings(false)
-        .file("shim/tchd.cpp")
-        .file("shim/ddp.cpp")
-        .file("shim/sync_batch_norm.cpp")
-        .file("shim/amp.cpp")
-        .file("shim/fsdp.cpp")
-        .file("shim/hooks.cpp")
+        .files(SHIM_SOURCES.map(|f| Path::new("shim").join(f)))
         .include("shim")
         .include(&include)
         .include(include.join("torch/csrc/api/include"))
@@ -108,17 +104,14 @@ fn main() {
     println!("cargo:libtorch_lib={}", lib.display());
 }
 
-/// The shim's C++ sources, whose content is part of [`compile_once`]'s key.
-const SHIM_FILES: [&str; 8] = [
-    "tchd.cpp",
-    "ddp.cpp",
-    "sync_batch_norm.cpp",
-    "amp.cpp",
-    "fsdp.cpp",
-    "hooks.cpp",
-    "tchd.h",
-    "tchd_internal.h",
-];
+/// The shim's C++ sources, compiled into one archive: with [`SHIM_HEADERS`], what
+/// [`compile_once`]'s key reads and what reruns this script. The one list of them.
+const SHIM_SOURCES: [&str; 6] =
+    ["tchd.cpp", "ddp.cpp", "sync_batch_norm.cpp", "amp.cpp", "fsdp.cpp", "hooks.cpp"];
+/// The headers the sources include.
+const SHIM_HEADERS: [&str; 2] = ["tchd.h", "tchd_internal.h"];
+/// The one-object archive of [`link_libtorch_cuda_everywhere`], compiled on its own.
+const CUDA_ANCHOR: &str = "cuda_anchor.cpp";
 
 /// Compiles `build` into OUT_DIR's `lib<name>.a`, or copies the archive an identical
 /// compile made before, kept beside the target directory's builds
@@ -141,7 +134,7 @@ fn compile_once(build: &mut cc::Build, name: &str, gloo_dir: &Path) {
     compiler.args().hash(&mut key);
     let version = compiler.to_command().arg("--version").output().map(|o| o.stdout).unwrap_or_default();
     version.hash(&mut key);
-    for file in SHIM_FILES {
+    for file in SHIM_SOURCES.iter().chain(&SHIM_HEADERS) {
         std::fs::read(Path::new("shim").join(file)).unwrap_or_default().hash(&mut key);
     }
     // cc passes each include directory as `-I` and the directory, two arguments.
@@ -228,7 +221,7 @@ fn link_libtorch_cuda_everywhere() {
         .cpp(true)
         .pic(true)
         .warnings(false)
-        .file("shim/cuda_anchor.cpp")
+        .file(Path::new("shim").join(CUDA_ANCHOR))
         .flag("-std=c++20")
         .link_lib_modifier("+whole-archive")
         .link_lib_modifier("-bundle")
