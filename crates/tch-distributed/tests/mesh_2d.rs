@@ -58,6 +58,7 @@ fn rank_entry() {
         ("per_rank_norm", || train_and_compare(false)),
         ("sync_norm", || train_and_compare(true)),
         ("misuse", misuse_scenario),
+        ("traced", traced_scenario),
     ]);
 }
 
@@ -303,10 +304,101 @@ fn misuse_scenario() {
     dist::destroy_process_group().unwrap();
 }
 
-fn run(scenario: &str) {
+/// Under the lab's trace (`DDP_LAB_TRACE`): the mesh and the 2-D model built, one
+/// forward, for the test to read what each rank recorded.
+fn traced_scenario() {
+    assert!(labkit::trace::enabled(), "the trace is on: its observers are installed");
+    init_env(TIMEOUT);
+    let mesh = dist::init_device_mesh(Device::Cpu, &[2, 2], &["dp", "tp"]).unwrap();
+    let (dp, tp) = (mesh.get_group("dp").unwrap(), mesh.get_group("tp").unwrap());
+    let vs = nn::VarStore::new(Device::Cpu);
+    tch::manual_seed(SEED);
+    let norm = TensorParallelNorm::SyncBatchNorm(dp);
+    let net = WideResNet::tensor_parallel_with(&vs, Widths::NARROW, &tp, norm).unwrap();
+    let (images, _) = batch(0, mesh.get_local_rank("dp").unwrap());
+    assert_eq!(net.try_forward_t(&images, true).unwrap().size(), [BATCH, 10]);
+    dist::destroy_process_group().unwrap();
+}
+
+fn run_with(scenario: &str, env: &[(&str, &str)]) {
     let port = child_process::free_port().unwrap();
-    let outcomes = run_ranks(scenario, env_ranks(0..4, 4, port), &[(labkit::EQUIVALENCE_ENV, "1")], DEADLINE);
+    let mut shared = vec![(labkit::EQUIVALENCE_ENV, "1")];
+    shared.extend_from_slice(env);
+    let outcomes = run_ranks(scenario, env_ranks(0..4, 4, port), &shared, DEADLINE);
     assert_all_ok(&outcomes);
+}
+
+fn run(scenario: &str) {
+    run_with(scenario, &[]);
+}
+
+/// Each rank's trace names every group with its ranks and mesh dimension, and each
+/// parameter it holds a slice of: the dimension, where its part starts, and the whole.
+#[test]
+fn the_trace_tells_the_mesh_groups_and_the_slices_apart() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("mesh-2d-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_with("traced", &[(labkit::trace::TRACE_ENV, dir.to_str().unwrap())]);
+    // One file per process; the default group's event is recorded before the process
+    // knows its rank (the group is being made), so the file, not the line, tells whose.
+    let mut by_rank: HashMap<u64, Vec<serde_json::Value>> = HashMap::new();
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+        let records: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let rank = records.iter().find_map(|r| r["rank"].as_u64()).expect("a line with the rank");
+        by_rank.insert(rank, records);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(by_rank.len(), 4, "a trace from every rank");
+    for (rank, records) in by_rank {
+        let of = |event: &str| -> Vec<&serde_json::Value> {
+            records.iter().filter(|r| r["event"] == event).collect()
+        };
+        let groups: Vec<String> = of("group_created")
+            .iter()
+            .map(|g| format!("{} {} {} {}", g["group"], g["ranks"], g["group_rank"], g["mesh_dim"]))
+            .collect();
+        // This rank's place in a group it belongs to, "null" in the others.
+        let place = |member: bool, at: u64| if member { at.to_string() } else { "null".to_string() };
+        assert_eq!(
+            groups,
+            [
+                format!("0 [0,1,2,3] {rank} null"),
+                format!("1 [0,2] {} \"dp\"", place(rank % 2 == 0, rank / 2)),
+                format!("2 [1,3] {} \"dp\"", place(rank % 2 == 1, rank / 2)),
+                format!("3 [0,1] {} \"tp\"", place(rank / 2 == 0, rank % 2)),
+                format!("4 [2,3] {} \"tp\"", place(rank / 2 == 1, rank % 2)),
+            ],
+            "rank {rank}'s groups"
+        );
+        let slices = of("tensor_parallel_slice");
+        // Per block: the first conv, its BatchNorm's weight, bias and running statistics,
+        // the second conv's weight; nothing of the replicated layers.
+        assert_eq!(slices.len(), 6 * 6, "rank {rank}'s slices");
+        let tp_group = 3 + rank / 2;
+        let tp_rank = (rank % 2) as i64;
+        for (parameter, dim, whole) in [
+            ("block1.cbr1.conv.weight", 0, 16),
+            ("block3.cbr1.bn.running_var", 0, 32),
+            ("block6.cbr2.conv.weight", 1, 64),
+        ] {
+            let slice = slices.iter().find(|s| s["parameter"] == parameter).unwrap();
+            assert_eq!(
+                (
+                    slice["group"].as_u64(),
+                    slice["dim"].as_u64(),
+                    slice["offset"].as_i64(),
+                    slice["length"].as_i64(),
+                    slice["whole"].as_i64()
+                ),
+                (Some(tp_group), Some(dim), Some(tp_rank * whole / 2), Some(whole / 2), Some(whole)),
+                "rank {rank}: {parameter}'s slice"
+            );
+        }
+        assert!(slices.iter().all(|s| !s["parameter"].as_str().unwrap().contains("shortcut")));
+    }
 }
 
 #[test]
