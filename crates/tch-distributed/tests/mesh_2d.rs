@@ -83,15 +83,8 @@ fn observe() -> Arc<Mutex<Seen>> {
 fn mesh(seen: &Mutex<Seen>) -> dist::DeviceMesh {
     let mesh = dist::init_device_mesh(Device::Cpu, &[2, 2], &["dp", "tp"]).unwrap();
     let rank = dist::get_rank().unwrap();
-    let groups: Vec<(u64, Vec<usize>, Option<usize>, Option<String>)> = seen
-        .lock()
-        .unwrap()
-        .groups
-        .iter()
-        .map(|g| (g.group, g.ranks.clone(), g.rank, g.mesh_dim.clone()))
-        .collect();
     let member = |ranks: &[usize]| ranks.iter().position(|&r| r == rank);
-    let want: Vec<(u64, Vec<usize>, Option<usize>, Option<String>)> = [
+    let want: Vec<dist::debug::GroupCreation> = [
         (0, vec![0, 1, 2, 3], None),
         (1, vec![0, 2], Some("dp")),
         (2, vec![1, 3], Some("dp")),
@@ -99,9 +92,14 @@ fn mesh(seen: &Mutex<Seen>) -> dist::DeviceMesh {
         (4, vec![2, 3], Some("tp")),
     ]
     .into_iter()
-    .map(|(n, ranks, dim)| (n, ranks.clone(), member(&ranks), dim.map(String::from)))
+    .map(|(group, ranks, dim)| dist::debug::GroupCreation {
+        group,
+        rank: member(&ranks),
+        ranks,
+        mesh_dim: dim.map(String::from),
+    })
     .collect();
-    assert_eq!(groups, want, "rank {rank}: the mesh's groups");
+    assert_eq!(seen.lock().unwrap().groups, want, "rank {rank}: the mesh's groups");
     let (dp, tp) = (mesh.get_group("dp").unwrap(), mesh.get_group("tp").unwrap());
     assert_eq!((dp.group_name(), tp.group_name()), ((1 + rank % 2).to_string(), (3 + rank / 2).to_string()));
     mesh
