@@ -14,7 +14,7 @@
 //! Meanwhile TP's collectives (six all-reduces forward, six backward) go to the TP group
 //! only and DDP's to the DP group only, none to the world. Misuse is an error on every
 //! rank, never a panic or a wait: a mesh that is not the world, widths the TP group
-//! cannot split, TP peers fed batches of different sizes (a forward error).
+//! cannot split, TP peers fed batches of different sizes (a forward error, also under DDP).
 //!
 //! The ranks run with the checker's equivalence switch (`DDP_LAB_EQUIVALENCE=1`): no
 //! dropout, whose masks are drawn per process. The references are the model cut into
@@ -299,6 +299,14 @@ fn misuse_scenario() {
     // The failure is taken: the model's next forward, on matching batches, is whole.
     let images = Tensor::rand([2, 1, 28, 28], (Kind::Float, Device::Cpu));
     assert_eq!(net.try_forward_t(&images, true).unwrap().size(), [2, 10]);
+    // The same under DDP over "dp", whose forward cannot see inside the model's: the
+    // error still comes back from the lab's forward, not as a panic.
+    let dp = mesh.get_group("dp").unwrap();
+    let model = dist::DistributedDataParallel::with_group(net, &vs, dp, Default::default()).unwrap();
+    let images = Tensor::rand([size, 1, 28, 28], (Kind::Float, Device::Cpu));
+    let failed = model.forward(&images, true).unwrap_err().to_string();
+    assert!(failed.contains("the ranks' collectives do not match"), "{failed}");
+    drop(model);
     dist::destroy_process_group().unwrap();
 }
 
