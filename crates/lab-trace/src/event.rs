@@ -99,6 +99,11 @@ events! {
     ShardsHeld,
     /// `EarlyStopping::record`: the accuracy a rank decided on, and its decision.
     StopDecision,
+    /// A process group this process made or numbered (tch-distributed's group
+    /// observer): what a [`Collective`]'s `group` number stands for.
+    GroupCreated,
+    /// `labkit::WideResNet::tensor_parallel`: one parameter this rank holds a slice of.
+    TensorParallelSlice,
 }
 
 /// See [`Event::World`].
@@ -499,4 +504,40 @@ pub struct ShardUnit {
     pub numel: i64,
     /// Elements of one rank's shards of them (each all-gather's input).
     pub shard_numel: i64,
+}
+
+/// See [`Event::GroupCreated`]. Every rank numbers every group `new_group` makes,
+/// member or not (as PyTorch does), so each rank's trace lists them all, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupCreated {
+    /// Its number in the process, in creation order: [`Collective::group`].
+    pub group: u64,
+    /// Its members' global ranks, in the order of their ranks in it.
+    pub ranks: Vec<usize>,
+    /// This rank's rank in it; `None` when it is not a member.
+    pub group_rank: Option<usize>,
+    /// The device mesh dimension (`"tp"`, `"dp"`) it is this rank's group of, when
+    /// `init_device_mesh` made it; a dimension over the whole world names the default
+    /// group again. `None` for the other groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mesh_dim: Option<String>,
+}
+
+/// See [`Event::TensorParallelSlice`]: the part of a whole parameter a rank holds
+/// under tensor parallelism, recorded once per rank when the plan is applied. The
+/// parameters the plan leaves whole (replicated) have none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorParallelSlice {
+    /// Its VarStore name, e.g. `block3.cbr1.conv.weight`.
+    pub parameter: String,
+    /// The tensor-parallel group's number ([`GroupCreated::group`]).
+    pub group: u64,
+    /// The dimension it is split along (0: output channels, 1: input channels).
+    pub dim: usize,
+    /// Where this rank's slice starts along `dim`.
+    pub offset: i64,
+    /// The slice's length along `dim`.
+    pub length: i64,
+    /// The whole parameter's length along `dim`.
+    pub whole: i64,
 }

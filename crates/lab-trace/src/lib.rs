@@ -257,6 +257,21 @@ mod tests {
                 element_bytes: 4,
                 units: vec![event::ShardUnit { prefix: String::new(), numel: 100, shard_numel: 52 }],
             }),
+            stamped(event::GroupCreated {
+                group: 2,
+                ranks: vec![1, 3],
+                group_rank: Some(1),
+                mesh_dim: Some("dp".into()),
+            }),
+            stamped(event::GroupCreated { group: 3, ranks: vec![0, 1], group_rank: None, mesh_dim: None }),
+            stamped(event::TensorParallelSlice {
+                parameter: "block1.cbr1.conv.weight".into(),
+                group: 1,
+                dim: 0,
+                offset: 8,
+                length: 8,
+                whole: 16,
+            }),
         ];
         for record in records {
             assert_eq!(Record::parse(&record.to_line()).unwrap(), record);
@@ -323,6 +338,26 @@ mod tests {
             (call.op, call.reduce_op, call.dtype),
             (CollectiveOp::ReduceScatterTensor, Some(ReduceOp::Avg), Some(Dtype::BFloat16))
         );
+    }
+
+    /// A trace written before groups were recorded still reads (they are new events,
+    /// not new fields of old ones), and a group made outside a mesh is written without
+    /// a `mesh_dim`, as a reader that predates meshes expects.
+    #[test]
+    fn groups_are_additive_to_the_trace() {
+        let old = r#"{"pid":4242,"ppid":4200,"local_rank":1,"rank":1,"world_size":2,"time":1764000001.5,"event":"collective","op":"all_reduce","reduce_op":"SUM","root":null,"dtype":"Float","numel":8,"seq":3,"group":1,"values":null}"#;
+        assert!(Record::parse(old).unwrap().get::<event::Collective>().is_some());
+        let line = r#"{"pid":4242,"ppid":4200,"local_rank":3,"rank":3,"world_size":4,"time":1764000000.5,"event":"group_created","group":1,"ranks":[0,1],"group_rank":null}"#;
+        let record = Record::parse(line).unwrap();
+        let group: &event::GroupCreated = record.get().unwrap();
+        assert_eq!(
+            (group.group, &group.ranks[..], group.group_rank, group.mesh_dim.as_deref()),
+            (1, &[0, 1][..], None, None)
+        );
+        assert_eq!(record.to_value(), serde_json::from_str::<Value>(line).unwrap());
+        let in_mesh = line.replace("\"group_rank\":null", "\"group_rank\":null,\"mesh_dim\":\"tp\"");
+        let record = Record::parse(&in_mesh).unwrap();
+        assert_eq!(record.get::<event::GroupCreated>().unwrap().mesh_dim.as_deref(), Some("tp"));
     }
 
     /// A value this revision does not know (a collective a newer tch-distributed issues)

@@ -36,6 +36,12 @@ pub trait Model {
     fn check_optimizer(&self, _optimizer: &nn::Optimizer) -> Result<()> {
         Ok(())
     }
+    /// The collective that failed inside the last forward, taken: one of the model's
+    /// own layers (a tensor-parallel region, a SyncBatchNorm) that a wrapper's forward
+    /// (DDP's) cannot see. None by default.
+    fn take_forward_error(&self) -> Option<dist::DistError> {
+        None
+    }
 }
 
 /// One model or another, chosen at run time (`--fsdp`: sharded, else DDP).
@@ -52,20 +58,30 @@ impl<M: Model + ?Sized> Model for Box<M> {
     fn check_optimizer(&self, optimizer: &nn::Optimizer) -> Result<()> {
         (**self).check_optimizer(optimizer)
     }
+    fn take_forward_error(&self) -> Option<dist::DistError> {
+        (**self).take_forward_error()
+    }
 }
 
 impl Model for WideResNet {
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
-        Ok(self.forward_t(images, train))
+        Ok(self.try_forward_t(images, train)?)
     }
     fn perf(&self) -> PerfSettings {
         *WideResNet::perf(self)
+    }
+    fn take_forward_error(&self) -> Option<dist::DistError> {
+        WideResNet::take_forward_error(self)
     }
 }
 
 impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
     fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
-        Ok(self.try_forward_t(images, train)?)
+        let out = crate::model::taking_faults(|| self.try_forward_t(images, train))?;
+        match self.module().take_forward_error() {
+            Some(e) => Err(e.into()),
+            None => Ok(out),
+        }
     }
     fn perf(&self) -> PerfSettings {
         self.module().perf()

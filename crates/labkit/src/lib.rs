@@ -54,7 +54,7 @@ pub use error::{BoxError, Failure, Result};
 pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
-pub use model::{parameter_count, Block, ModelSettings, Norm, WideResNet};
+pub use model::{parameter_count, Block, ModelSettings, Norm, TensorParallelNorm, WideResNet};
 pub use optim::{Optimizer, Sgd};
 pub use options::RunOptions;
 pub use parsers::{learning_rate, momentum, node_count, node_index, positive, ranks_per_node};

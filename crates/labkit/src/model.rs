@@ -11,8 +11,12 @@
 //! Built whole ([`WideResNet::new`]), with each block passed through a wrapper as it is
 //! built ([`WideResNet::new_wrapped`]: FSDP's per-block `fully_shard`), or as one stage
 //! of a pipeline, a range of its [`LAYERS`] ([`WideResNet::stage`]).
+use std::cell::Cell;
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use tch::nn::{self, ModuleT};
 use tch::Tensor;
+use tch_distributed::{self as dist, DistError, ProcessGroup};
 
 use crate::dropout::dropout;
 use crate::perf::PerfSettings;
@@ -52,36 +56,120 @@ pub enum Norm {
     SyncBatchNorm,
 }
 
+/// Where the BatchNorms of a tensor-parallel model ([`WideResNet::tensor_parallel_with`])
+/// take their batch statistics.
+#[derive(Debug, Clone, Default)]
+pub enum TensorParallelNorm {
+    /// Each rank over its own batch: the first BatchNorm of a block on this rank's
+    /// channels, the others whole. With TP over the whole world (every rank holds the
+    /// same batch) that is the whole batch's statistics.
+    #[default]
+    PerRank,
+    /// SyncBatchNorm over the given group, the data-parallel one (`mesh["dp"]`): each
+    /// block's first BatchNorm over the DP peers that hold the same channels (the same
+    /// TP coordinate), the others over every DP peer. Never the world group: TP peers
+    /// hold the same batch (counted twice) and other channels (mixed up).
+    SyncBatchNorm(Arc<ProcessGroup>),
+}
+
 #[derive(Debug)]
 enum NormLayer {
     Local(nn::BatchNorm),
-    /// Statistics over every rank's batch (the default process group at forward time;
-    /// plain batch norm when there is none or it has one rank).
-    Sync(tch_distributed::SyncBatchNorm),
+    /// Statistics over every rank's batch of its group (the default process group at
+    /// forward time unless given one; plain batch norm when there is none or it has one
+    /// rank). Its collective's failure goes to the model's [`Fault`].
+    Sync(tch_distributed::SyncBatchNorm, Fault),
 }
 
 impl NormLayer {
-    fn new(p: nn::Path, channels: i64, norm: Norm) -> NormLayer {
-        match norm {
+    fn new(p: nn::Path, channels: i64, layers: Layers) -> NormLayer {
+        match layers.norm {
             Norm::BatchNorm => NormLayer::Local(nn::batch_norm2d(p, channels, torch_batch_norm())),
-            Norm::SyncBatchNorm => {
-                NormLayer::Sync(tch_distributed::sync_batch_norm2d(p, channels, torch_batch_norm()))
-            }
+            Norm::SyncBatchNorm => NormLayer::Sync(
+                tch_distributed::SyncBatchNorm::new(
+                    p,
+                    channels,
+                    torch_batch_norm(),
+                    layers.sync_group.cloned(),
+                ),
+                layers.fault.clone(),
+            ),
         }
     }
 
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         match self {
             NormLayer::Local(bn) => xs.apply_t(bn, train),
-            NormLayer::Sync(bn) => xs.apply_t(bn, train),
+            NormLayer::Sync(bn, fault) => fault.guard(|| bn.try_forward(xs, train), || xs.shallow_clone()),
         }
     }
 }
 
+/// The first collective that failed in the model's forward (a SyncBatchNorm's, a
+/// tensor-parallel region's): tch's `ModuleT::forward_t` cannot return it, so the
+/// layer keeps it here and hands on a tensor of the right shape, later layers skip
+/// their collectives (the group is broken: they would wait or fail alike), and the
+/// model's forward returns it ([`WideResNet::try_forward_t`], `labkit::train`) or,
+/// called as a plain `ModuleT`, panics with it as DDP's and SyncBatchNorm's do.
+#[derive(Debug, Clone, Default)]
+struct Fault(Arc<Mutex<Option<DistError>>>);
+
+impl Fault {
+    fn slot(&self) -> MutexGuard<'_, Option<DistError>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `collective`'s tensor, or `instead`'s when it fails or an earlier one did.
+    fn guard(
+        &self,
+        collective: impl FnOnce() -> dist::Result<Tensor>,
+        instead: impl FnOnce() -> Tensor,
+    ) -> Tensor {
+        if self.slot().is_some() {
+            return instead();
+        }
+        match collective() {
+            Ok(t) => t,
+            Err(e) => {
+                *self.slot() = Some(e);
+                instead()
+            }
+        }
+    }
+
+    fn take(&self) -> Option<DistError> {
+        self.slot().take()
+    }
+}
+
+thread_local! {
+    /// Whether the forward running on this thread was started by a caller that takes
+    /// the model's [`Fault`] itself (so `ModuleT::forward_t` must not panic with it).
+    static TAKING_FAULTS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `forward` (a model's, or a wrapper's around one, such as DDP's) with the
+/// WideResNet's failed collectives kept for [`crate::Model::take_forward_error`]
+/// instead of panicking in its `ModuleT::forward_t`.
+pub(crate) fn taking_faults<T>(forward: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TAKING_FAULTS.with(|t| t.set(self.0));
+        }
+    }
+    let _restore = Restore(TAKING_FAULTS.with(|t| t.replace(true)));
+    forward()
+}
+
 /// How every layer of one model is built, decided once in [`WideResNet::new`].
 #[derive(Debug, Clone, Copy)]
-struct Layers {
+struct Layers<'a> {
     norm: Norm,
+    /// The group a SyncBatchNorm synchronises over (`None`: the default group).
+    sync_group: Option<&'a Arc<ProcessGroup>>,
+    /// Where its SyncBatchNorms keep a failed collective.
+    fault: &'a Fault,
     /// `--channels-last`.
     channels_last: bool,
     dropout: f64,
@@ -89,7 +177,7 @@ struct Layers {
 
 /// With `--channels-last`, stores the conv's weight in NHWC layout once, rather than
 /// letting every convolution convert it.
-fn channels_last_if_set(conv: nn::Conv2D, layers: Layers) -> nn::Conv2D {
+fn channels_last_if_set(conv: nn::Conv2D, layers: Layers<'_>) -> nn::Conv2D {
     if layers.channels_last {
         let nhwc = crate::perf::to_channels_last(&conv.ws);
         let mut ws = conv.ws.shallow_clone();
@@ -107,10 +195,10 @@ struct Cbr {
 }
 
 impl Cbr {
-    fn new(p: nn::Path, cin: i64, cout: i64, layers: Layers) -> Cbr {
+    fn new(p: nn::Path, cin: i64, cout: i64, layers: Layers<'_>) -> Cbr {
         let cfg = nn::ConvConfig { padding: 1, bias: false, ..torch_conv(cin * 9) };
         let conv = channels_last_if_set(nn::conv2d(&p / "conv", cin, cout, 3, cfg), layers);
-        Cbr { conv, norm: NormLayer::new(&p / "bn", cout, layers.norm) }
+        Cbr { conv, norm: NormLayer::new(&p / "bn", cout, layers) }
     }
 }
 
@@ -128,7 +216,7 @@ pub struct Block {
 const DROPOUT: f64 = 0.01;
 
 impl Block {
-    fn new(p: nn::Path, cin: i64, cout: i64, scale: bool, layers: Layers) -> Block {
+    fn new(p: nn::Path, cin: i64, cout: i64, scale: bool, layers: Layers<'_>) -> Block {
         Block {
             first: Cbr::new(&p / "cbr1", cin, cout, layers),
             second: Cbr::new(&p / "cbr2", cout, cout, layers),
@@ -161,19 +249,20 @@ impl ModuleT for Block {
 #[derive(Debug)]
 struct TensorParallelBlock {
     block: Block,
-    group: std::sync::Arc<tch_distributed::ProcessGroup>,
+    group: Arc<ProcessGroup>,
+    fault: Fault,
 }
 
 impl ModuleT for TensorParallelBlock {
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         let Block { first, second, shortcut, dropout: rate } = &self.block;
         // Every TP rank reaches these collectives at the same point of the same forward;
-        // a failure (a rank gone) ends the forward, as a collective of FSDP's does.
-        let into =
-            tch_distributed::copy_to_region(xs, &self.group).expect("copy_to_region: the TP group failed");
+        // a failure (a rank gone, TP peers with batches of different sizes) is the
+        // model's error, with a tensor of the same shape handed on meanwhile.
+        let into = self.fault.guard(|| dist::copy_to_region(xs, &self.group), || xs.shallow_clone());
         let partial = dropout(&first.forward_t(&into, train), *rate, train).apply(&second.conv);
-        let summed = tch_distributed::reduce_from_region(&partial, &self.group)
-            .expect("reduce_from_region: the TP group failed");
+        let summed =
+            self.fault.guard(|| dist::reduce_from_region(&partial, &self.group), || partial.shallow_clone());
         let main = second.norm.forward_t(&summed, train).relu();
         let residual = match shortcut {
             Some(conv) => xs.apply(conv),
@@ -252,6 +341,8 @@ pub struct WideResNet {
     layers: Vec<Layer>,
     /// The settings it was built with; `train` and `test` run its forward under them.
     perf: PerfSettings,
+    /// A collective of its forward that failed, kept until the forward returns it.
+    fault: Fault,
 }
 
 impl WideResNet {
@@ -268,7 +359,7 @@ impl WideResNet {
     /// assert_eq!(model.forward_t(&images, false).size(), [2, 10]); // ten classes
     /// ```
     pub fn new(p: &nn::Path, settings: impl Into<ModelSettings>, norm: Norm) -> WideResNet {
-        Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut |block, _| Box::new(block))
+        Self::build(p, settings.into(), norm, 0..LAYERS.len(), Built::Plain, &mut |block, _| Box::new(block))
     }
 
     /// The same model, each residual block passed through `wrap` with its name (its
@@ -297,7 +388,7 @@ impl WideResNet {
         norm: Norm,
         mut wrap: impl FnMut(Block, &str) -> Box<dyn ModuleT>,
     ) -> WideResNet {
-        Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut wrap)
+        Self::build(p, settings.into(), norm, 0..LAYERS.len(), Built::Plain, &mut wrap)
     }
 
     /// [`new_wrapped`](WideResNet::new_wrapped) with a wrapper that can fail, as
@@ -326,7 +417,7 @@ impl WideResNet {
         mut wrap: impl FnMut(Block, &str) -> tch_distributed::Result<Box<dyn ModuleT>>,
     ) -> tch_distributed::Result<WideResNet> {
         let mut failed = None;
-        let net = Self::build(p, settings.into(), norm, 0..LAYERS.len(), &mut |block, name| {
+        let net = Self::build(p, settings.into(), norm, 0..LAYERS.len(), Built::Plain, &mut |block, name| {
             if failed.is_some() {
                 return Box::new(block);
             }
@@ -346,20 +437,57 @@ impl WideResNet {
     /// second conv row-parallel ([`TensorParallelBlock`]'s forward), the stem, the
     /// shortcuts, the second BatchNorms and the head replicated. The weights are TP rank
     /// 0's, as [`new`](WideResNet::new) draws them there (`src_data_rank=0`). Per-rank
-    /// BatchNorm only: a SyncBatchNorm over the default group would mix TP peers.
+    /// BatchNorm: [`tensor_parallel_with`](WideResNet::tensor_parallel_with) with
+    /// [`TensorParallelNorm::PerRank`].
     pub fn tensor_parallel(
         vs: &nn::VarStore,
         settings: impl Into<ModelSettings>,
-        group: &std::sync::Arc<tch_distributed::ProcessGroup>,
-    ) -> tch_distributed::Result<WideResNet> {
+        group: &Arc<ProcessGroup>,
+    ) -> dist::Result<WideResNet> {
+        Self::tensor_parallel_with(vs, settings, group, TensorParallelNorm::PerRank)
+    }
+
+    /// [`tensor_parallel`](WideResNet::tensor_parallel) with its BatchNorms' statistics
+    /// taken as `norm` says: on a 2-D mesh, TP over `mesh["tp"]` and SyncBatchNorm over
+    /// `mesh["dp"]`, the model then wrapped in DDP over the DP group. When traced, each
+    /// rank records the slice it holds of every split parameter (`tensor_parallel_slice`).
+    /// A width the group's size does not divide is an error (nothing is split then).
+    ///
+    /// ```no_run
+    /// use labkit::{TensorParallelNorm, WideResNet, Widths};
+    /// use tch::nn;
+    /// use tch_distributed as dist;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// dist::init_process_group(dist::Backend::Gloo, dist::InitOptions::default())?; // 4 ranks
+    /// let mesh = dist::init_device_mesh(tch::Device::Cpu, &[2, 2], &["dp", "tp"])?;
+    /// let (dp, tp) = (mesh.get_group("dp")?, mesh.get_group("tp")?);
+    /// let vs = nn::VarStore::new(tch::Device::Cpu);
+    /// let net = WideResNet::tensor_parallel_with(&vs, Widths::NARROW, &tp, TensorParallelNorm::SyncBatchNorm(dp.clone()))?;
+    /// let model = dist::DistributedDataParallel::with_group(net, &vs, dp, dist::DdpOptions::default())?;
+    /// # let _ = model;
+    /// # Ok(()) }
+    /// ```
+    pub fn tensor_parallel_with(
+        vs: &nn::VarStore,
+        settings: impl Into<ModelSettings>,
+        group: &Arc<ProcessGroup>,
+        norm: TensorParallelNorm,
+    ) -> dist::Result<WideResNet> {
+        let (norm, sync_group) = match &norm {
+            TensorParallelNorm::PerRank => (Norm::BatchNorm, None),
+            TensorParallelNorm::SyncBatchNorm(over) => (Norm::SyncBatchNorm, Some(over)),
+        };
+        let fault = Fault::default();
         let mut blocks = Vec::new();
+        let built = Built::TensorParallel { sync_group, fault: &fault };
         let net =
-            Self::build(&vs.root(), settings.into(), Norm::BatchNorm, 0..LAYERS.len(), &mut |block, name| {
+            Self::build(&vs.root(), settings.into(), norm, 0..LAYERS.len(), built, &mut |block, name| {
                 blocks.push(name.to_string());
-                Box::new(TensorParallelBlock { block, group: group.clone() })
+                Box::new(TensorParallelBlock { block, group: group.clone(), fault: fault.clone() })
             });
-        use tch_distributed::ParallelStyle::{Colwise, Rowwise};
-        let plan: Vec<(String, tch_distributed::ParallelStyle)> = blocks
+        use dist::ParallelStyle::{Colwise, Rowwise};
+        let plan: Vec<(String, dist::ParallelStyle)> = blocks
             .iter()
             .flat_map(|b| {
                 [
@@ -369,9 +497,12 @@ impl WideResNet {
                 ]
             })
             .collect();
-        let plan: Vec<(&str, tch_distributed::ParallelStyle)> =
-            plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-        tch_distributed::parallelize_module(vs, group, &plan)?;
+        let plan: Vec<(&str, dist::ParallelStyle)> = plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
+        let whole: Vec<(String, Vec<i64>)> = vs.variables().into_iter().map(|(n, t)| (n, t.size())).collect();
+        dist::parallelize_module(vs, group, &plan)?;
+        if crate::trace::enabled() {
+            record_slices(vs, group, whole);
+        }
         Ok(net)
     }
 
@@ -411,7 +542,7 @@ impl WideResNet {
             LAYERS.len(),
             LAYERS.len()
         );
-        Self::build(p, settings.into(), norm, layers, &mut |block, _| Box::new(block))
+        Self::build(p, settings.into(), norm, layers, Built::Plain, &mut |block, _| Box::new(block))
     }
 
     fn build(
@@ -419,6 +550,7 @@ impl WideResNet {
         settings: ModelSettings,
         norm: Norm,
         keep: std::ops::Range<usize>,
+        built: Built<'_>,
         wrap: &mut dyn FnMut(Block, &str) -> Box<dyn ModuleT>,
     ) -> WideResNet {
         crate::revision::keep();
@@ -429,8 +561,17 @@ impl WideResNet {
         // with the whole batch does. Not in a stage of a pipeline: its ranks hold other
         // layers, and each stage already sees the whole (micro-)batch.
         let whole = keep == (0..LAYERS.len());
+        let own_fault = Fault::default();
+        let (sync_group, fault, tensor_parallel) = match built {
+            Built::Plain => (None, &own_fault, false),
+            Built::TensorParallel { sync_group, fault } => (sync_group, fault, true),
+        };
         let layers = Layers {
-            norm: if equivalence && whole { Norm::SyncBatchNorm } else { norm },
+            // Not under TP: its norms are already the whole batch's over TP peers, and the
+            // default group (the world) would mix TP peers' channels.
+            norm: if equivalence && whole && !tensor_parallel { Norm::SyncBatchNorm } else { norm },
+            sync_group,
+            fault,
             channels_last: perf.channels_last,
             // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
             // each process's own generator.
@@ -473,7 +614,23 @@ impl WideResNet {
                 kept.push(Layer { name, module });
             }
         }
-        WideResNet { layers: kept, perf }
+        WideResNet { layers: kept, perf, fault: fault.clone() }
+    }
+
+    /// The forward pass, with a failed collective inside it (a SyncBatchNorm's, a
+    /// tensor-parallel region's) as an error rather than a panic.
+    pub fn try_forward_t(&self, xs: &Tensor, train: bool) -> dist::Result<Tensor> {
+        let out = taking_faults(|| self.forward_t(xs, train));
+        match self.fault.take() {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// The collective of the last forward that failed, taken (see
+    /// [`crate::Model::take_forward_error`]).
+    pub(crate) fn take_forward_error(&self) -> Option<DistError> {
+        self.fault.take()
     }
 
     /// The speed settings it was built with (`--amp`, `--channels-last`, `--width`, …).
@@ -488,12 +645,49 @@ impl WideResNet {
 }
 
 impl ModuleT for WideResNet {
+    /// Panics when a collective inside fails, unless the caller takes the error
+    /// ([`WideResNet::try_forward_t`], `labkit::train` also through DDP).
     fn forward_t(&self, xs: &Tensor, train: bool) -> Tensor {
         let mut x = xs.shallow_clone();
         for layer in &self.layers {
             x = layer.module.forward_t(&x, train);
         }
+        if !TAKING_FAULTS.with(Cell::get) {
+            if let Some(e) = self.fault.take() {
+                panic!("{e}");
+            }
+        }
         x
+    }
+}
+
+/// How [`WideResNet::build`] builds: the plain model (its own [`Fault`], SyncBatchNorm
+/// over the default group) or the tensor-parallel one.
+#[derive(Clone, Copy)]
+enum Built<'a> {
+    Plain,
+    TensorParallel { sync_group: Option<&'a Arc<ProcessGroup>>, fault: &'a Fault },
+}
+
+/// One `tensor_parallel_slice` event per parameter `parallelize_module` cut: the
+/// dimension whose length changed from `whole`'s, and where this rank's part starts.
+fn record_slices(vs: &nn::VarStore, group: &ProcessGroup, whole: Vec<(String, Vec<i64>)>) {
+    let now = vs.variables();
+    let mut whole = whole;
+    whole.sort();
+    for (name, shape) in whole {
+        let cut = now[&name].size();
+        if let Some(dim) = (0..shape.len()).find(|&d| cut[d] != shape[d]) {
+            crate::trace::record(lab_trace::event::TensorParallelSlice {
+                parameter: name,
+                // The name c10d gives a group is its number in creation order.
+                group: group.group_name().parse().unwrap_or(u64::MAX),
+                dim,
+                offset: group.rank() as i64 * cut[dim],
+                length: cut[dim],
+                whole: shape[dim],
+            });
+        }
     }
 }
 

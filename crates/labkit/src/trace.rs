@@ -37,6 +37,7 @@ fn sink() -> Option<&'static Mutex<File>> {
         match opened {
             Ok(f) => {
                 dist::debug::set_collective_observer(record_collective);
+                dist::debug::set_group_observer(record_group);
                 Some(Mutex::new(f))
             }
             Err(e) => {
@@ -61,6 +62,17 @@ fn record_collective(call: &dist::debug::CollectiveCall) {
         group: call.group,
         values: call.values.clone(),
         site: call.site.map(|at| format!("{}:{}:{}", at.file(), at.line(), at.column())),
+    });
+}
+
+/// One `group_created` event per group the program makes or numbers (what a
+/// collective's `group` number stands for: its ranks, and its mesh dimension).
+fn record_group(made: &dist::debug::GroupCreation) {
+    record(event::GroupCreated {
+        group: made.group,
+        ranks: made.ranks.clone(),
+        group_rank: made.rank,
+        mesh_dim: made.mesh_dim.clone(),
     });
 }
 

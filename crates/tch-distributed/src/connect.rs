@@ -58,6 +58,12 @@ pub(crate) fn connect_with_store(
         &opts,
         None,
     )?;
+    crate::debug::group_created(|| crate::debug::GroupCreation {
+        group: group.number(),
+        ranks: (0..rdzv.world_size).collect(),
+        rank: Some(rdzv.rank),
+        mesh_dim: None,
+    });
     Ok((group, store, opts))
 }
 

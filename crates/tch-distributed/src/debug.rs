@@ -13,6 +13,11 @@
 //!   backend happened to leave in a buffer (Gloo's `reduce` leaves the sum on every
 //!   rank; NCCL's does not).
 //!
+//! - [`set_group_observer`] hands every group this process makes (or numbers without
+//!   joining: [`new_group`](crate::new_group) numbers a group on every rank) to a
+//!   function, so that a reader of the collectives can tell which ranks a group number
+//!   stands for, and which mesh dimension it is.
+//!
 //! The collectives DDP's Reducer runs inside backward are c10d's own and are not
 //! described here.
 use std::sync::OnceLock;
@@ -89,7 +94,41 @@ impl CollectiveCall {
     }
 }
 
+/// A process group this process made or numbered: the default group,
+/// [`new_group`](crate::new_group)'s (on every rank, member or not, as every rank
+/// numbers it), and each dimension of [`init_device_mesh`](crate::init_device_mesh).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupCreation {
+    /// Its number in this process, in creation order: [`CollectiveCall::group`].
+    pub group: u64,
+    /// Its members' global ranks, in the order of their ranks in it.
+    pub ranks: Vec<usize>,
+    /// This process's rank in it; `None` when this process is not a member.
+    pub rank: Option<usize>,
+    /// The name of the mesh dimension it is this rank's group of, when
+    /// [`init_device_mesh`](crate::init_device_mesh) made it. A dimension that spans the
+    /// whole world uses the default group and reports it once more, with that name.
+    pub mesh_dim: Option<String>,
+}
+
 type Observer = Box<dyn Fn(&CollectiveCall) + Send + Sync>;
+type GroupObserver = Box<dyn Fn(&GroupCreation) + Send + Sync>;
+
+static GROUP_OBSERVER: OnceLock<GroupObserver> = OnceLock::new();
+
+/// Hands every group this process makes or numbers from now on to `observer`, once
+/// each is made (before its first collective). One observer per process: a second call
+/// is refused (returns false) and the first stays.
+pub fn set_group_observer(observer: impl Fn(&GroupCreation) + Send + Sync + 'static) -> bool {
+    GROUP_OBSERVER.set(Box::new(observer)).is_ok()
+}
+
+/// Called where a group is made or numbered.
+pub(crate) fn group_created(creation: impl FnOnce() -> GroupCreation) {
+    if let Some(observe) = GROUP_OBSERVER.get() {
+        observe(&creation());
+    }
+}
 
 static OBSERVER: OnceLock<Observer> = OnceLock::new();
 

@@ -14,7 +14,7 @@ use tch::Device;
 use crate::default_group::{default_group, get_rank};
 use crate::error::{DistError, Result};
 use crate::group::{Backend, ProcessGroup};
-use crate::new_group::new_group;
+use crate::new_group::new_group_of;
 
 /// A mesh of the world's ranks with named dimensions, and this rank's process group along
 /// each: `torch.distributed.device_mesh.DeviceMesh`.
@@ -51,7 +51,7 @@ impl std::fmt::Debug for DeviceMesh {
 /// whose ranks are not all in its mesh is refused here instead).
 ///
 /// A dimension that spans the whole world uses the default group itself, as PyTorch
-/// does; each other dimension makes one [`new_group`] per row. (With an NCCL default
+/// does; each other dimension makes one [`new_group`](crate::new_group) per row. (With an NCCL default
 /// group bound to a GPU, PyTorch makes a dimension's groups with one `split_group` call;
 /// this makes one split per row, so a mixed Rust and Python job on NCCL would number its
 /// groups apart. On Gloo, Rust and Python ranks make the same groups.)
@@ -76,13 +76,20 @@ pub fn init_device_mesh(device: Device, shape: &[usize], names: &[&str]) -> Resu
     for dim in 0..shape.len() {
         let rows = dimension_groups(shape, dim);
         let group = if shape[dim] == world_size && !gloo_world_beside_cuda(world.backend()) {
-            // The whole world along this dimension: the default group, no new one.
+            // The whole world along this dimension: the default group, no new one;
+            // reported once more, under the dimension's name.
+            crate::debug::group_created(|| crate::debug::GroupCreation {
+                group: world.number(),
+                ranks: (0..world_size).collect(),
+                rank: Some(world.rank()),
+                mesh_dim: Some(names[dim].to_string()),
+            });
             world.clone()
         } else {
             let mut mine = None;
             for row in &rows {
                 // Every rank makes every row's group, in order; only members get one.
-                if let Some(group) = new_group(Some(row), None)? {
+                if let Some(group) = new_group_of(Some(row), None, Some(names[dim]))? {
                     mine = Some(group);
                 }
             }

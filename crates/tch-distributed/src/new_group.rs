@@ -17,6 +17,16 @@ use crate::group::{next_group_number, Backend, ProcessGroup};
 /// `None` keeps the default group's. Its keys are PyTorch's, so Python ranks that call
 /// `new_group` at the same point join the same group.
 pub fn new_group(ranks: Option<&[usize]>, backend: Option<Backend>) -> Result<Option<Arc<ProcessGroup>>> {
+    new_group_of(ranks, backend, None)
+}
+
+/// [`new_group`], reported to [`crate::debug::set_group_observer`] as the group of the
+/// mesh dimension `mesh_dim` when one is named.
+pub(crate) fn new_group_of(
+    ranks: Option<&[usize]>,
+    backend: Option<Backend>,
+    mesh_dim: Option<&str>,
+) -> Result<Option<Arc<ProcessGroup>>> {
     let (default, store, mut opts) = {
         let world = DEFAULT_GROUP.read().unwrap_or_else(|p| p.into_inner());
         let world = world.as_ref().ok_or_else(not_initialized)?;
@@ -46,10 +56,18 @@ pub fn new_group(ranks: Option<&[usize]>, backend: Option<Backend>) -> Result<Op
         (Backend::Nccl, Some(Device::Cuda(device))) => Some(device),
         _ => None,
     };
-    let Some(rank) = members.iter().position(|&r| r == default.rank()) else {
+    let me = members.iter().position(|&r| r == default.rank());
+    let report = || crate::debug::GroupCreation {
+        group: id,
+        ranks: members.clone(),
+        rank: me,
+        mesh_dim: mesh_dim.map(str::to_string),
+    };
+    let Some(rank) = me else {
         if let Some(device) = split_source {
             default.nocolor_split(device)?;
         }
+        crate::debug::group_created(report);
         return Ok(None);
     };
     let split = match (backend, split_source) {
@@ -70,5 +88,6 @@ pub fn new_group(ranks: Option<&[usize]>, backend: Option<Backend>) -> Result<Op
         &opts,
         split,
     )?;
+    crate::debug::group_created(report);
     Ok(Some(Arc::new(group)))
 }

@@ -43,7 +43,6 @@ use crate::group::{Backend, ProcessGroup};
 #[derive(Debug)]
 pub struct SyncBatchNorm {
     config: BatchNormConfig,
-    num_features: i64,
     group: Option<Arc<ProcessGroup>>,
     /// The running mean, averaged over every rank's batches while training.
     pub running_mean: Tensor,
@@ -89,7 +88,6 @@ impl SyncBatchNorm {
         };
         SyncBatchNorm {
             config,
-            num_features,
             group,
             running_mean: vs.zeros_no_train("running_mean", &[num_features]),
             running_var: vs.ones_no_train("running_var", &[num_features]),
@@ -98,9 +96,11 @@ impl SyncBatchNorm {
         }
     }
 
-    /// How many channels it normalises.
+    /// How many channels it normalises: as many as its running statistics hold, which
+    /// [`parallelize_module`](crate::parallelize_module) may have cut to this rank's
+    /// channels (a BatchNorm after a column-parallel conv) since it was built.
     pub fn num_features(&self) -> i64 {
-        self.num_features
+        self.running_mean.size()[0]
     }
 
     /// Its configuration (epsilon, momentum, affine, ...).
@@ -173,10 +173,11 @@ impl SyncBatchNorm {
                 "SyncBatchNorm expects a 4-D input (N, C, H, W) like nn::batch_norm2d, got shape {size:?}"
             )));
         }
-        if size[1] != self.num_features {
+        if size[1] != self.num_features() {
             return Err(DistError::invalid(format!(
                 "SyncBatchNorm was built for {} channels but the input has {} (shape {size:?}, channels are dimension 1)",
-                self.num_features, size[1]
+                self.num_features(),
+                size[1]
             )));
         }
         if !xs.is_floating_point() {

@@ -73,7 +73,14 @@ impl ProcessGroup {
     pub fn new(store: &Store, rank: usize, world_size: usize, opts: &GroupOptions) -> Result<Self> {
         validate_rank(rank, world_size)?;
         opts.backend.check_available()?;
-        Self::create(store, "", next_group_number(), &[], rank, world_size, opts, None)
+        let group = Self::create(store, "", next_group_number(), &[], rank, world_size, opts, None)?;
+        crate::debug::group_created(|| crate::debug::GroupCreation {
+            group: group.id,
+            ranks: (0..world_size).collect(),
+            rank: Some(rank),
+            mesh_dim: None,
+        });
+        Ok(group)
     }
 
     /// A group named `id` whose keys live under `store_prefix` (PyTorch's PrefixStore
@@ -153,6 +160,11 @@ impl ProcessGroup {
     /// The group's name in c10d ("0" for the default group), as `group.group_name`.
     pub fn group_name(&self) -> String {
         self.id.to_string()
+    }
+
+    /// Its number in this process, in creation order ([`crate::debug::CollectiveCall::group`]).
+    pub(crate) fn number(&self) -> u64 {
+        self.id
     }
 
     /// The store prefix of this group's keys (PyTorch's `PrefixStore` chain joined).
