@@ -20,13 +20,12 @@
 //! [`wire_bytes`]) and counted at the call by the PyTorch TP rank. A side's figure is
 //! the median over repeats. Nothing here asserts on timings.
 use std::error::Error;
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use ddp_bench::common::{load_average, median, probe_python, Side};
+use ddp_bench::common::{load_average, median, probe_python, run_ranks, Side};
 use labkit::{DatasetKind, DatasetOptions, Norm, WideResNet, Widths};
 use serde_json::{json, Value};
 use tch::nn::{self, ModuleT, OptimizerConfig};
@@ -558,69 +557,11 @@ fn table(args: &Args, runs: &[(Mode, Side, Run)]) -> String {
     out
 }
 
-/// Starts the ranks of one side, waits, and reads each rank's result line. A failing
-/// rank stops the others.
+/// Runs the ranks of one side; its time per step is the slowest rank's.
 fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) -> Res<Run> {
-    let port = child_process::free_port()?;
-    let mut children: Vec<child_process::Child> = Vec::new();
-    for rank in 0..WORLD_SIZE {
-        let mut cmd = Command::new(&program.0);
-        cmd.args(&program.1)
-            .args(common)
-            .env(dist::RANK_ENV, rank.to_string())
-            .env(dist::WORLD_SIZE_ENV, WORLD_SIZE.to_string())
-            .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
-            .env(dist::MASTER_PORT_ENV, port.to_string())
-            .env("OMP_NUM_THREADS", args.threads.to_string())
-            // The same Gloo device on both sides: loopback.
-            .env("GLOO_SOCKET_IFNAME", "lo")
-            .current_dir(ddp_bench::common::python_dir())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        children.push(child_process::spawn(cmd)?);
-    }
-    // Each rank's stdout and stderr read on threads, so that polling never blocks.
-    let readers: Vec<_> = children
-        .iter_mut()
-        .map(|c| {
-            let (out, err) = (c.stdout.take().expect("piped"), c.stderr.take().expect("piped"));
-            let read_all = |mut pipe: Box<dyn Read + Send>| {
-                std::thread::spawn(move || {
-                    let mut text = String::new();
-                    let _ = pipe.read_to_string(&mut text);
-                    text
-                })
-            };
-            (read_all(Box::new(out)), read_all(Box::new(err)))
-        })
-        .collect();
-    // One rank failed: the others would only wait for it until the timeout.
-    let statuses = child_process::watch_then_kill(&mut children, &child_process::Watch::default())?;
-    let mut ranks = Vec::new();
-    let mut worst: f64 = 0.0;
-    for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {
-        let (out, err) = (reader.0.join().unwrap_or_default(), reader.1.join().unwrap_or_default());
-        let result = out
-            .lines()
-            .find_map(|l| l.strip_prefix("result "))
-            .and_then(|v| serde_json::from_str::<Value>(v).ok());
-        match result {
-            Some(r) if status.success() => {
-                worst = worst.max(r["step_seconds"].as_f64().unwrap_or(f64::NAN));
-                ranks.push(r);
-            }
-            _ => {
-                let tail: Vec<&str> =
-                    err.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
-                return Err(format!(
-                    "{} rank {rank} failed ({status}); its last lines:\n{}",
-                    program.0.display(),
-                    tail.join("\n")
-                )
-                .into());
-            }
-        }
-    }
+    let all: Vec<String> = program.1.iter().chain(common).cloned().collect();
+    let ranks = run_ranks(&program.0, &all, WORLD_SIZE, args.threads)?;
+    let worst = ranks.iter().map(|r| r["step_seconds"].as_f64().unwrap_or(f64::NAN)).fold(0.0, f64::max);
     Ok(Run { step_seconds: worst, ranks })
 }
 
