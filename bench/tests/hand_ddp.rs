@@ -113,7 +113,10 @@ fn every_mode_runs_and_the_hand_written_ones_end_on_the_library_ddps_weights() {
         let reduces = events.iter().filter(|e| e["name"].as_str().unwrap().starts_with("all_reduce")).count();
         assert!(reduces >= 1, "{mode}: no all-reduce on the timeline");
         if mode == "by-hand" {
-            let after = events.iter().filter(|e| e["name"] == "all_reduce").all(|e| e["ts"].as_f64() >= Some(end(backward[0])));
+            let after = events
+                .iter()
+                .filter(|e| e["name"] == "all_reduce")
+                .all(|e| e["ts"].as_f64() >= Some(end(backward[0])));
             assert!(after, "{mode}: an all-reduce before backward's end: {events:?}");
         }
         if mode == "buckets" {
@@ -123,7 +126,8 @@ fn every_mode_runs_and_the_hand_written_ones_end_on_the_library_ddps_weights() {
             assert!(first["ts"].as_f64().unwrap() < end(backward[0]), "{first} vs {}", backward[0]);
             for b in 0..4 {
                 let name = format!("all_reduce bucket {b}");
-                let lane = events.iter().find(|e| e["name"] == name.as_str()).unwrap_or_else(|| panic!("{name}"));
+                let lane =
+                    events.iter().find(|e| e["name"] == name.as_str()).unwrap_or_else(|| panic!("{name}"));
                 assert_eq!(lane["tid"].as_u64(), Some(2 + b), "bucket {b} on its own lane");
             }
         }

@@ -123,21 +123,11 @@ struct Args {
 const WORLD_SIZE: usize = 2;
 
 fn main() -> ExitCode {
-    ddp_bench::common::check_collectives_as_pytorch();
-    // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
-    child_process::stop_children_on_signals();
     let args = Args::parse();
-    let result = match args.rank_process {
+    ddp_bench::common::bench_main("beyond", args.rank_process.is_some(), || match args.rank_process {
         Some(mode) => rank_main(&args, mode),
         None => runner(&args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("beyond: {e}");
-            ExitCode::from(if args.rank_process.is_some() { 1 } else { 2 })
-        }
-    }
+    })
 }
 
 /// The data options both the runner and the Rust ranks use (the ranks find the same

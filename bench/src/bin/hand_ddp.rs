@@ -69,7 +69,9 @@ impl Mode {
 }
 
 #[derive(Parser, Debug)]
-#[command(about = "Hand-written DDP (by hand, bucketed) against tch-distributed's and PyTorch's DDP: 2 CPU ranks, Gloo, an MLP")]
+#[command(
+    about = "Hand-written DDP (by hand, bucketed) against tch-distributed's and PyTorch's DDP: 2 CPU ranks, Gloo, an MLP"
+)]
 struct Args {
     /// Inputs per example.
     #[arg(long, default_value_t = 256)]
@@ -127,20 +129,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    ddp_bench::common::check_collectives_as_pytorch();
-    child_process::stop_children_on_signals();
     let args = Args::parse();
-    let result = match args.rank_process {
+    ddp_bench::common::bench_main("hand_ddp", args.rank_process.is_some(), || match args.rank_process {
         Some(mode) => rank_main(&args, mode),
         None => runner(&args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("hand_ddp: {e}");
-            ExitCode::from(if args.rank_process.is_some() { 1 } else { 2 })
-        }
-    }
+    })
 }
 
 // --- one rank ----------------------------------------------------------------------
@@ -200,8 +193,11 @@ fn initial(param_index: usize, shape: &[i64], rank: usize) -> Tensor {
 fn batch(args: &Args, rank: usize, step: usize) -> (Tensor, Tensor) {
     let offset = (step * WORLD_SIZE + rank) as f64;
     let n = args.batch_size * args.features;
-    let x = (Tensor::arange(n, (Kind::Float, Device::Cpu)) * 0.01 + offset).sin().reshape([args.batch_size, args.features]);
-    let y = (Tensor::arange(args.batch_size, (Kind::Int64, Device::Cpu)) * 7 + (step * WORLD_SIZE + rank) as i64)
+    let x = (Tensor::arange(n, (Kind::Float, Device::Cpu)) * 0.01 + offset)
+        .sin()
+        .reshape([args.batch_size, args.features]);
+    let y = (Tensor::arange(args.batch_size, (Kind::Int64, Device::Cpu)) * 7
+        + (step * WORLD_SIZE + rank) as i64)
         .remainder(args.classes);
     (x, y)
 }
@@ -272,7 +268,9 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
             }
             (Averaging::ByHand(group.clone()), Some(net))
         }
-        Mode::Buckets => (Averaging::Buckets(BucketedDdp::new(group.clone(), &params, cap_bytes)?), Some(net)),
+        Mode::Buckets => {
+            (Averaging::Buckets(BucketedDdp::new(group.clone(), &params, cap_bytes)?), Some(net))
+        }
         Mode::Library => {
             let cap_mb = cap_bytes as f64 / (1024.0 * 1024.0);
             let opts = dist::DdpOptions {
@@ -360,12 +358,11 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
         if let Averaging::Library(_) = &averaging {
             buckets = buckets.max(comm.len());
         }
-        let windows: Vec<(f64, f64)> = comm.iter().map(|e| (e.start_us, e.start_us + e.dur_us.unwrap_or(0.0))).collect();
+        let windows: Vec<(f64, f64)> =
+            comm.iter().map(|e| (e.start_us, e.start_us + e.dur_us.unwrap_or(0.0))).collect();
         let (overlap, exposed_us) = overlap_of((b0, b1), &windows);
-        let mut events = vec![
-            span_event("forward", Lane::Compute, t0, b0),
-            span_event("backward", Lane::Compute, b0, b1),
-        ];
+        let mut events =
+            vec![span_event("forward", Lane::Compute, t0, b0), span_event("backward", Lane::Compute, b0, b1)];
         if synced > b1 {
             events.push(span_event("waiting for gradients", Lane::Compute, b1, synced));
         }
@@ -406,7 +403,8 @@ fn write_weights(path: &std::path::Path, params: &[Tensor]) -> Res<()> {
 }
 
 fn read_weights(path: &std::path::Path) -> Res<Vec<f32>> {
-    let bytes = std::fs::read(path).map_err(|e| format!("rank 0 wrote no weights to {}: {e}", path.display()))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("rank 0 wrote no weights to {}: {e}", path.display()))?;
     Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
 }
 
@@ -423,7 +421,8 @@ struct Run {
 impl Run {
     /// The mean over the ranks of `field`.
     fn mean_of(&self, field: &str) -> f64 {
-        self.ranks.iter().map(|r| r[field].as_f64().unwrap_or(f64::NAN)).sum::<f64>() / self.ranks.len() as f64
+        self.ranks.iter().map(|r| r[field].as_f64().unwrap_or(f64::NAN)).sum::<f64>()
+            / self.ranks.len() as f64
     }
 }
 
@@ -485,7 +484,8 @@ fn runner(args: &Args) -> Res<()> {
             all.extend(common.iter().cloned());
             all.extend(["--weights-out".to_string(), weights_path.display().to_string()]);
             let ranks = run_ranks(&program, &all, WORLD_SIZE, args.threads)?;
-            let step_seconds = ranks.iter().map(|r| r["step_seconds"].as_f64().unwrap_or(f64::NAN)).fold(0.0, f64::max);
+            let step_seconds =
+                ranks.iter().map(|r| r["step_seconds"].as_f64().unwrap_or(f64::NAN)).fold(0.0, f64::max);
             let run = Run { mode, step_seconds, weights: read_weights(&weights_path)?, ranks };
             if settings.is_empty() {
                 settings = format!(
@@ -504,7 +504,9 @@ fn runner(args: &Args) -> Res<()> {
                 );
                 eprintln!("{settings}");
                 if let Some(load) = load_average().filter(|l| *l > 1.0) {
-                    eprintln!("warning: load average {load:.1}: other work on this machine skews the timings");
+                    eprintln!(
+                        "warning: load average {load:.1}: other work on this machine skews the timings"
+                    );
                 }
             }
             eprintln!(
@@ -531,7 +533,10 @@ fn runner(args: &Args) -> Res<()> {
         atomic_file::write_atomically(path, serde_json::to_string_pretty(&doc)?)?;
     }
     if let Some(path) = &args.timeline {
-        atomic_file::write_atomically(path, serde_json::to_string_pretty(&timeline(args, &runs, &settings))?)?;
+        atomic_file::write_atomically(
+            path,
+            serde_json::to_string_pretty(&timeline(args, &runs, &settings))?,
+        )?;
     }
     Ok(())
 }
@@ -557,7 +562,8 @@ fn table(args: &Args, runs: &[Run]) -> String {
     for &mode in &args.modes {
         let ms = median_of(mode, &|r| r.step_seconds * 1e3);
         let ratio = if library_ms.is_nan() { "n/a".to_string() } else { format!("{:.2}", ms / library_ms) };
-        let diff = runs.iter().rev().find(|r| r.mode == mode).zip(library).map(|(r, l)| max_diff(&r.weights, l));
+        let diff =
+            runs.iter().rev().find(|r| r.mode == mode).zip(library).map(|(r, l)| max_diff(&r.weights, l));
         let buckets = runs.iter().find(|r| r.mode == mode).map_or(0.0, |r| r.mean_of("buckets"));
         out.push_str(&format!(
             "| {} | {ms:.2} | {ratio} | {:.2} | {:.2} | {buckets:.0}{} | {} |\n",

@@ -99,8 +99,11 @@ pub fn overlap_figure(trace: &Value) -> Result<String, String> {
     let mut y = top;
     for (step, h) in steps.iter().zip(&heights) {
         let launched = step.spans.iter().filter(|s| s.name.starts_with("all_reduce")).count();
-        let inside =
-            step.spans.iter().filter(|s| s.name.starts_with("all_reduce") && s.start < step.backward_end).count();
+        let inside = step
+            .spans
+            .iter()
+            .filter(|s| s.name.starts_with("all_reduce") && s.start < step.backward_end)
+            .count();
         svg.text(
             20.0,
             y + 14.0,
@@ -116,7 +119,8 @@ pub fn overlap_figure(trace: &Value) -> Result<String, String> {
         }
         for (i, lane) in comm_lanes(step).iter().enumerate() {
             let by = lane_y + lane_h + 4.0 + comm_h * i as f64;
-            let name = if *lane == 1 { "all_reduce per param".to_string() } else { format!("bucket {}", lane - 2) };
+            let name =
+                if *lane == 1 { "all_reduce per param".to_string() } else { format!("bucket {}", lane - 2) };
             svg.text(20.0, by + 9.0, "small", "", &name);
             for s in step.spans.iter().filter(|s| s.lane == *lane) {
                 bar(&mut svg, &scale, s, by, comm_h - 3.0, "");
@@ -207,7 +211,8 @@ mod tests {
             events.push(x("all_reduce bucket 0", pid, 2, base + 400.0, 900.0));
             events.push(x("all_reduce bucket 1", pid, 3, base + 1200.0, 300.0));
         }
-        let svg = overlap_figure(&json!({ "traceEvents": events, "otherData": { "settings": "tiny" } })).unwrap();
+        let svg =
+            overlap_figure(&json!({ "traceEvents": events, "otherData": { "settings": "tiny" } })).unwrap();
         assert_eq!(svg.matches("1 of 2 all-reduces launched before backward ended").count(), 4, "{svg}");
         // Each step from its own start: the scale ends just after the longest step (1.5 ms).
         assert!(svg.contains(">1.4 ms<") && !svg.contains(">1.6 ms<"), "{svg}");
@@ -215,7 +220,8 @@ mod tests {
 
     #[test]
     fn a_timeline_without_a_mode_is_refused() {
-        let events = vec![process(0, "by-hand"), x("backward", 0, 0, 0.0, 10.0), x("all_reduce", 0, 1, 20.0, 5.0)];
+        let events =
+            vec![process(0, "by-hand"), x("backward", 0, 0, 0.0, 10.0), x("all_reduce", 0, 1, 20.0, 5.0)];
         let err = overlap_figure(&json!({ "traceEvents": events })).unwrap_err();
         assert!(err.contains("no buckets process"), "{err}");
     }
