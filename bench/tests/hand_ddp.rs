@@ -17,7 +17,7 @@ fn hand_ddp(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hand_ddp")).args(args).output().expect("run the hand_ddp benchmark")
 }
 
-/// Rank 0's last timed step of `mode` in the timeline: its complete events.
+/// Rank 0's typical (median) timed step of `mode` in the timeline: its complete events.
 fn timeline_of<'a>(trace: &'a Value, mode: &str) -> Vec<&'a Value> {
     let events = trace["traceEvents"].as_array().unwrap();
     let pid = events

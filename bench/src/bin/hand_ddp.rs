@@ -113,7 +113,7 @@ struct Args {
     /// Writes every run's per-rank figures here (JSON).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Writes rank 0's last timed step of each mode's last run here, as a Chrome trace
+    /// Writes rank 0's median timed step of each mode's last run here, as a Chrome trace
     /// (one process per mode): what the guide's overlap figure is drawn from.
     #[arg(long)]
     timeline: Option<PathBuf>,
@@ -376,8 +376,13 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
     if let (Some(path), 0) = (&args.weights_out, rank) {
         write_weights(path, &params)?;
     }
-    let last = timelines.last().ok_or("no timed step")?;
-    let trace: Vec<Value> = last.events.iter().map(|e| labkit::perfetto::chrome_event(rank, e)).collect();
+    // The timed step nearest the median: a typical one, not one a busy machine stretched.
+    let typical = median(&step_seconds);
+    let shown = (0..timelines.len())
+        .min_by(|&a, &b| (step_seconds[a] - typical).abs().total_cmp(&(step_seconds[b] - typical).abs()))
+        .ok_or("no timed step")?;
+    let trace: Vec<Value> =
+        timelines[shown].events.iter().map(|e| labkit::perfetto::chrome_event(rank, e)).collect();
     let result = json!({
         "rank": rank,
         "step_seconds": median(&step_seconds),
@@ -577,7 +582,7 @@ fn table(args: &Args, runs: &[Run]) -> String {
     out
 }
 
-/// Rank 0's last timed step of each mode's last run, one trace process per mode.
+/// Rank 0's median timed step of each mode's last run, one trace process per mode.
 fn timeline(args: &Args, runs: &[Run], settings: &str) -> Value {
     let mut events = Vec::new();
     for (pid, &mode) in args.modes.iter().enumerate() {

@@ -79,7 +79,7 @@ pub fn overlap_figure(trace: &Value) -> Result<String, String> {
     let comm_h = 13.0;
     let settings = trace["otherData"]["settings"].as_str().unwrap_or("");
     let intro = format!(
-        "Rank 0's last timed step of each mode of the hand_ddp benchmark, on one scale, each from its own step's start. {settings}. How it was recorded: tools/guide-figures/timelines/README.md."
+        "Rank 0's median step of each mode of the hand_ddp benchmark, on one scale, each from its own step's start. {settings}. How it was recorded: tools/guide-figures/timelines/README.md."
     );
     let intro = wrap(&intro, 140);
     let top = 68.0 + 14.0 * intro.len() as f64;
