@@ -152,9 +152,9 @@ def main():
         b1 = last_gradient[0] if last_gradient[0] >= b0 else synced
         with lock:
             comm = sorted(reduced, key=lambda r: r[1])
-        buckets = max(buckets, len(comm))
         overlap, exposed_us = overlap_of((b0, b1), [(r[1], r[2]) for r in comm])
         if step >= a.warmup:
+            buckets = max(buckets, len(comm))
             times.append(seconds)
             overlaps.append(overlap)
             exposed.append(exposed_us / 1e3)

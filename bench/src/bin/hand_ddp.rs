@@ -355,7 +355,9 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
                 e.lane = Lane::Bucket(*b);
             }
         }
-        if let Averaging::Library(_) = &averaging {
+        // The library's Reducer rebuilds its buckets after the first backward: count the
+        // timed steps' only.
+        if matches!(averaging, Averaging::Library(_)) && step >= args.warmup {
             buckets = buckets.max(comm.len());
         }
         let windows: Vec<(f64, f64)> =
