@@ -95,8 +95,11 @@ fn every_mode_runs_and_the_hand_written_ones_end_on_the_library_ddps_weights() {
         if mode == "buckets" {
             assert!(ranks.iter().all(|r| r["buckets"] == 4), "{run}");
         }
+        // Both libraries' Reducers close a bucket once it reaches the cap, in the order the
+        // gradients arrived: fc3, fc2's bias and weight (5,544 B), then fc1 (2,176 B). The
+        // library's first backward used another layout; the timed steps are counted.
         if mode == "library" || mode == "pytorch" {
-            assert!(ranks.iter().all(|r| r["buckets"].as_u64().unwrap() >= 1), "{run}");
+            assert!(ranks.iter().all(|r| r["buckets"] == 2), "{run}");
         }
         // Equal weights mean something only if training moved them.
         let moved = ranks[0]["weights_moved"].as_f64().unwrap();
