@@ -118,6 +118,20 @@ pub fn check_collectives_as_pytorch() {
     std::env::set_var(tch_distributed::CHECK_COLLECTIVES_ENV, "0");
 }
 
+/// How a side-by-side benchmark times its runs (`#[command(flatten)]` into its options).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Timing {
+    /// Untimed steps before the timed ones.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Timed steps per run.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Runs per mode (and side), in alternating order; the figures are their medians.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+}
+
 /// A benchmark binary's `main` around `run`: collectives unchecked as PyTorch's (see
 /// [`check_collectives_as_pytorch`]), Ctrl-C or SIGTERM stopping every rank the run
 /// started (then exit 130/143), and an error printed under the binary's `name`: exit 1

@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use ddp_bench::common::{load_average, median, probe_python, run_ranks, Side};
+use ddp_bench::common::{load_average, median, probe_python, run_ranks, Side, Timing};
 use labkit::{DatasetKind, DatasetOptions, Norm, WideResNet, Widths};
 use serde_json::{json, Value};
 use tch::nn::{self, ModuleT, OptimizerConfig};
@@ -87,15 +87,8 @@ struct Args {
     /// Which modes to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "ddp,fsdp,pipeline,tp")]
     modes: Vec<Mode>,
-    /// Untimed steps before the timed ones.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
-    /// Timed steps per run.
-    #[arg(long, default_value_t = 20)]
-    steps: usize,
-    /// Runs per mode and side; the figures are their medians.
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
+    #[command(flatten)]
+    timing: Timing,
     /// Intra-op threads per rank, the same on both sides.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -140,7 +133,7 @@ fn data_options(args: &Args) -> Res<DatasetOptions> {
 
 /// Images the run needs: every step's job batch, at most the training split.
 fn images_needed(args: &Args) -> usize {
-    ((args.warmup + args.steps) * args.batch_size * WORLD_SIZE).min(60_000)
+    ((args.timing.warmup + args.timing.steps) * args.batch_size * WORLD_SIZE).min(60_000)
 }
 
 /// A field of /proc/self/status in bytes (`VmHWM`, `VmRSS`).
@@ -290,20 +283,20 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
     let peak_before = status_bytes("VmHWM");
     let reset = reset_peak_rss();
     let rss_start = status_bytes("VmRSS");
-    for i in 0..args.warmup {
+    for i in 0..args.timing.warmup {
         step(i)?;
     }
     dist::barrier()?;
     dist::spans::take();
     let start = Instant::now();
-    for i in args.warmup..args.warmup + args.steps {
+    for i in args.timing.warmup..args.timing.warmup + args.timing.steps {
         step(i)?;
     }
     // Taken before the barrier: only the steps' own traffic.
     let events = dist::spans::take();
     dist::spans::stop();
     dist::barrier()?;
-    let seconds = start.elapsed().as_secs_f64() / args.steps as f64;
+    let seconds = start.elapsed().as_secs_f64() / args.timing.steps as f64;
     let peak_training = status_bytes("VmHWM");
     let (param_bytes, grad_bytes, peak_unsharded) = match &trainer {
         Trainer::Fsdp(_, fsdp) => {
@@ -320,7 +313,7 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
         "rss_start": rss_start,
         "param_bytes": param_bytes,
         "grad_bytes": grad_bytes,
-        "sent_bytes_per_step": sent / args.steps as f64,
+        "sent_bytes_per_step": sent / args.timing.steps as f64,
         "peak_unsharded_bytes": peak_unsharded,
         "threads": tch::get_num_threads(),
     });
@@ -346,7 +339,7 @@ impl Run {
 }
 
 fn runner(args: &Args) -> Res<()> {
-    if args.repeats == 0 || args.steps == 0 || args.modes.is_empty() || args.batch_size == 0 {
+    if args.timing.repeats == 0 || args.timing.steps == 0 || args.modes.is_empty() || args.batch_size == 0 {
         return Err(
             "--repeats, --steps and --batch-size must be at least 1, and --modes name one mode".into()
         );
@@ -387,7 +380,7 @@ fn runner(args: &Args) -> Res<()> {
     let params = parameter_count(args.width);
     let settings = format!(
         "WideResNet {} ({params} parameters), {WORLD_SIZE} CPU ranks over Gloo, {} thread(s) per rank, batch {} per rank ({job_batch} per step), {} warm-up + {} timed steps, median of {} repeat(s), {data}; torch {}",
-        args.width, args.threads, args.batch_size, args.warmup, args.steps, args.repeats, env.torch_version
+        args.width, args.threads, args.batch_size, args.timing.warmup, args.timing.steps, args.timing.repeats, env.torch_version
     );
     eprintln!("{settings}");
     if let Some(load) = load_average().filter(|l| *l > 1.0) {
@@ -402,9 +395,9 @@ fn runner(args: &Args) -> Res<()> {
             "--micro-batches".into(),
             args.micro_batches.to_string(),
             "--warmup".into(),
-            args.warmup.to_string(),
+            args.timing.warmup.to_string(),
             "--steps".into(),
-            args.steps.to_string(),
+            args.timing.steps.to_string(),
             "--threads".into(),
             args.threads.to_string(),
             "--timeout".into(),
@@ -432,7 +425,7 @@ fn runner(args: &Args) -> Res<()> {
         v
     };
     let mut runs: Vec<(Mode, Side, Run)> = Vec::new();
-    for rep in 0..args.repeats {
+    for rep in 0..args.timing.repeats {
         for &mode in &args.modes {
             let order = if rep % 2 == 0 { [Side::Rust, Side::PyTorch] } else { [Side::PyTorch, Side::Rust] };
             for side in order {

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use bucketed_ddp::BucketedDdp;
 use clap::{Parser, ValueEnum};
-use ddp_bench::common::{load_average, median, probe_python, run_ranks};
+use ddp_bench::common::{load_average, median, probe_python, run_ranks, Timing};
 use serde_json::{json, Value};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -92,15 +92,8 @@ struct Args {
     /// Modes to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "by-hand,buckets,library,pytorch")]
     modes: Vec<Mode>,
-    /// Untimed steps first.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
-    /// Timed steps per run; a run's figure is the median step.
-    #[arg(long, default_value_t = 20)]
-    steps: usize,
-    /// Runs per mode, in alternating order; the table gives their median.
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
+    #[command(flatten)]
+    timing: Timing,
     /// SGD's learning rate.
     #[arg(long, default_value_t = 0.05)]
     lr: f64,
@@ -302,8 +295,8 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
     let mut step_seconds = Vec::new();
     let mut timelines = Vec::new();
     let mut buckets = 0;
-    for step in 0..args.warmup + args.steps {
-        if step == args.warmup {
+    for step in 0..args.timing.warmup + args.timing.steps {
+        if step == args.timing.warmup {
             dist::barrier()?;
         }
         let (x, y) = batch(args, rank, step);
@@ -357,7 +350,7 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
         }
         // The library's Reducer rebuilds its buckets after the first backward: count the
         // timed steps' only.
-        if matches!(averaging, Averaging::Library(_)) && step >= args.warmup {
+        if matches!(averaging, Averaging::Library(_)) && step >= args.timing.warmup {
             buckets = buckets.max(comm.len());
         }
         let windows: Vec<(f64, f64)> =
@@ -370,7 +363,7 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
         }
         events.push(span_event("optimizer step", Lane::Compute, synced, stepped));
         events.extend(comm);
-        if step >= args.warmup {
+        if step >= args.timing.warmup {
             step_seconds.push(seconds);
             timelines.push(StepTimeline { events, overlap, exposed_us });
         }
@@ -439,8 +432,8 @@ fn runner(args: &Args) -> Res<()> {
         ("--classes", args.classes),
         ("--batch-size", args.batch_size),
         ("--bucket-cap-kb", args.bucket_cap_kb as i64),
-        ("--steps", args.steps as i64),
-        ("--repeats", args.repeats as i64),
+        ("--steps", args.timing.steps as i64),
+        ("--repeats", args.timing.repeats as i64),
         ("--threads", args.threads as i64),
     ];
     if let Some((name, value)) = sizes.iter().find(|(_, v)| *v < 1) {
@@ -465,9 +458,9 @@ fn runner(args: &Args) -> Res<()> {
         "--bucket-cap-kb".into(),
         args.bucket_cap_kb.to_string(),
         "--warmup".into(),
-        args.warmup.to_string(),
+        args.timing.warmup.to_string(),
         "--steps".into(),
-        args.steps.to_string(),
+        args.timing.steps.to_string(),
         "--lr".into(),
         args.lr.to_string(),
         "--threads".into(),
@@ -477,7 +470,7 @@ fn runner(args: &Args) -> Res<()> {
     ];
     let mut runs: Vec<Run> = Vec::new();
     let mut settings = String::new();
-    for rep in 0..args.repeats {
+    for rep in 0..args.timing.repeats {
         let mut order = args.modes.clone();
         if rep % 2 == 1 {
             order.reverse();
@@ -504,9 +497,9 @@ fn runner(args: &Args) -> Res<()> {
                     args.threads,
                     args.batch_size,
                     args.bucket_cap_kb,
-                    args.warmup,
-                    args.steps,
-                    args.repeats,
+                    args.timing.warmup,
+                    args.timing.steps,
+                    args.timing.repeats,
                     env.torch_version
                 );
                 eprintln!("{settings}");
