@@ -1,9 +1,12 @@
 //! What the benchmark binaries share: finding the Python side, ports, statistics, and
 //! reporting results.
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitCode, Stdio};
 
 use lab_program::workspace_root;
+use serde_json::Value;
+use tch_distributed as dist;
 
 /// The Python side of a benchmark: the interpreter, its script, and the libtorch each
 /// side loads.
@@ -113,4 +116,110 @@ impl Side {
 /// inherit it.
 pub fn check_collectives_as_pytorch() {
     std::env::set_var(tch_distributed::CHECK_COLLECTIVES_ENV, "0");
+}
+
+/// How a side-by-side benchmark times its runs (`#[command(flatten)]` into its options).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Timing {
+    /// Untimed steps before the timed ones.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Timed steps per run.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Runs per mode (and side), in alternating order; the figures are their medians.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+}
+
+/// A benchmark binary's `main` around `run`: collectives unchecked as PyTorch's (see
+/// [`check_collectives_as_pytorch`]), Ctrl-C or SIGTERM stopping every rank the run
+/// started (then exit 130/143), and an error printed under the binary's `name`: exit 1
+/// from a rank process, 2 from the runner (bad options, a missing Python, a failed rank).
+pub fn bench_main(
+    name: &str,
+    is_rank: bool,
+    run: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>,
+) -> ExitCode {
+    check_collectives_as_pytorch();
+    child_process::stop_children_on_signals();
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::from(if is_rank { 1 } else { 2 })
+        }
+    }
+}
+
+/// Starts `world_size` ranks of one program (`program` then `args`) on this machine:
+/// env:// on a free loopback port, Gloo on the loopback device, `threads` OpenMP threads
+/// each, in `bench/python/` (where the PyTorch scripts import their helpers). Waits for
+/// them and hands back each rank's `result {json}` line, in rank order. A failing rank
+/// stops the others; the error shows its last lines.
+pub fn run_ranks(
+    program: &Path,
+    args: &[String],
+    world_size: usize,
+    threads: usize,
+) -> Result<Vec<Value>, String> {
+    let port = child_process::free_port().map_err(|e| format!("no free port for the rendezvous: {e}"))?;
+    let mut children: Vec<child_process::Child> = Vec::new();
+    for rank in 0..world_size {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env(dist::RANK_ENV, rank.to_string())
+            .env(dist::WORLD_SIZE_ENV, world_size.to_string())
+            .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
+            .env(dist::MASTER_PORT_ENV, port.to_string())
+            .env("OMP_NUM_THREADS", threads.to_string())
+            // The same Gloo device on both sides: loopback.
+            .env("GLOO_SOCKET_IFNAME", "lo")
+            .current_dir(python_dir())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child =
+            child_process::spawn(cmd).map_err(|e| format!("cannot start {}: {e}", program.display()))?;
+        children.push(child);
+    }
+    // Each rank's stdout and stderr read on threads, so that polling never blocks.
+    let readers: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let (out, err) = (c.stdout.take().expect("piped"), c.stderr.take().expect("piped"));
+            let read_all = |mut pipe: Box<dyn Read + Send>| {
+                std::thread::spawn(move || {
+                    let mut text = String::new();
+                    let _ = pipe.read_to_string(&mut text);
+                    text
+                })
+            };
+            (read_all(Box::new(out)), read_all(Box::new(err)))
+        })
+        .collect();
+    // One rank failed: the others would only wait for it until the timeout.
+    let statuses = child_process::watch_then_kill(&mut children, &child_process::Watch::default())
+        .map_err(|e| format!("watching the ranks of {}: {e}", program.display()))?;
+    let mut results = Vec::new();
+    for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {
+        let (out, err) = (reader.0.join().unwrap_or_default(), reader.1.join().unwrap_or_default());
+        let result = out
+            .lines()
+            .find_map(|l| l.strip_prefix("result "))
+            .and_then(|v| serde_json::from_str::<Value>(v).ok());
+        match result {
+            Some(r) if status.success() => results.push(r),
+            _ => {
+                let tail: Vec<&str> =
+                    err.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
+                return Err(format!(
+                    "{} {} rank {rank} failed ({status}); its last lines:\n{}",
+                    program.display(),
+                    args.first().map_or("", String::as_str),
+                    tail.join("\n")
+                ));
+            }
+        }
+    }
+    Ok(results)
 }

@@ -20,13 +20,12 @@
 //! [`wire_bytes`]) and counted at the call by the PyTorch TP rank. A side's figure is
 //! the median over repeats. Nothing here asserts on timings.
 use std::error::Error;
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use ddp_bench::common::{load_average, median, probe_python, Side};
+use ddp_bench::common::{load_average, median, probe_python, run_ranks, Side, Timing};
 use labkit::{DatasetKind, DatasetOptions, Norm, WideResNet, Widths};
 use serde_json::{json, Value};
 use tch::nn::{self, ModuleT, OptimizerConfig};
@@ -88,15 +87,8 @@ struct Args {
     /// Which modes to run, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "ddp,fsdp,pipeline,tp")]
     modes: Vec<Mode>,
-    /// Untimed steps before the timed ones.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
-    /// Timed steps per run.
-    #[arg(long, default_value_t = 20)]
-    steps: usize,
-    /// Runs per mode and side; the figures are their medians.
-    #[arg(long, default_value_t = 3)]
-    repeats: usize,
+    #[command(flatten)]
+    timing: Timing,
     /// Intra-op threads per rank, the same on both sides.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -124,21 +116,11 @@ struct Args {
 const WORLD_SIZE: usize = 2;
 
 fn main() -> ExitCode {
-    ddp_bench::common::check_collectives_as_pytorch();
-    // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
-    child_process::stop_children_on_signals();
     let args = Args::parse();
-    let result = match args.rank_process {
+    ddp_bench::common::bench_main("beyond", args.rank_process.is_some(), || match args.rank_process {
         Some(mode) => rank_main(&args, mode),
         None => runner(&args),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("beyond: {e}");
-            ExitCode::from(if args.rank_process.is_some() { 1 } else { 2 })
-        }
-    }
+    })
 }
 
 /// The data options both the runner and the Rust ranks use (the ranks find the same
@@ -151,7 +133,7 @@ fn data_options(args: &Args) -> Res<DatasetOptions> {
 
 /// Images the run needs: every step's job batch, at most the training split.
 fn images_needed(args: &Args) -> usize {
-    ((args.warmup + args.steps) * args.batch_size * WORLD_SIZE).min(60_000)
+    ((args.timing.warmup + args.timing.steps) * args.batch_size * WORLD_SIZE).min(60_000)
 }
 
 /// A field of /proc/self/status in bytes (`VmHWM`, `VmRSS`).
@@ -301,20 +283,20 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
     let peak_before = status_bytes("VmHWM");
     let reset = reset_peak_rss();
     let rss_start = status_bytes("VmRSS");
-    for i in 0..args.warmup {
+    for i in 0..args.timing.warmup {
         step(i)?;
     }
     dist::barrier()?;
     dist::spans::take();
     let start = Instant::now();
-    for i in args.warmup..args.warmup + args.steps {
+    for i in args.timing.warmup..args.timing.warmup + args.timing.steps {
         step(i)?;
     }
     // Taken before the barrier: only the steps' own traffic.
     let events = dist::spans::take();
     dist::spans::stop();
     dist::barrier()?;
-    let seconds = start.elapsed().as_secs_f64() / args.steps as f64;
+    let seconds = start.elapsed().as_secs_f64() / args.timing.steps as f64;
     let peak_training = status_bytes("VmHWM");
     let (param_bytes, grad_bytes, peak_unsharded) = match &trainer {
         Trainer::Fsdp(_, fsdp) => {
@@ -331,7 +313,7 @@ fn rank_main(args: &Args, mode: Mode) -> Res<()> {
         "rss_start": rss_start,
         "param_bytes": param_bytes,
         "grad_bytes": grad_bytes,
-        "sent_bytes_per_step": sent / args.steps as f64,
+        "sent_bytes_per_step": sent / args.timing.steps as f64,
         "peak_unsharded_bytes": peak_unsharded,
         "threads": tch::get_num_threads(),
     });
@@ -357,7 +339,7 @@ impl Run {
 }
 
 fn runner(args: &Args) -> Res<()> {
-    if args.repeats == 0 || args.steps == 0 || args.modes.is_empty() || args.batch_size == 0 {
+    if args.timing.repeats == 0 || args.timing.steps == 0 || args.modes.is_empty() || args.batch_size == 0 {
         return Err(
             "--repeats, --steps and --batch-size must be at least 1, and --modes name one mode".into()
         );
@@ -398,7 +380,7 @@ fn runner(args: &Args) -> Res<()> {
     let params = parameter_count(args.width);
     let settings = format!(
         "WideResNet {} ({params} parameters), {WORLD_SIZE} CPU ranks over Gloo, {} thread(s) per rank, batch {} per rank ({job_batch} per step), {} warm-up + {} timed steps, median of {} repeat(s), {data}; torch {}",
-        args.width, args.threads, args.batch_size, args.warmup, args.steps, args.repeats, env.torch_version
+        args.width, args.threads, args.batch_size, args.timing.warmup, args.timing.steps, args.timing.repeats, env.torch_version
     );
     eprintln!("{settings}");
     if let Some(load) = load_average().filter(|l| *l > 1.0) {
@@ -413,9 +395,9 @@ fn runner(args: &Args) -> Res<()> {
             "--micro-batches".into(),
             args.micro_batches.to_string(),
             "--warmup".into(),
-            args.warmup.to_string(),
+            args.timing.warmup.to_string(),
             "--steps".into(),
-            args.steps.to_string(),
+            args.timing.steps.to_string(),
             "--threads".into(),
             args.threads.to_string(),
             "--timeout".into(),
@@ -443,7 +425,7 @@ fn runner(args: &Args) -> Res<()> {
         v
     };
     let mut runs: Vec<(Mode, Side, Run)> = Vec::new();
-    for rep in 0..args.repeats {
+    for rep in 0..args.timing.repeats {
         for &mode in &args.modes {
             let order = if rep % 2 == 0 { [Side::Rust, Side::PyTorch] } else { [Side::PyTorch, Side::Rust] };
             for side in order {
@@ -558,69 +540,11 @@ fn table(args: &Args, runs: &[(Mode, Side, Run)]) -> String {
     out
 }
 
-/// Starts the ranks of one side, waits, and reads each rank's result line. A failing
-/// rank stops the others.
+/// Runs the ranks of one side; its time per step is the slowest rank's.
 fn run_side(program: &(PathBuf, Vec<String>), common: &[String], args: &Args) -> Res<Run> {
-    let port = child_process::free_port()?;
-    let mut children: Vec<child_process::Child> = Vec::new();
-    for rank in 0..WORLD_SIZE {
-        let mut cmd = Command::new(&program.0);
-        cmd.args(&program.1)
-            .args(common)
-            .env(dist::RANK_ENV, rank.to_string())
-            .env(dist::WORLD_SIZE_ENV, WORLD_SIZE.to_string())
-            .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
-            .env(dist::MASTER_PORT_ENV, port.to_string())
-            .env("OMP_NUM_THREADS", args.threads.to_string())
-            // The same Gloo device on both sides: loopback.
-            .env("GLOO_SOCKET_IFNAME", "lo")
-            .current_dir(ddp_bench::common::python_dir())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        children.push(child_process::spawn(cmd)?);
-    }
-    // Each rank's stdout and stderr read on threads, so that polling never blocks.
-    let readers: Vec<_> = children
-        .iter_mut()
-        .map(|c| {
-            let (out, err) = (c.stdout.take().expect("piped"), c.stderr.take().expect("piped"));
-            let read_all = |mut pipe: Box<dyn Read + Send>| {
-                std::thread::spawn(move || {
-                    let mut text = String::new();
-                    let _ = pipe.read_to_string(&mut text);
-                    text
-                })
-            };
-            (read_all(Box::new(out)), read_all(Box::new(err)))
-        })
-        .collect();
-    // One rank failed: the others would only wait for it until the timeout.
-    let statuses = child_process::watch_then_kill(&mut children, &child_process::Watch::default())?;
-    let mut ranks = Vec::new();
-    let mut worst: f64 = 0.0;
-    for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {
-        let (out, err) = (reader.0.join().unwrap_or_default(), reader.1.join().unwrap_or_default());
-        let result = out
-            .lines()
-            .find_map(|l| l.strip_prefix("result "))
-            .and_then(|v| serde_json::from_str::<Value>(v).ok());
-        match result {
-            Some(r) if status.success() => {
-                worst = worst.max(r["step_seconds"].as_f64().unwrap_or(f64::NAN));
-                ranks.push(r);
-            }
-            _ => {
-                let tail: Vec<&str> =
-                    err.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect();
-                return Err(format!(
-                    "{} rank {rank} failed ({status}); its last lines:\n{}",
-                    program.0.display(),
-                    tail.join("\n")
-                )
-                .into());
-            }
-        }
-    }
+    let all: Vec<String> = program.1.iter().chain(common).cloned().collect();
+    let ranks = run_ranks(&program.0, &all, WORLD_SIZE, args.threads)?;
+    let worst = ranks.iter().map(|r| r["step_seconds"].as_f64().unwrap_or(f64::NAN)).fold(0.0, f64::max);
     Ok(Run { step_seconds: worst, ranks })
 }
 

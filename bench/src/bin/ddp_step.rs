@@ -16,13 +16,12 @@
 //! training its model alone, no DDP) gives the machine's own ceiling: what running N
 //! processes at once costs here, DDP or not. Nothing here asserts on timings.
 use std::error::Error;
-use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use ddp_bench::common::median;
+use ddp_bench::common::{median, run_ranks};
 use labkit::{Norm, WideResNet, Widths};
 use tch::nn::{self, OptimizerConfig};
 use tch::{Device, Kind, Tensor};
@@ -74,18 +73,14 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    ddp_bench::common::check_collectives_as_pytorch();
-    // Ctrl-C or SIGTERM stops every rank this run started, then exits 130/143.
-    child_process::stop_children_on_signals();
     let args = Args::parse();
-    let result = if args.rank_process { rank_main(&args) } else { runner(&args) };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("ddp_step: {e}");
-            ExitCode::from(if args.rank_process { 1 } else { 2 })
+    ddp_bench::common::bench_main("ddp_step", args.rank_process, || {
+        if args.rank_process {
+            rank_main(&args)
+        } else {
+            runner(&args)
         }
-    }
+    })
 }
 
 fn rank_main(args: &Args) -> Res<()> {
@@ -235,68 +230,21 @@ fn runner(args: &Args) -> Res<()> {
 fn run_side(
     side: Side,
     ws: usize,
-    exe: &PathBuf,
-    python: &PathBuf,
-    script: &PathBuf,
+    exe: &Path,
+    python: &Path,
+    script: &Path,
     common: &[String],
     threads: usize,
 ) -> Res<f64> {
-    let port = child_process::free_port()?;
-    let mut children: Vec<child_process::Child> = Vec::new();
-    for rank in 0..ws {
-        let mut cmd = match side {
-            Side::Rust | Side::Control => {
-                let mut c = Command::new(exe);
-                c.arg("--rank-process");
-                if side == Side::Control {
-                    c.arg("--no-ddp");
-                }
-                c
-            }
-            Side::PyTorch => {
-                let mut c = Command::new(python);
-                c.arg(script);
-                c
-            }
-        };
-        cmd.args(common)
-            .env(dist::RANK_ENV, rank.to_string())
-            .env(dist::WORLD_SIZE_ENV, ws.to_string())
-            .env(dist::MASTER_ADDR_ENV, "127.0.0.1")
-            .env(dist::MASTER_PORT_ENV, port.to_string())
-            .env("OMP_NUM_THREADS", threads.to_string())
-            // The same Gloo device on both sides: loopback.
-            .env("GLOO_SOCKET_IFNAME", "lo")
-            .stdout(Stdio::piped());
-        children.push(child_process::spawn(cmd)?);
-    }
-    // Read each rank's stdout on a thread, so that polling below never blocks.
-    let readers: Vec<_> = children
-        .iter_mut()
-        .map(|c| {
-            let mut pipe = c.stdout.take().expect("piped stdout");
-            std::thread::spawn(move || {
-                let mut out = String::new();
-                let _ = pipe.read_to_string(&mut out);
-                out
-            })
-        })
-        .collect();
-    // One rank failed: the others would only wait for it until the timeout.
-    let statuses = child_process::watch_then_kill(&mut children, &child_process::Watch::default())?;
-    let mut worst: f64 = 0.0;
-    for (rank, (reader, status)) in readers.into_iter().zip(statuses).enumerate() {
-        let out = reader.join().unwrap_or_default();
-        match out.lines().find_map(|l| l.strip_prefix("result ")).and_then(|v| v.trim().parse::<f64>().ok()) {
-            Some(t) if status.success() => worst = worst.max(t),
-            _ => {
-                return Err(
-                    format!("{side:?} rank {rank} of {ws} failed ({status}); its output: {out:?}").into()
-                )
-            }
-        }
-    }
-    Ok(worst)
+    let (program, mut args): (&Path, Vec<String>) = match side {
+        Side::Rust => (exe, vec!["--rank-process".into()]),
+        Side::Control => (exe, vec!["--rank-process".into(), "--no-ddp".into()]),
+        Side::PyTorch => (python, vec![script.display().to_string()]),
+    };
+    args.extend(common.iter().cloned());
+    // Each rank prints `result SECONDS`: a JSON number.
+    let ranks = run_ranks(program, &args, ws, threads)?;
+    Ok(ranks.iter().map(|r| r.as_f64().unwrap_or(f64::NAN)).fold(0.0, f64::max))
 }
 
 fn parameter_count(widths: Widths) -> i64 {

@@ -13,6 +13,10 @@
 //! - `timeline-step-14-fsdp.svg`: one training step of a real 2-rank `--fsdp` run of
 //!   step 14, from the trace in `timelines/` (see [`timeline_fsdp`]): the all-gathers
 //!   before each block's forward and backward, the reduce-scatters of its gradients;
+//! - `timeline-hand-ddp.svg`: one step of each mode of the `hand_ddp` benchmark (DDP
+//!   written by hand, with and without buckets, against the library's and PyTorch's),
+//!   from the timeline in `timelines/` (see [`timeline_overlap`]): which all-reduce ran
+//!   while backward was still computing;
 //! - `pipeline-schedule.svg`: GPipe's schedule of 4 stages with and without
 //!   micro-batches, and its bubble (see [`pipeline`]);
 //! - `fsdp-bytes.svg` and `fsdp-unshard.svg`: the lab's WideResNet sharded as PyTorch's
@@ -26,6 +30,7 @@ pub mod fsdp;
 pub mod pipeline;
 pub mod timeline_figure;
 pub mod timeline_fsdp;
+pub mod timeline_overlap;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -48,11 +53,13 @@ pub fn generated() -> Result<Vec<(&'static str, String)>, String> {
     let model = fsdp::lab_model();
     let trace = read_recorded(&timeline_figure::recorded_path())?;
     let fsdp_trace = read_recorded(&timeline_fsdp::recorded_path())?;
+    let hand_ddp_trace = read_recorded(&timeline_overlap::recorded_path())?;
     Ok(vec![
         ("sampler.svg", sampler_figure()),
         ("ddp-buckets.svg", buckets_figure(&layout)),
         ("timeline-step-08.svg", timeline_figure::timeline_figure(&trace)?),
         ("timeline-step-14-fsdp.svg", timeline_fsdp::fsdp_timeline_figure(&fsdp_trace, &model)?),
+        ("timeline-hand-ddp.svg", timeline_overlap::overlap_figure(&hand_ddp_trace)?),
         ("pipeline-schedule.svg", pipeline::schedule_figure()),
         ("fsdp-bytes.svg", fsdp::bytes_figure(&model)),
         ("fsdp-unshard.svg", fsdp::unshard_figure(&model)),
