@@ -82,6 +82,14 @@ impl Variation {
         }
     }
 
+    /// The settings of one run of the step-by-step comparison on the exact-comparison
+    /// model (`--model mlp`): the equivalence comparison's, but one epoch of
+    /// [`EXACT_STEPS`] whole global batches, every step traced.
+    pub fn for_exact_steps(&self, nodes: usize, ranks_per_node: usize, batch_size: usize) -> Variation {
+        let one_step = self.for_equivalence(nodes, ranks_per_node, batch_size);
+        Variation { train_subset: EXACT_STEPS * one_step.train_subset, ..one_step }
+    }
+
     /// The settings of step 14's two runs, FSDP and DDP: one node of the main run's
     /// ranks per node (2 or 3), one epoch of [`FSDP_STEPS`] full global batches (no
     /// padding, no short batch): the weights of both after K steps are compared to 1e-5,
@@ -143,6 +151,11 @@ pub fn worlds(step: u8) -> &'static [(usize, usize)] {
 
 /// The `--momentum` a draw with momentum passes (PyTorch's usual 0.9).
 pub const MOMENTUM: f64 = 0.9;
+
+/// The training steps (K) of step 7's step-by-step comparison on the exact-comparison
+/// model: enough for a mistake that shows only after the first step (a learning rate
+/// or a synchronisation that changes between steps), few enough to stay a few seconds.
+pub const EXACT_STEPS: usize = 5;
 
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;

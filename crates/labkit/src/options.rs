@@ -10,7 +10,7 @@ use tch::Device;
 
 use crate::checkpoint::CheckpointOptions;
 use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
-use crate::model::ModelSettings;
+use crate::model::{Architecture, ModelSettings};
 use crate::parsers::{positive_tflops, threads, timeout_seconds};
 use crate::perf::{Amp, AmpParser, PerfSettings};
 use crate::placement::{gpu_count, DeviceChoice, GpuRequest, Placement};
@@ -23,6 +23,13 @@ pub struct RunOptions {
     /// `narrow` (8,16,32,64; for CPU runs) or four numbers, e.g. 16,32,64,128.
     #[arg(long, default_value = "lab", value_name = "WIDTHS")]
     pub width: Widths,
+
+    /// The model `WideResNet::new` builds: `wide-resnet` (the lab's) or `mlp`, a small
+    /// perceptron without BatchNorm, max-pool or dropout, whose training on N ranks
+    /// equals one rank's to float rounding at every step (the checker's step-by-step
+    /// comparison; `--width` is the WideResNet's alone).
+    #[arg(long, default_value = "wide-resnet", value_name = "MODEL", ignore_case = true)]
+    pub model: Architecture,
 
     /// Train on the first N training images only (quick CPU runs).
     #[arg(long, value_name = "N")]
@@ -268,7 +275,7 @@ impl RunOptions {
 /// the speed settings.
 impl From<&RunOptions> for ModelSettings {
     fn from(run: &RunOptions) -> Self {
-        ModelSettings { seed: Some(run.seed), perf: run.perf() }
+        ModelSettings { seed: Some(run.seed), perf: run.perf(), architecture: run.model }
     }
 }
 
@@ -281,7 +288,7 @@ impl From<&RunOptions> for PerfSettings {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_node_id, Amp, DatasetKind, DeviceChoice, RunOptions};
+    use super::{check_node_id, Amp, Architecture, DatasetKind, DeviceChoice, RunOptions};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -315,6 +322,11 @@ mod tests {
             e.contains("invalid value 'FP16' for '--amp <MODE>'") && e.contains("gradient scaler"),
             "{e}"
         );
+        // --model: the WideResNet unless the checker (or the under-the-hood track) asks.
+        assert_eq!(parse(&[]).unwrap().model, Architecture::WideResNet);
+        assert_eq!(parse(&["--model", "MLP"]).unwrap().model, Architecture::Mlp);
+        let e = parse(&["--model", "resnet"]).unwrap_err();
+        assert!(e.contains("[possible values: wide-resnet, mlp]"), "{e}");
         let e = parse(&["--amp", "int8"]).unwrap_err();
         assert!(e.contains("[possible values: off, bf16]"), "{e}");
         // Display gives the names clap parses (the trace and the MFU line print them).

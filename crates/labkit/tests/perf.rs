@@ -26,7 +26,11 @@ fn settings(amp: Amp, channels_last: bool) -> PerfSettings {
 fn model(seed: u64, perf: PerfSettings) -> (nn::VarStore, WideResNet) {
     let vs = nn::VarStore::new(Device::Cpu);
     let perf = PerfSettings { widths: Widths([4, 8, 8, 8]), ..perf };
-    let net = WideResNet::new(&vs.root(), ModelSettings { seed: Some(seed), perf }, Norm::BatchNorm);
+    let net = WideResNet::new(
+        &vs.root(),
+        ModelSettings { seed: Some(seed), perf, ..Default::default() },
+        Norm::BatchNorm,
+    );
     (vs, net)
 }
 
