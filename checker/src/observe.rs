@@ -83,8 +83,8 @@ fn observe_runs(
     };
     let (main, port) = runner.job(v, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
-    // initial weights, dropout off and statistics over the global batch; one epoch of
-    // the lab's model, and EXACT_STEPS steps of the exact-comparison one.
+    // initial weights, dropout off and statistics over the global batch; one step of
+    // the lab's model, and EXACT_STEPS steps over two epochs of the exact-comparison one.
     let equivalence = plan.makes(RunKind::Equivalence).then(|| {
         phase("comparing with one rank and the whole batch");
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);

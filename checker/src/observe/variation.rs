@@ -83,11 +83,13 @@ impl Variation {
     }
 
     /// The settings of one run of the step-by-step comparison on the exact-comparison
-    /// model (`--model mlp`): the equivalence comparison's, but one epoch of
-    /// [`EXACT_STEPS`] whole global batches, every step traced.
+    /// model (`--model mlp`): the equivalence comparison's world and batch, but
+    /// [`EXACT_EPOCHS`] epochs of whole global batches, [`EXACT_STEPS`] steps in all,
+    /// every one traced.
     pub fn for_exact_steps(&self, nodes: usize, ranks_per_node: usize, batch_size: usize) -> Variation {
         let one_step = self.for_equivalence(nodes, ranks_per_node, batch_size);
-        Variation { train_subset: EXACT_STEPS * one_step.train_subset, ..one_step }
+        let steps_per_epoch = EXACT_STEPS / EXACT_EPOCHS;
+        Variation { train_subset: steps_per_epoch * one_step.train_subset, epochs: EXACT_EPOCHS, ..one_step }
     }
 
     /// The settings of step 14's two runs, FSDP and DDP: one node of the main run's
@@ -153,9 +155,13 @@ pub fn worlds(step: u8) -> &'static [(usize, usize)] {
 pub const MOMENTUM: f64 = 0.9;
 
 /// The training steps (K) of step 7's step-by-step comparison on the exact-comparison
-/// model: enough for a mistake that shows only after the first step (a learning rate
-/// or a synchronisation that changes between steps), few enough to stay a few seconds.
-pub const EXACT_STEPS: usize = 5;
+/// model, over [`EXACT_EPOCHS`] epochs: a mistake that shows only after the first step
+/// or the first epoch (a learning rate the program changes between epochs) shows
+/// there, and the tiny model's steps add well under a second to its start-up.
+pub const EXACT_STEPS: usize = 6;
+
+/// The epochs [`EXACT_STEPS`] are shared over, equally.
+pub const EXACT_EPOCHS: usize = 2;
 
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
