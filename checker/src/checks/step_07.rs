@@ -131,9 +131,10 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
 /// 3 ranks, seeds 4 and 5 (5 steps in 1 epoch); solution 14 with momentum on 2 and 3
 /// ranks, seed 6: at most 6.6e-8, the rounding of a float32 weight (6e-8 of it).
 /// PyTorch's own tests compare float32 with rtol 1.3e-6; 1e-5 leaves GPUs room for
-/// reductions in another order. A mistake moves them by a step's own size: 1e-3 to
-/// 1e-2 of a weight at the lab's learning rate (the learning rate scaled by the world
-/// size: 3e-3 on 6 ranks).
+/// reductions in another order. A mistake moves them by a step's own size, 1e-3 to
+/// 1e-1 of a weight at the lab's learning rate: on 6 ranks the learning rate scaled by
+/// the world size parts them by 2.8e-2 at step 1, warmed up to twice the rate at
+/// epoch 1 by 5.3e-3 at step 4 (where the one-step comparison saw 4.6e-4 of its change).
 pub const EXACT_TOLERANCE: f64 = 1e-5;
 
 /// The largest difference between two sets of one step's parameter values, relative to
