@@ -349,3 +349,48 @@ mod exact_steps_tests {
         assert_eq!(step_difference(&a[..0], &b), None);
     }
 }
+
+#[cfg(test)]
+mod recorded_tests {
+    use super::*;
+    use crate::checks::fixtures::{case, Recorded};
+    use crate::checks::Evidence;
+
+    /// The recorded run of `name`, without its exact model's runs when `exact` is false
+    /// (as observations recorded before them are): `matches-single-rank`'s finding.
+    fn judged(name: &str, exact: bool) -> Finding {
+        let Recorded::Ran(mut obs) = case(name.into()).recorded else { panic!("{name} did not run") };
+        if !exact {
+            let Some(crate::observe::Runs::Equivalence(eq)) = obs.run_mut(RunKind::Equivalence) else {
+                panic!("{name}: no comparison")
+            };
+            eq.exact = None;
+        }
+        matches_single_rank(&obs).expect("judged")
+    }
+
+    /// A learning rate warmed up to N times the base from epoch 1: the one step of the
+    /// lab's model is one rank's, and only the exact model's steps of epoch 1 part. An
+    /// observation without those runs is judged on the epoch, as before, and says so.
+    #[test]
+    fn the_step_by_step_comparison_catches_what_the_epoch_passes() {
+        let warmed = "step-07-learning-rate-warmed-up-to-world-size";
+        let without = judged(warmed, false);
+        assert_eq!(without.evidence, Evidence::Holds, "{}", without.observed);
+        assert!(
+            without.observed.ends_with("(the step-by-step comparison was not recorded)"),
+            "{}",
+            without.observed
+        );
+        let with = judged(warmed, true);
+        assert_eq!(with.evidence, Evidence::Broken, "{}", with.observed);
+        assert!(with.observed.contains("part after step 4 of 6 (epoch 1)"), "{}", with.observed);
+        let solution = judged("solution-07", true);
+        assert_eq!(solution.evidence, Evidence::Holds, "{}", solution.observed);
+        assert!(
+            solution.observed.contains("the same weights after each of 6 steps"),
+            "{}",
+            solution.observed
+        );
+    }
+}
