@@ -53,7 +53,7 @@ fn fails_on(name: &str, check: &str, allowed: &[&str]) -> common::Verdict {
 #[test]
 fn an_unwrapped_model_fails_weights_synchronized() {
     let v = fails_on("model-not-wrapped", "weights-synchronized", &["matches-single-rank"]);
-    let step7 = v.stdout.lines().find(|l| l.contains(" matches-single-rank: ")).unwrap_or_default();
+    let step7 = v.stdout.lines().find(|l| l.starts_with("error[matches-single-rank]")).unwrap_or_default();
     assert!(
         step7.contains("exact-comparison model (--model mlp)")
             && step7.contains("part after step 1 of 6 (epoch 0)"),
