@@ -83,13 +83,21 @@ impl Variation {
     }
 
     /// The settings of one run of the step-by-step comparison on the exact-comparison
-    /// model (`--model mlp`): the equivalence comparison's world and batch, but
-    /// [`EXACT_EPOCHS`] epochs of whole global batches, [`EXACT_STEPS`] steps in all,
-    /// every one traced.
-    pub fn for_exact_steps(&self, nodes: usize, ranks_per_node: usize, batch_size: usize) -> Variation {
-        let one_step = self.for_equivalence(nodes, ranks_per_node, batch_size);
-        let steps_per_epoch = EXACT_STEPS / EXACT_EPOCHS;
-        Variation { train_subset: steps_per_epoch * one_step.train_subset, epochs: EXACT_EPOCHS, ..one_step }
+    /// model (`--model mlp`), `global_ranks` ranks of one node taking global batches of
+    /// `global_ranks` times the batch size: as `ranks` ranks, or 1 rank of that whole
+    /// batch (`ranks` 1). [`EXACT_EPOCHS`] epochs of whole global batches,
+    /// [`EXACT_STEPS`] steps in all, every one traced.
+    pub fn for_exact_steps(&self, global_ranks: usize, ranks: usize) -> Variation {
+        let global_batch = self.batch_size * global_ranks;
+        Variation {
+            nodes: 1,
+            ranks_per_node: ranks,
+            batch_size: global_batch / ranks,
+            train_subset: EXACT_STEPS / EXACT_EPOCHS * global_batch,
+            test_subset: global_batch,
+            epochs: EXACT_EPOCHS,
+            ..self.clone()
+        }
     }
 
     /// The settings of step 14's two runs, FSDP and DDP: one node of the main run's
@@ -171,6 +179,34 @@ mod tests {
     use tch_distributed::DistributedSampler;
 
     use super::{worlds, Gains, Plan, Variation};
+
+    /// The exact comparison's two runs take the same global batches, EXACT_STEPS of them
+    /// over EXACT_EPOCHS epochs, on one node of the main run's ranks per node.
+    #[test]
+    fn the_exact_runs_take_the_same_steps_on_one_node() {
+        let plan = drawn_for(7);
+        for seed in 0..8 {
+            let v = Variation::for_step(&plan, seed);
+            let (many, one) = (
+                v.for_exact_steps(v.ranks_per_node, v.ranks_per_node),
+                v.for_exact_steps(v.ranks_per_node, 1),
+            );
+            assert_eq!(
+                (many.nodes, many.ranks_per_node, many.batch_size),
+                (1, v.ranks_per_node, v.batch_size)
+            );
+            assert_eq!(
+                (one.nodes, one.world_size(), one.batch_size),
+                (1, 1, v.batch_size * v.ranks_per_node)
+            );
+            for run in [&many, &one] {
+                let global_batch = run.batch_size * run.world_size();
+                assert_eq!(run.train_subset % global_batch, 0, "whole batches only");
+                assert_eq!(run.train_subset / global_batch * run.epochs, super::EXACT_STEPS);
+                assert_eq!(run.epochs, super::EXACT_EPOCHS);
+            }
+        }
+    }
 
     /// A global rank as a program computes it from (node, local rank, nodes, ranks per node).
     type RankFormula = fn(usize, usize, usize, usize) -> usize;
