@@ -126,15 +126,17 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
 /// Nothing there depends on which images share a batch, so the two runs differ only in
 /// the order float32 adds the gradients up (each rank's batch, then the all-reduce,
 /// against one sum over the whole batch). Measured (2026-11-29, CPU, 6 steps over 2
-/// epochs unless said): solution 7 on 2 and 3 ranks, `--seed` 1 to 3, and on the
-/// checker's 6 ranks (`verify --seed 4242`); solution 12 with `--momentum 0.9` on 2 and
-/// 3 ranks, seeds 4 and 5 (5 steps in 1 epoch); solution 14 with momentum on 2 and 3
-/// ranks, seed 6: at most 6.6e-8, the rounding of a float32 weight (6e-8 of it).
+/// epochs unless said): solution 7 on 2 and 3 ranks, `--seed` 1 to 3, on 6 ranks
+/// (`verify --seed 4242`, 1, 2 when the exact runs took the main run's world) and as
+/// `verify --seed 1` and `2` run it (3 and 2 ranks); solution 12 with `--momentum 0.9`
+/// on 2 and 3 ranks, seeds 4 and 5 (5 steps in 1 epoch); solution 14 with momentum on 2
+/// and 3 ranks, seed 6: at most 6.8e-8, the rounding of a float32 weight (6e-8 of it).
 /// PyTorch's own tests compare float32 with rtol 1.3e-6; 1e-5 leaves GPUs room for
 /// reductions in another order. A mistake moves them by a step's own size, 1e-3 to
 /// 1e-1 of a weight at the lab's learning rate: on 6 ranks the learning rate scaled by
 /// the world size parts them by 2.8e-2 at step 1, warmed up to twice the rate at
-/// epoch 1 by 5.3e-3 at step 4 (where the one-step comparison saw 4.6e-4 of its change).
+/// epoch 1 by 5.3e-3 at step 4 (where the one-step comparison saw 4.6e-4 of its
+/// change); see the fixtures `step-07-learning-rate-*`.
 pub const EXACT_TOLERANCE: f64 = 1e-5;
 
 /// The largest difference between two sets of one step's parameter values, relative to
