@@ -133,10 +133,10 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
 /// and 3 ranks, seed 6: at most 6.8e-8, the rounding of a float32 weight (6e-8 of it).
 /// PyTorch's own tests compare float32 with rtol 1.3e-6; 1e-5 leaves GPUs room for
 /// reductions in another order. A mistake moves them by a step's own size, 1e-3 to
-/// 1e-1 of a weight at the lab's learning rate: on 6 ranks the learning rate scaled by
-/// the world size parts them by 2.8e-2 at step 1, warmed up to twice the rate at
-/// epoch 1 by 5.3e-3 at step 4 (where the one-step comparison saw 4.6e-4 of its
-/// change); see the fixtures `step-07-learning-rate-*`.
+/// 1e-1 of a weight at the lab's learning rate: on 3 ranks the learning rate scaled by
+/// the world size parts them by 1.5e-2 at step 1, warmed up to 1.4 times the rate at
+/// epoch 1 by 4.0e-3 at step 4 (where the one-step comparison on the lab's model saw
+/// 4.6e-4 of its change); see the fixtures `step-07-learning-rate-*`.
 pub const EXACT_TOLERANCE: f64 = 1e-5;
 
 /// The largest difference between two sets of one step's parameter values, relative to
