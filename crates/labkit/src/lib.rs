@@ -55,7 +55,7 @@ pub use error::{BoxError, Failure, Result};
 pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
-pub use model::{parameter_count, Architecture, Block, Mlp, ModelSettings, Norm, WideResNet};
+pub use model::{parameter_count, Block, Mlp, ModelSettings, Norm, WideResNet};
 pub use optim::{Optimizer, Sgd};
 pub use options::RunOptions;
 pub use parsers::{learning_rate, momentum, node_count, node_index, positive, ranks_per_node};
@@ -73,7 +73,7 @@ pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
 pub use sharded::ShardedModel;
-pub use widths::Widths;
+pub use widths::{Architecture, Widths};
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests
 /// running in parallel threads do not draw from each other's seeds.

@@ -23,7 +23,7 @@ use tch::Tensor;
 use crate::dropout::dropout;
 use crate::perf::PerfSettings;
 use crate::probes;
-use crate::widths::Widths;
+use crate::widths::{Architecture, Widths, MLP_WIDTHS};
 
 // PyTorch's default initialisation, which the lab's model gets and tch's defaults
 // differ from: conv and linear weights and biases uniform in ±1/sqrt(fan_in) (tch:
@@ -56,18 +56,6 @@ pub enum Norm {
     BatchNorm,
     /// Statistics over every rank's batch (tch-distributed's `SyncBatchNorm`).
     SyncBatchNorm,
-}
-
-/// Which model the lab's constructor builds (`--model`): the lab's WideResNet, or the
-/// exact-comparison [`Mlp`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Architecture {
-    /// The lab's WideResNet.
-    #[default]
-    #[value(name = "wide-resnet")]
-    WideResNet,
-    /// [`Mlp`], the exact-comparison model.
-    Mlp,
 }
 
 /// The exact-comparison model: a multilayer perceptron on the flattened 28×28 image,
@@ -106,7 +94,7 @@ pub struct Mlp {
 
 impl Mlp {
     /// The widths of its layers, input first.
-    pub const WIDTHS: [i64; 4] = [28 * 28, 128, 64, 10];
+    pub const WIDTHS: [i64; 4] = MLP_WIDTHS;
 
     /// Its three linear layers on `p` (`p / "hidden1"`, `"hidden2"`, `"fc"`), drawn from
     /// libtorch's generator as they are (seed it first for a reproducible model).
@@ -310,19 +298,14 @@ struct Layer {
 pub struct ModelSettings {
     /// `--seed`: the initial weights are drawn right after `torch.manual_seed(seed)`.
     pub seed: Option<u64>,
-    /// The widths, the memory layout and the autocast `train` and `test` use.
+    /// The model (`--model`: the WideResNet, or the exact-comparison [`Mlp`] in its
+    /// place), its widths, the memory layout and the autocast `train` and `test` use.
     pub perf: PerfSettings,
-    /// `--model`: the WideResNet, or the exact-comparison [`Mlp`] in its place.
-    pub architecture: Architecture,
 }
 
 impl From<Widths> for ModelSettings {
     fn from(widths: Widths) -> Self {
-        ModelSettings {
-            seed: None,
-            perf: PerfSettings { widths, ..PerfSettings::default() },
-            architecture: Architecture::WideResNet,
-        }
+        ModelSettings { seed: None, perf: PerfSettings { widths, ..PerfSettings::default() } }
     }
 }
 
@@ -506,9 +489,9 @@ impl WideResNet {
         wrap: &mut dyn FnMut(Block, &str) -> Box<dyn ModuleT>,
     ) -> WideResNet {
         crate::revision::keep();
-        let ModelSettings { seed, perf, architecture } = settings;
+        let ModelSettings { seed, perf } = settings;
         probes::seed_before_model(seed);
-        if architecture == Architecture::Mlp {
+        if perf.architecture == Architecture::Mlp {
             // Whole or not at all: a pipeline's stages and tensor parallelism cut the
             // WideResNet's layers (`pipeline_refusal` refuses --model mlp first).
             assert!(
@@ -631,7 +614,10 @@ mod tests {
     #[test]
     fn the_labs_constructor_builds_the_exact_model_when_asked() {
         let _rng = rng_lock();
-        let settings = |architecture| ModelSettings { seed: Some(7), architecture, ..Widths::NARROW.into() };
+        let settings = |architecture| {
+            let perf = PerfSettings { widths: Widths::NARROW, architecture, ..PerfSettings::default() };
+            ModelSettings { seed: Some(7), perf }
+        };
         let vs = nn::VarStore::new(Device::Cpu);
         let net = WideResNet::new(&vs.root(), settings(Architecture::Mlp), Norm::BatchNorm);
         assert_eq!(net.layer_names(), ["mlp"]);

@@ -10,11 +10,11 @@ use tch::Device;
 
 use crate::checkpoint::CheckpointOptions;
 use crate::data::{DatasetKind, DatasetOptions, DownloadOptions, GenerateOptions};
-use crate::model::{Architecture, ModelSettings};
+use crate::model::ModelSettings;
 use crate::parsers::{positive_tflops, threads, timeout_seconds};
 use crate::perf::{Amp, AmpParser, PerfSettings};
 use crate::placement::{gpu_count, DeviceChoice, GpuRequest, Placement};
-use crate::widths::Widths;
+use crate::widths::{Architecture, Widths};
 
 /// The options of every step program that the lab's Python did not need.
 #[derive(Args, Debug, Clone)]
@@ -258,13 +258,14 @@ impl RunOptions {
         }
     }
 
-    /// The speed settings: `--amp`, `--channels-last`, `--width`, `--peak-tflops`, and
+    /// The speed settings: `--amp`, `--channels-last`, `--model`, `--width`, `--peak-tflops`, and
     /// whether `--device` allows GPUs.
     pub fn perf(&self) -> PerfSettings {
         PerfSettings {
             amp: self.amp,
             channels_last: self.channels_last,
             widths: self.width,
+            architecture: self.model,
             peak_tflops: self.peak_tflops,
             gpu_allowed: self.device != DeviceChoice::Cpu,
         }
@@ -275,7 +276,7 @@ impl RunOptions {
 /// the speed settings.
 impl From<&RunOptions> for ModelSettings {
     fn from(run: &RunOptions) -> Self {
-        ModelSettings { seed: Some(run.seed), perf: run.perf(), architecture: run.model }
+        ModelSettings { seed: Some(run.seed), perf: run.perf() }
     }
 }
 

@@ -14,10 +14,11 @@ use tch_distributed as dist;
 
 use crate::error::Result;
 use crate::loader::{DataLoader, Sampler};
-use crate::model::{Architecture, WideResNet, LAYERS};
+use crate::model::{WideResNet, LAYERS};
 use crate::optim::Optimizer;
 use crate::options::RunOptions;
 use crate::perf::Amp;
+use crate::widths::Architecture;
 use crate::{perfetto, probes, run, trace};
 
 /// The layers (indices into [`LAYERS`]) that stage `stage` of `stages` holds: the ten

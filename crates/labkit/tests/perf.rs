@@ -20,17 +20,20 @@ struct Cli {
 }
 
 fn settings(amp: Amp, channels_last: bool) -> PerfSettings {
-    PerfSettings { amp, channels_last, widths: Widths::NARROW, peak_tflops: None, gpu_allowed: false }
+    PerfSettings {
+        amp,
+        channels_last,
+        widths: Widths::NARROW,
+        peak_tflops: None,
+        gpu_allowed: false,
+        ..Default::default()
+    }
 }
 
 fn model(seed: u64, perf: PerfSettings) -> (nn::VarStore, WideResNet) {
     let vs = nn::VarStore::new(Device::Cpu);
     let perf = PerfSettings { widths: Widths([4, 8, 8, 8]), ..perf };
-    let net = WideResNet::new(
-        &vs.root(),
-        ModelSettings { seed: Some(seed), perf, ..Default::default() },
-        Norm::BatchNorm,
-    );
+    let net = WideResNet::new(&vs.root(), ModelSettings { seed: Some(seed), perf }, Norm::BatchNorm);
     (vs, net)
 }
 
