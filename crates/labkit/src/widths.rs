@@ -5,18 +5,18 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Which model the lab's constructor builds (`--model`): the lab's WideResNet, or the
-/// exact-comparison [`crate::Mlp`].
+/// exact-comparison perceptron (`labkit::Mlp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Architecture {
     /// The lab's WideResNet.
     #[default]
     #[value(name = "wide-resnet")]
     WideResNet,
-    /// [`crate::Mlp`], the exact-comparison model.
+    /// The exact-comparison perceptron (labkit::Mlp).
     Mlp,
 }
 
-/// The exact-comparison perceptron's layer widths, input first ([`crate::Mlp::WIDTHS`]).
+/// The exact-comparison perceptron's layer widths, input first (`labkit::Mlp::WIDTHS`).
 pub const MLP_WIDTHS: [i64; 4] = [28 * 28, 128, 64, 10];
 
 /// Channel widths of the four stages.
