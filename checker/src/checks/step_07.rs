@@ -112,6 +112,8 @@ fn matches_single_rank(obs: &Observation) -> Option<Finding> {
         }
     }
     match judge_exact_steps(exact) {
+        // What the lab's model showed wrong stands without the exact model's evidence.
+        Err(missing) if !ok => Finding::shown(false, format!("{observed}; {missing}"), expected),
         Err(missing) => Finding::missing(missing, expected),
         Ok((exact_ok, exact_observed)) => {
             Finding::shown(ok && exact_ok, format!("{observed}; {exact_observed}"), expected)
@@ -182,6 +184,24 @@ fn judge_exact_steps(exact: &ExactSteps) -> Result<(bool, String), String> {
             exact.settings.world_size(),
             one.len()
         ));
+    }
+    // A program that builds its model without the run's options (`&args.run`) trains
+    // the WideResNet here too, whose steps part by design.
+    let [input, h1, h2, classes] = labkit::Mlp::WIDTHS;
+    let mut perceptron =
+        vec![vec![h1, input], vec![h1], vec![h2, h1], vec![h2], vec![classes, h2], vec![classes]];
+    perceptron.sort();
+    for (runs, steps) in [("ranks", &many), ("rank", &one)] {
+        let mut shapes: Vec<Vec<i64>> = steps[0].parameters.iter().map(|p| p.shape.clone()).collect();
+        shapes.sort();
+        // No parameter at all: an optimizer over another VarStore, the epoch's finding.
+        if !shapes.is_empty() && shapes != perceptron {
+            return Err(format!(
+                "with --model mlp the {runs} did not train the perceptron ({} parameter tensors, {} of them of its shapes): build the model with labkit::WideResNet::new(&vs.root(), &args.run, norm), which builds the perceptron under --model mlp",
+                shapes.len(),
+                shapes.iter().filter(|s| perceptron.contains(s)).count()
+            ));
+        }
     }
     let n = exact.settings.world_size();
     let b = exact.settings.batch_size;
@@ -277,17 +297,19 @@ mod exact_steps_tests {
         StepParameter { shape, norm, samples }
     }
 
-    /// Rank 0's traced steps, each a weight and a bias `[w, b]` scaled by `(1 + step * lr)`.
+    /// Rank 0's traced steps of the perceptron, its first weight scaled by `(1 + step * lr)`.
     fn run(lrs: &[f64]) -> Run {
         let records = lrs
             .iter()
             .enumerate()
             .map(|(step, lr)| {
                 let scale = 1.0 + lr * step as f64;
-                let parameters = vec![
-                    parameter(vec![2, 2], vec![0.5 * scale, -0.25 * scale, 0.125, 1.0]),
-                    parameter(vec![2], vec![0.1 * scale, 0.4]),
-                ];
+                // The perceptron's six tensors: a weight that the rate moves, the rest still.
+                let mut parameters =
+                    vec![parameter(vec![128, 784], vec![0.5 * scale, -0.25 * scale, 0.125, 1.0])];
+                for shape in [vec![128], vec![64, 128], vec![64], vec![10, 64], vec![10]] {
+                    parameters.push(parameter(shape, vec![0.1, 0.4]));
+                }
                 let mut record = Record::now(Event::from(TrainingStep { step, loss: Some(2.3), parameters }));
                 record.rank = Some(0);
                 record
@@ -320,7 +342,8 @@ mod exact_steps_tests {
         let (ok, observed) = judge_exact_steps(&exact(&warmed, &same)).unwrap();
         assert!(!ok);
         assert!(
-            observed.contains("part after step 4 of 6 (epoch 1), by 1.5e-2 of the parameter of shape [2, 2]"),
+            observed
+                .contains("part after step 4 of 6 (epoch 1), by 1.5e-2 of the parameter of shape [128, 784]"),
             "{observed}"
         );
         // Within the tolerance: a difference of rounding's size.
@@ -339,7 +362,21 @@ mod exact_steps_tests {
             }
         }
         let e = judge_exact_steps(&other).unwrap_err();
-        assert!(e.contains("parameters after step 1 are not the 1-rank run's"), "{e}");
+        assert!(
+            e.contains(
+                "the ranks did not train the perceptron (6 parameter tensors, 5 of them of its shapes)"
+            ),
+            "{e}"
+        );
+        // A model built without the run's options: the WideResNet, under --model mlp too.
+        let mut wide = exact(&[0.01; 6], &[0.01; 6]);
+        for record in &mut wide.one.trace.records {
+            if let Event::TrainingStep(step) = &mut record.event {
+                step.parameters.push(parameter(vec![16, 1, 3, 3], vec![0.5]));
+            }
+        }
+        let e = judge_exact_steps(&wide).unwrap_err();
+        assert!(e.contains("the rank did not train the perceptron (7 parameter tensors, 6 of them of its shapes): build the model with labkit::WideResNet::new(&vs.root(), &args.run, norm)"), "{e}");
     }
 
     #[test]
@@ -369,6 +406,19 @@ mod recorded_tests {
             eq.exact = None;
         }
         matches_single_rank(&obs).expect("judged")
+    }
+
+    /// A model not wrapped in DDP stays a failure when the exact model's runs traced
+    /// nothing to compare: what the lab's model showed stands, with what is missing.
+    #[test]
+    fn the_epochs_failure_stands_without_the_exact_steps() {
+        let Recorded::Ran(mut obs) = case("step-07-model-not-wrapped".into()).recorded else { panic!() };
+        let Some(crate::observe::Runs::Equivalence(eq)) = obs.run_mut(RunKind::Equivalence) else { panic!() };
+        let exact = eq.exact.as_mut().expect("recorded with the exact runs");
+        exact.one.trace.records.retain(|r| r.get::<TrainingStep>().is_none());
+        let finding = matches_single_rank(&obs).expect("judged");
+        assert_eq!(finding.evidence, Evidence::Broken, "{}", finding.observed);
+        assert!(finding.observed.contains("of the epoch's change; on the exact-comparison model rank 0 traced 6 of 6 steps on 3 ranks and 0 on 1 rank"), "{}", finding.observed);
     }
 
     /// A learning rate warmed up to N times the base from epoch 1: the one step of the
