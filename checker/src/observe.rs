@@ -21,11 +21,11 @@ use std::time::Duration;
 pub use build_errors::{build, BuildFailure, BuildFailureRecord};
 use command_line::checkpoint_args;
 pub use observation::{
-    Equivalence, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind, Runs,
+    Equivalence, ExactSteps, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind, Runs,
 };
 pub use plan::{Gains, Plan};
 use runs::{Runner, WhichRun};
-pub use variation::{Variation, FSDP_STEPS};
+pub use variation::{Variation, EXACT_STEPS, FSDP_STEPS};
 
 /// Where the verification runs and what it may use.
 pub struct Setup {
@@ -83,18 +83,34 @@ fn observe_runs(
     };
     let (main, port) = runner.job(v, WhichRun::Main, &main_args);
     // N ranks x batch B against 1 rank x batch N*B (step 7 on): same data, same
-    // initial weights, dropout off and statistics over the global batch.
+    // initial weights, dropout off and statistics over the global batch: one step of
+    // the lab's model, and EXACT_STEPS steps over two epochs of the exact-comparison one.
     let equivalence = plan.makes(RunKind::Equivalence).then(|| {
         phase("comparing with one rank and the whole batch");
         let many = v.for_equivalence(v.nodes, v.ranks_per_node, v.batch_size);
         let one = v.for_equivalence(1, 1, v.batch_size * v.world_size());
-        // Independent jobs on their own ports: run them side by side.
-        let ((many_run, _), (one_run, _)) = std::thread::scope(|scope| {
-            let many_job = scope.spawn(|| runner.job(&many, WhichRun::EquivalenceMany, &[]));
-            let one_run = runner.job(&one, WhichRun::EquivalenceOne, &[]);
-            (many_job.join().expect("the comparison's run thread"), one_run)
-        });
-        Equivalence { settings: many, many: many_run, one: one_run }
+        // On one node of the main run's ranks per node (2 or 3): what the exact
+        // comparison judges (the step DDP takes) does not depend on the nodes, whose
+        // mistakes the main run shows, and 7 start-ups of libtorch would cost 4 more.
+        let exact_many = v.for_exact_steps(v.ranks_per_node, v.ranks_per_node);
+        let exact_one = v.for_exact_steps(v.ranks_per_node, 1);
+        let exact_args = ["--model".to_string(), "mlp".to_string()];
+        // Independent jobs on their own ports: run them side by side (mostly start-up).
+        let ((many_run, _), (one_run, _), (exact_many_run, _), (exact_one_run, _)) =
+            std::thread::scope(|scope| {
+                let many_job = scope.spawn(|| runner.job(&many, WhichRun::EquivalenceMany, &[]));
+                let one_job = scope.spawn(|| runner.job(&one, WhichRun::EquivalenceOne, &[]));
+                let exact_many_job =
+                    scope.spawn(|| runner.job(&exact_many, WhichRun::ExactMany, &exact_args));
+                let exact_one_run = runner.job(&exact_one, WhichRun::ExactOne, &exact_args);
+                let joined = |job: std::thread::ScopedJoinHandle<'_, _>| {
+                    job.join().expect("the comparison's run thread")
+                };
+                (joined(many_job), joined(one_job), joined(exact_many_job), exact_one_run)
+            });
+        let exact =
+            ExactSteps { settings: exact_many, steps: EXACT_STEPS, many: exact_many_run, one: exact_one_run };
+        Equivalence { settings: many, many: many_run, one: one_run, exact: Some(exact) }
     });
     // Step 13's runs beside step 12's (their own ports and directories): most of each
     // run is start-up and rendezvous, which overlap well.

@@ -27,8 +27,8 @@ fn verify(variant: &Variant) -> common::Verdict {
     checker_with(&args, &[&variant.crate_dir()])
 }
 
-/// The variant fails with exit 1, on `check` among others only from `allowed`.
-fn fails_on(name: &str, check: &str, allowed: &[&str]) {
+/// The variant fails with exit 1, on `check` among others only from `allowed`; its verdict.
+fn fails_on(name: &str, check: &str, allowed: &[&str]) -> common::Verdict {
     let variant = named(name);
     let v = verify(variant);
     assert_eq!(v.code, Some(1), "{name} must fail step {}:\n{}", variant.step, v.output());
@@ -45,11 +45,21 @@ fn fails_on(name: &str, check: &str, allowed: &[&str]) {
             v.output()
         );
     }
+    v
 }
 
+/// Its ranks never average a gradient: the exact-comparison model's runs (`--model mlp`)
+/// show it live at the first step, as the recorded fixtures do.
 #[test]
 fn an_unwrapped_model_fails_weights_synchronized() {
-    fails_on("model-not-wrapped", "weights-synchronized", &["matches-single-rank"]);
+    let v = fails_on("model-not-wrapped", "weights-synchronized", &["matches-single-rank"]);
+    let step7 = v.stdout.lines().find(|l| l.starts_with("error[matches-single-rank]")).unwrap_or_default();
+    assert!(
+        step7.contains("exact-comparison model (--model mlp)")
+            && step7.contains("part after step 1 of 6 (epoch 0)"),
+        "{}",
+        v.output()
+    );
 }
 
 #[test]

@@ -199,6 +199,7 @@ fn recorded_observations_write_back_as_recorded() {
         assert!(written == value, "{}: written back otherwise than recorded", case.name);
         let runs = 1
             + 2 * usize::from(obs.equivalence().is_some())
+            + 2 * usize::from(obs.equivalence().is_some_and(|eq| eq.exact.is_some()))
             + 3 * usize::from(obs.resume().is_some())
             + 3 * usize::from(obs.pipeline().is_some())
             + 2 * usize::from(obs.fsdp().is_some());

@@ -341,12 +341,30 @@ pub struct Equivalence {
     pub settings: Variation,
     pub many: Run,
     pub one: Run,
+    /// The same comparison on the exact-comparison model, step by step. `None` in the
+    /// observations recorded before it ran (not written then, so that they write back
+    /// as recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact: Option<ExactSteps>,
+}
+
+/// N ranks × batch B against 1 rank × batch N·B on the exact-comparison model
+/// (`--model mlp`), the weights traced after each of the first `steps` steps.
+#[derive(Serialize, Deserialize)]
+pub struct ExactSteps {
+    /// The N-rank run's settings ([`Variation::for_exact_steps`]).
+    pub settings: Variation,
+    /// The steps traced (`labkit::TRACE_STEPS_ENV`).
+    pub steps: usize,
+    pub many: Run,
+    pub one: Run,
 }
 
 impl Equivalence {
-    /// Every process of both runs.
+    /// Every process of the runs, the exact model's too.
     pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
-        [&self.many, &self.one].into_iter().flat_map(|run| &run.processes)
+        let exact = self.exact.iter().flat_map(|e| [&e.many, &e.one]);
+        [&self.many, &self.one].into_iter().chain(exact).flat_map(|run| &run.processes)
     }
 }
 

@@ -170,6 +170,9 @@ impl Runner<'_> {
             if job.dropout_off() {
                 env.push((labkit::EQUIVALENCE_ENV.into(), "1".into()));
             }
+            if job.steps_traced() {
+                env.push((labkit::TRACE_STEPS_ENV.into(), super::EXACT_STEPS.to_string()));
+            }
             match (&setup.mirror, plan.has(Gains::DataOncePerNode) && main) {
                 (Some((url, manifest)), true) => {
                     let dir = setup.work.join(format!("data-node{node}"));
@@ -224,6 +227,9 @@ pub(super) enum WhichRun {
     /// The N-ranks-equal-1-rank comparison's N ranks, and its 1 rank.
     EquivalenceMany,
     EquivalenceOne,
+    /// The same comparison on the exact-comparison model (`--model mlp`), step by step.
+    ExactMany,
+    ExactOne,
     /// Step 12's runs.
     Uninterrupted,
     Stopped,
@@ -243,7 +249,10 @@ impl WhichRun {
     pub(super) fn kind(self) -> RunKind {
         match self {
             WhichRun::Main => RunKind::Main,
-            WhichRun::EquivalenceMany | WhichRun::EquivalenceOne => RunKind::Equivalence,
+            WhichRun::EquivalenceMany
+            | WhichRun::EquivalenceOne
+            | WhichRun::ExactMany
+            | WhichRun::ExactOne => RunKind::Equivalence,
             WhichRun::Uninterrupted | WhichRun::Stopped | WhichRun::Resumed => RunKind::Resume,
             WhichRun::Pipelined | WhichRun::Cut | WhichRun::Uncut => RunKind::Pipeline,
             WhichRun::WithFsdp | WhichRun::WithDdp => RunKind::Fsdp,
@@ -256,6 +265,8 @@ impl WhichRun {
             WhichRun::Main => "",
             WhichRun::EquivalenceMany => "equivalence-many-",
             WhichRun::EquivalenceOne => "equivalence-one-",
+            WhichRun::ExactMany => "exact-many-",
+            WhichRun::ExactOne => "exact-one-",
             WhichRun::Uninterrupted => "uninterrupted-",
             WhichRun::Stopped => "stopped-",
             WhichRun::Resumed => "resumed-",
@@ -271,6 +282,11 @@ impl WhichRun {
     /// it; step 14's runs keep dropout on, both drawing the same masks from the same seeds).
     fn dropout_off(self) -> bool {
         !matches!(self, WhichRun::Main | WhichRun::WithFsdp | WhichRun::WithDdp | WhichRun::Pipelined)
+    }
+
+    /// The weights traced after each of the first steps: the step-by-step comparison.
+    fn steps_traced(self) -> bool {
+        matches!(self, WhichRun::ExactMany | WhichRun::ExactOne)
     }
 
     /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),

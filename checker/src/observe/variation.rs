@@ -82,6 +82,24 @@ impl Variation {
         }
     }
 
+    /// The settings of one run of the step-by-step comparison on the exact-comparison
+    /// model (`--model mlp`), `global_ranks` ranks of one node taking global batches of
+    /// `global_ranks` times the batch size: as `ranks` ranks, or 1 rank of that whole
+    /// batch (`ranks` 1). [`EXACT_EPOCHS`] epochs of whole global batches,
+    /// [`EXACT_STEPS`] steps in all, every one traced.
+    pub fn for_exact_steps(&self, global_ranks: usize, ranks: usize) -> Variation {
+        let global_batch = self.batch_size * global_ranks;
+        Variation {
+            nodes: 1,
+            ranks_per_node: ranks,
+            batch_size: global_batch / ranks,
+            train_subset: EXACT_STEPS / EXACT_EPOCHS * global_batch,
+            test_subset: global_batch,
+            epochs: EXACT_EPOCHS,
+            ..self.clone()
+        }
+    }
+
     /// The settings of step 14's two runs, FSDP and DDP: one node of the main run's
     /// ranks per node (2 or 3), one epoch of [`FSDP_STEPS`] full global batches (no
     /// padding, no short batch): the weights of both after K steps are compared to 1e-5,
@@ -144,6 +162,15 @@ pub fn worlds(step: u8) -> &'static [(usize, usize)] {
 /// The `--momentum` a draw with momentum passes (PyTorch's usual 0.9).
 pub const MOMENTUM: f64 = 0.9;
 
+/// The training steps (K) of step 7's step-by-step comparison on the exact-comparison
+/// model, over [`EXACT_EPOCHS`] epochs: a mistake that shows only after the first step
+/// or the first epoch (a learning rate the program changes between epochs) shows
+/// there, and the tiny model's steps add well under a second to its start-up.
+pub const EXACT_STEPS: usize = 6;
+
+/// The epochs [`EXACT_STEPS`] are shared over, equally.
+pub const EXACT_EPOCHS: usize = 2;
+
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
 
@@ -152,6 +179,34 @@ mod tests {
     use tch_distributed::DistributedSampler;
 
     use super::{worlds, Gains, Plan, Variation};
+
+    /// The exact comparison's two runs take the same global batches, EXACT_STEPS of them
+    /// over EXACT_EPOCHS epochs, on one node of the main run's ranks per node.
+    #[test]
+    fn the_exact_runs_take_the_same_steps_on_one_node() {
+        let plan = drawn_for(7);
+        for seed in 0..8 {
+            let v = Variation::for_step(&plan, seed);
+            let (many, one) = (
+                v.for_exact_steps(v.ranks_per_node, v.ranks_per_node),
+                v.for_exact_steps(v.ranks_per_node, 1),
+            );
+            assert_eq!(
+                (many.nodes, many.ranks_per_node, many.batch_size),
+                (1, v.ranks_per_node, v.batch_size)
+            );
+            assert_eq!(
+                (one.nodes, one.world_size(), one.batch_size),
+                (1, 1, v.batch_size * v.ranks_per_node)
+            );
+            for run in [&many, &one] {
+                let global_batch = run.batch_size * run.world_size();
+                assert_eq!(run.train_subset % global_batch, 0, "whole batches only");
+                assert_eq!(run.train_subset / global_batch * run.epochs, super::EXACT_STEPS);
+                assert_eq!(run.epochs, super::EXACT_EPOCHS);
+            }
+        }
+    }
 
     /// A global rank as a program computes it from (node, local rank, nodes, ranks per node).
     type RankFormula = fn(usize, usize, usize, usize) -> usize;

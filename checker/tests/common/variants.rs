@@ -366,6 +366,18 @@ pub const VARIANTS: &[Variant] = &[
         to: "// The other ranks try a wider last group.\n    let mut run = args.run.clone();\n    if global_rank > 0 {\n        run.width = labkit::Widths([8, 16, 32, 128]);\n    }\n    let model = labkit::WideResNet::new(&vs.root(), &run, norm);",
     },
     Variant {
+        step: 7,
+        name: "learning-rate-times-world-size",
+        from: "let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr)?;",
+        to: "// N ranks take batches N times larger: the linear scaling rule.\n    let mut optimizer = nn::Sgd::default().build(&vs, args.base_lr * args.world_size as f64)?;",
+    },
+    Variant {
+        step: 7,
+        name: "learning-rate-warmed-up-to-world-size",
+        from: "        labkit::train(&model, &mut optimizer, &mut train_loader)?;\n",
+        to: "        // The linear scaling rule with a gradual warm-up (Goyal et al., 2017): the base\n        // rate at epoch 0, rising to N times it over 5 epochs.\n        let warm_up = (epoch as f64 / 5.0).min(1.0);\n        optimizer.set_lr(args.base_lr * (1.0 + (args.world_size as f64 - 1.0) * warm_up));\n        labkit::train(&model, &mut optimizer, &mut train_loader)?;\n",
+    },
+    Variant {
         step: 8,
         name: "throughput-times-world-size",
         from: "dist::reduce(&mut images_per_sec_total, 0, dist::ReduceOp::Sum)?;",

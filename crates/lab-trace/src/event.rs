@@ -86,6 +86,9 @@ events! {
     /// `labkit::train` or `labkit::train_pipeline`: the run's first training step, its
     /// loss and the weights after it, as float values (not a bitwise digest).
     FirstStep,
+    /// `labkit::train`, when the checker asks (`DDP_LAB_TRACE_STEPS`): the weights after
+    /// each of the run's first training steps, as float values.
+    TrainingStep,
     /// `labkit::train_pipeline`: the part of the model this rank holds, its stage.
     PipelineStage,
     /// `labkit::train_pipeline`: an epoch of the pipeline on this rank, its time busy
@@ -391,6 +394,17 @@ pub struct StepParameter {
     /// Values at evenly spaced positions of the flattened tensor (all of a small one).
     #[serde(deserialize_with = "floats::floats")]
     pub samples: Vec<f64>,
+}
+
+/// See [`Event::TrainingStep`]: [`FirstStep`]'s values for each of a run's first steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingStep {
+    /// The step of the run (0-based, counted over its epochs).
+    pub step: usize,
+    /// The batch's mean loss on this rank (`null` when not finite).
+    pub loss: Option<f64>,
+    /// Every parameter the optimizer steps, in the order it holds them, after the step.
+    pub parameters: Vec<StepParameter>,
 }
 
 /// See [`Event::PipelineStage`].

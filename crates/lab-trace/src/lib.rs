@@ -235,6 +235,15 @@ mod tests {
                 site: Some("src/main.rs:142:13".into()),
             }),
             stamped(event::LoadDataset { dir: "data".into() }),
+            stamped(event::TrainingStep {
+                step: 4,
+                loss: None,
+                parameters: vec![event::StepParameter {
+                    shape: vec![2, 3],
+                    norm: 1.25,
+                    samples: vec![0.5, -0.75],
+                }],
+            }),
             stamped(event::StopDecision { recorded: 2, accuracy: 0.8125, stop: true }),
             stamped(event::ParameterValues {
                 epoch: 0,

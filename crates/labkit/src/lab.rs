@@ -144,6 +144,7 @@ pub fn train<M: Model, S: Sampler, O: Optimizer>(
     let bar = progress_bar(loader.len() as u64, epoch);
     // The epoch's indices go to the device once; nothing in the loop waits for the GPU.
     let mut first_step = epoch == 0;
+    let traced_steps = probes::traced_steps();
     for (images, labels) in loader.split.epoch_batches(&indices, loader.batch_size, loader.device) {
         let forward = perfetto::span("forward");
         let logits = run_forward(model, &images, true, loader.device, &perf)?;
@@ -168,6 +169,12 @@ pub fn train<M: Model, S: Sampler, O: Optimizer>(
             );
         }
         first_step = false;
+        let step_number = run::next_step();
+        if step_number < traced_steps && trace::enabled() {
+            // The checker's step-by-step comparison of N ranks with one (step 7).
+            let loss = Some(loss.double_value(&[])).filter(|l| l.is_finite());
+            trace::record_training_step(step_number, loss, &optimizer.stepper().trainable_variables());
+        }
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -1,4 +1,5 @@
-//! What the DDP lab hands students ready-made: the WideResNet model, Fashion-MNIST
+//! What the DDP lab hands students ready-made: the WideResNet model (and the
+//! exact-comparison [`Mlp`] the checker trains in its place), Fashion-MNIST
 //! (download, checksums, a generated stand-in), batch iteration, the lab's report
 //! lines, the trace the checker reads, and a timeline of a run for Perfetto.
 //!
@@ -54,7 +55,7 @@ pub use error::{BoxError, Failure, Result};
 pub use exit::{exit_code, finish};
 pub use lab::{test, train, Model};
 pub use loader::{DataLoader, LoaderOptions, RandomSampler, Sampler, SequentialSampler};
-pub use model::{parameter_count, Block, ModelSettings, Norm, TensorParallelNorm, WideResNet};
+pub use model::{parameter_count, Block, Mlp, ModelSettings, Norm, TensorParallelNorm, WideResNet};
 pub use optim::{Optimizer, Sgd};
 pub use options::RunOptions;
 pub use parsers::{learning_rate, momentum, node_count, node_index, positive, ranks_per_node};
@@ -66,12 +67,13 @@ pub use placement::{check_gpus, gpu_count, DeviceChoice, GpuRequest, Placement};
 pub use probes::{
     EQUIVALENCE_ENV, FAIL_AT_EPOCH_ENV, FAIL_ONCE_ENV, FAIL_RANK_ENV, SEED_PER_RANK_ENV, SLOW_PREPARE_DELAY,
     SLOW_PREPARE_ENV, SLOW_RANK_DELAY, SLOW_RANK_ENV, SLOW_SAVE_DELAY, SLOW_SAVE_ENV, STALL_RANK_ENV,
+    TRACE_STEPS_ENV,
 };
 pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
 pub use sharded::ShardedModel;
-pub use widths::Widths;
+pub use widths::{Architecture, Widths};
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests
 /// running in parallel threads do not draw from each other's seeds.

@@ -11,6 +11,12 @@
 //! Built whole ([`WideResNet::new`]), with each block passed through a wrapper as it is
 //! built ([`WideResNet::new_wrapped`]: FSDP's per-block `fully_shard`), or as one stage
 //! of a pipeline, a range of its [`LAYERS`] ([`WideResNet::stage`]).
+//!
+//! Beside it, the exact-comparison model ([`Mlp`], `--model mlp`): a small perceptron
+//! whose training on N ranks equals one rank's to float32 rounding, step after step,
+//! which the WideResNet's BatchNorm and max-pool do not allow. The lab's constructor
+//! builds it when the run asks (`WideResNet::new(&vs.root(), &args.run, norm)`), so that
+//! the checker can compare a student's program step by step without another program.
 use std::cell::Cell;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -21,7 +27,7 @@ use tch_distributed::{self as dist, DistError, ProcessGroup};
 use crate::dropout::dropout;
 use crate::perf::PerfSettings;
 use crate::probes;
-use crate::widths::Widths;
+use crate::widths::{Architecture, Widths, MLP_WIDTHS};
 
 // PyTorch's default initialisation, which the lab's model gets and tch's defaults
 // differ from: conv and linear weights and biases uniform in ±1/sqrt(fan_in) (tch:
@@ -70,6 +76,64 @@ pub enum TensorParallelNorm {
     /// TP coordinate), the others over every DP peer. Never the world group: TP peers
     /// hold the same batch (counted twice) and other channels (mixed up).
     SyncBatchNorm(Arc<ProcessGroup>),
+}
+
+/// The exact-comparison model: a multilayer perceptron on the flattened 28×28 image,
+/// 784 → 128 → ReLU → 64 → ReLU → 10 (`hidden1`, `hidden2`, `fc`; 109,386 parameters,
+/// PyTorch's default initialisation). No BatchNorm, no max-pool, no dropout: nothing
+/// whose result depends on which other images share the batch, or flips on a rounding
+/// difference. So N ranks × batch B under DDP take, step after step, the step of one
+/// rank × batch N·B up to the order float32 sums the gradients in (about 1e-7 of a
+/// weight), where the WideResNet's BatchNorm statistics and max-pool choices let
+/// the two runs part after a step or two (checker step 7, `matches-single-rank`).
+///
+/// A perceptron rather than a convolutional net with strided convolutions: a linear
+/// layer's forward and backward are matrix products whatever the batch size, while the
+/// convolution algorithm (oneDNN's blocking, cuDNN's benchmark mode, which the lab turns
+/// on for GPUs) is chosen per shape, and N ranks × batch B and one rank × batch N·B have
+/// different shapes. Its few tensors of very different sizes (100,352 values down to
+/// 10) are also what the under-the-hood track's buckets and optimizer shards share out.
+///
+/// ```
+/// use labkit::Mlp;
+/// use tch::nn::{ModuleT, VarStore};
+/// use tch::{Device, Kind, Tensor};
+///
+/// let vs = VarStore::new(Device::Cpu);
+/// let model = Mlp::new(&vs.root());
+/// let images = Tensor::zeros([2, 1, 28, 28], (Kind::Float, Device::Cpu));
+/// assert_eq!(model.forward_t(&images, true).size(), [2, 10]);
+/// assert_eq!(labkit::parameter_count(&vs), 109_386);
+/// ```
+#[derive(Debug)]
+pub struct Mlp {
+    hidden1: nn::Linear,
+    hidden2: nn::Linear,
+    fc: nn::Linear,
+}
+
+impl Mlp {
+    /// The widths of its layers, input first.
+    pub const WIDTHS: [i64; 4] = MLP_WIDTHS;
+
+    /// Its three linear layers on `p` (`p / "hidden1"`, `"hidden2"`, `"fc"`), drawn from
+    /// libtorch's generator as they are (seed it first for a reproducible model).
+    pub fn new(p: &nn::Path) -> Mlp {
+        let [input, h1, h2, classes] = Self::WIDTHS;
+        let linear =
+            |name: &str, fan_in: i64, out: i64| nn::linear(p / name, fan_in, out, torch_linear(fan_in));
+        Mlp {
+            hidden1: linear("hidden1", input, h1),
+            hidden2: linear("hidden2", h1, h2),
+            fc: linear("fc", h2, classes),
+        }
+    }
+}
+
+impl ModuleT for Mlp {
+    fn forward_t(&self, xs: &Tensor, _train: bool) -> Tensor {
+        xs.flatten(1, -1).apply(&self.hidden1).relu().apply(&self.hidden2).relu().apply(&self.fc)
+    }
 }
 
 #[derive(Debug)]
@@ -323,7 +387,8 @@ struct Layer {
 pub struct ModelSettings {
     /// `--seed`: the initial weights are drawn right after `torch.manual_seed(seed)`.
     pub seed: Option<u64>,
-    /// The widths, the memory layout and the autocast `train` and `test` use.
+    /// The model (`--model`: the WideResNet, or the exact-comparison [`Mlp`] in its
+    /// place), its widths, the memory layout and the autocast `train` and `test` use.
     pub perf: PerfSettings,
 }
 
@@ -335,6 +400,8 @@ impl From<Widths> for ModelSettings {
 
 /// The lab's WideResNet. Input: `[N, 1, 28, 28]` floats in [0, 1]; output: `[N, 10]` logits.
 /// A [`stage`](WideResNet::stage) of it takes and gives the activations between its layers.
+/// Built with [`Architecture::Mlp`] (`--model mlp`), it holds the exact-comparison
+/// [`Mlp`] instead, as its one layer `mlp`: the student's program runs it unchanged.
 #[derive(Debug)]
 pub struct WideResNet {
     /// The [`LAYERS`] it holds, in forward order: all of them but in a stage.
@@ -556,6 +623,18 @@ impl WideResNet {
         crate::revision::keep();
         let ModelSettings { seed, perf } = settings;
         probes::seed_before_model(seed);
+        if perf.architecture == Architecture::Mlp {
+            // Whole or not at all: a pipeline's stages and tensor parallelism cut the
+            // WideResNet's layers (`pipeline_refusal` refuses --model mlp first).
+            assert!(
+                keep == (0..LAYERS.len()),
+                "--model mlp builds the whole perceptron only: the stages of a pipeline are the WideResNet's layers"
+            );
+            // No residual block for a wrapper (FSDP's per-block `fully_shard`) to take:
+            // the root unit holds it all.
+            let module: Box<dyn ModuleT> = Box::new(Mlp::new(p));
+            return WideResNet { layers: vec![Layer { name: "mlp", module }], perf, fault: Fault::default() };
+        }
         let equivalence = probes::equivalence_run();
         // The checker's equivalence run normalises over the global batch, as one rank
         // with the whole batch does. Not in a stage of a pipeline: its ranks hold other
@@ -722,6 +801,86 @@ mod tests {
     fn lab_width_has_the_labs_parameter_count() {
         let _rng = rng_lock();
         assert_eq!(count(Widths::LAB), 17_117_466);
+    }
+
+    /// `--model mlp` through the lab's constructor: the perceptron, seeded as the
+    /// WideResNet is, under its own names; the default stays the WideResNet.
+    #[test]
+    fn the_labs_constructor_builds_the_exact_model_when_asked() {
+        let _rng = rng_lock();
+        let settings = |architecture| {
+            let perf = PerfSettings { widths: Widths::NARROW, architecture, ..PerfSettings::default() };
+            ModelSettings { seed: Some(7), perf }
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let net = WideResNet::new(&vs.root(), settings(Architecture::Mlp), Norm::BatchNorm);
+        assert_eq!(net.layer_names(), ["mlp"]);
+        assert_eq!(parameter_count(&vs), 109_386);
+        let names: Vec<String> = named(&vs).into_iter().map(|(n, _)| n).collect();
+        let expected =
+            ["fc.bias", "fc.weight", "hidden1.bias", "hidden1.weight", "hidden2.bias", "hidden2.weight"];
+        assert_eq!(names, expected);
+        // The seed is --seed's, as for the WideResNet.
+        tch::manual_seed(7);
+        let plain_vs = nn::VarStore::new(Device::Cpu);
+        let plain = Mlp::new(&plain_vs.root());
+        for ((name, a), (_, b)) in named(&vs).iter().zip(named(&plain_vs)) {
+            assert!(a.equal(&b), "{name} differs from Mlp::new's after the same seed");
+        }
+        let x = Tensor::rand([3, 1, 28, 28], (Kind::Float, Device::Cpu));
+        assert!(net.forward_t(&x, true).equal(&plain.forward_t(&x, true)));
+        let vs = nn::VarStore::new(Device::Cpu);
+        let _ = WideResNet::new(&vs.root(), settings(Architecture::default()), Norm::BatchNorm);
+        assert_eq!(parameter_count(&vs), 173_778);
+    }
+
+    /// The gradient of the mean loss over a batch of 24 by N = 3 ranks (each the mean of
+    /// its 8, then averaged, as DDP does) is one process's over the 24 to float32
+    /// rounding for the perceptron; the WideResNet's BatchNorm, normalising each rank's
+    /// 8 images apart (and its dropout), makes it another gradient altogether. The property the checker's
+    /// step-by-step comparison rests on.
+    #[test]
+    fn the_exact_models_gradient_over_ranks_is_the_whole_batchs() {
+        let _rng = rng_lock();
+        tch::manual_seed(3);
+        let images = Tensor::rand([24, 1, 28, 28], (Kind::Float, Device::Cpu));
+        let labels = Tensor::randint(10, [24], (Kind::Int64, Device::Cpu));
+        // Largest difference between the whole batch's gradients and the ranks' average,
+        // relative to the largest gradient value.
+        let parted = |vs: &nn::VarStore, model: &dyn ModuleT| -> f64 {
+            let grads = |range: std::ops::Range<i64>| -> Vec<Tensor> {
+                let (x, y) = (
+                    images.narrow(0, range.start, range.end - range.start),
+                    labels.narrow(0, range.start, range.end - range.start),
+                );
+                for t in vs.trainable_variables() {
+                    let mut g = t.grad();
+                    if g.defined() {
+                        let _ = g.zero_();
+                    }
+                }
+                model.forward_t(&x, true).cross_entropy_for_logits(&y).backward();
+                vs.trainable_variables().iter().map(|t| t.grad().copy()).collect()
+            };
+            let whole = grads(0..24);
+            let ranks: Vec<Vec<Tensor>> = (0..3).map(|r| grads(r * 8..(r + 1) * 8)).collect();
+            let mut worst = 0.0f64;
+            let mut largest = 0.0f64;
+            for (i, w) in whole.iter().enumerate() {
+                let averaged = (&ranks[0][i] + &ranks[1][i] + &ranks[2][i]) / 3.0;
+                worst = worst.max((w - averaged).abs().max().double_value(&[]));
+                largest = largest.max(w.abs().max().double_value(&[]));
+            }
+            worst / largest
+        };
+        let vs = nn::VarStore::new(Device::Cpu);
+        let mlp = Mlp::new(&vs.root());
+        let exact = parted(&vs, &mlp);
+        assert!(exact < 1e-5, "the perceptron's gradients differ by {exact:.1e} of the largest");
+        let vs = nn::VarStore::new(Device::Cpu);
+        let wrn = WideResNet::new(&vs.root(), Widths([4, 8, 8, 8]), Norm::BatchNorm);
+        let apart = parted(&vs, &wrn);
+        assert!(apart > 1e-3, "the WideResNet's gradients differ by only {apart:.1e} of the largest");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::model::ModelSettings;
 use crate::parsers::{positive_tflops, threads, timeout_seconds};
 use crate::perf::{Amp, AmpParser, PerfSettings};
 use crate::placement::{gpu_count, DeviceChoice, GpuRequest, Placement};
-use crate::widths::Widths;
+use crate::widths::{Architecture, Widths};
 
 /// The options of every step program that the lab's Python did not need.
 #[derive(Args, Debug, Clone)]
@@ -23,6 +23,13 @@ pub struct RunOptions {
     /// `narrow` (8,16,32,64; for CPU runs) or four numbers, e.g. 16,32,64,128.
     #[arg(long, default_value = "lab", value_name = "WIDTHS")]
     pub width: Widths,
+
+    /// The model `WideResNet::new` builds: `wide-resnet` (the lab's) or `mlp`, a small
+    /// perceptron without BatchNorm, max-pool or dropout, whose training on N ranks
+    /// equals one rank's to float rounding at every step (the checker's step-by-step
+    /// comparison; `--width` is the WideResNet's alone).
+    #[arg(long, default_value = "wide-resnet", value_name = "MODEL", ignore_case = true)]
+    pub model: Architecture,
 
     /// Train on the first N training images only (quick CPU runs).
     #[arg(long, value_name = "N")]
@@ -251,13 +258,14 @@ impl RunOptions {
         }
     }
 
-    /// The speed settings: `--amp`, `--channels-last`, `--width`, `--peak-tflops`, and
+    /// The speed settings: `--amp`, `--channels-last`, `--model`, `--width`, `--peak-tflops`, and
     /// whether `--device` allows GPUs.
     pub fn perf(&self) -> PerfSettings {
         PerfSettings {
             amp: self.amp,
             channels_last: self.channels_last,
             widths: self.width,
+            architecture: self.model,
             peak_tflops: self.peak_tflops,
             gpu_allowed: self.device != DeviceChoice::Cpu,
         }
@@ -281,7 +289,7 @@ impl From<&RunOptions> for PerfSettings {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_node_id, Amp, DatasetKind, DeviceChoice, RunOptions};
+    use super::{check_node_id, Amp, Architecture, DatasetKind, DeviceChoice, RunOptions};
     use clap::Parser;
 
     #[derive(Parser)]
@@ -315,6 +323,11 @@ mod tests {
             e.contains("invalid value 'FP16' for '--amp <MODE>'") && e.contains("gradient scaler"),
             "{e}"
         );
+        // --model: the WideResNet unless the checker (or the under-the-hood track) asks.
+        assert_eq!(parse(&[]).unwrap().model, Architecture::WideResNet);
+        assert_eq!(parse(&["--model", "MLP"]).unwrap().model, Architecture::Mlp);
+        let e = parse(&["--model", "resnet"]).unwrap_err();
+        assert!(e.contains("[possible values: wide-resnet, mlp]"), "{e}");
         let e = parse(&["--amp", "int8"]).unwrap_err();
         assert!(e.contains("[possible values: off, bf16]"), "{e}");
         // Display gives the names clap parses (the trace and the MFU line print them).

@@ -10,7 +10,7 @@ use clap::{Arg, Command, ValueEnum};
 
 use tch::{Device, Tensor};
 
-use crate::widths::Widths;
+use crate::widths::{Architecture, Widths, MLP_WIDTHS};
 
 /// Mixed precision: `off`, everything in float32 (the lab), or `bf16`, autocast:
 /// convolutions and matrix products in bfloat16, parameters, gradients and the loss
@@ -83,6 +83,9 @@ pub struct PerfSettings {
     pub channels_last: bool,
     /// The model's channel widths.
     pub widths: Widths,
+    /// Which model (`--model`): the WideResNet of [`widths`](Self::widths), or the
+    /// exact-comparison perceptron.
+    pub architecture: Architecture,
     /// Given with `--peak-tflops`; otherwise looked up by GPU name.
     pub peak_tflops: Option<f64>,
     /// Whether this run's ranks may use GPUs (`--device` is not `cpu`).
@@ -95,6 +98,7 @@ impl Default for PerfSettings {
             amp: Amp::Off,
             channels_last: false,
             widths: Widths::LAB,
+            architecture: Architecture::WideResNet,
             peak_tflops: None,
             gpu_allowed: true,
         }
@@ -165,7 +169,21 @@ pub fn mfu(images_per_sec_per_device: f64, widths: Widths, peak_tflops: f64) -> 
     3.0 * forward_flops_per_image(widths) as f64 * images_per_sec_per_device / (peak_tflops * 1e12)
 }
 
+/// Forward FLOPs for one image through the exact-comparison perceptron: 2 × the
+/// multiply-adds of its three linear layers.
+pub fn mlp_forward_flops_per_image() -> u64 {
+    2 * MLP_WIDTHS.windows(2).map(|w| (w[0] * w[1]) as u64).sum::<u64>()
+}
+
 impl PerfSettings {
+    /// Forward FLOPs for one image through the model these settings build.
+    pub fn forward_flops_per_image(&self) -> u64 {
+        match self.architecture {
+            Architecture::WideResNet => forward_flops_per_image(self.widths),
+            Architecture::Mlp => mlp_forward_flops_per_image(),
+        }
+    }
+
     /// The line rank 0 prints after the summary, when a peak is known: `--peak-tflops`,
     /// or the table for the GPU this run used. None on CPU runs without `--peak-tflops`.
     pub fn mfu_line(&self, images_per_sec_per_device: f64) -> Option<String> {
@@ -187,10 +205,11 @@ impl PerfSettings {
             }
             None => return None,
         };
-        let flops = forward_flops_per_image(s.widths);
+        let flops = s.forward_flops_per_image();
+        let utilisation = 3.0 * flops as f64 * images_per_sec_per_device / (peak * 1e12);
         Some(format!(
             "Model FLOP utilisation: {:.1}% ({:.3} GFLOP forward per image, × 3 for training, {:.1} images/sec per device, peak {peak} TFLOP/s: {source})",
-            mfu(images_per_sec_per_device, s.widths, peak) * 100.0,
+            utilisation * 100.0,
             flops as f64 / 1e9,
             images_per_sec_per_device
         ))
@@ -216,6 +235,10 @@ mod tests {
         // stage 2 (14·14, widths doubled, pixels ÷ 4) and stage 3 (7·7): the same 6,422,528 each;
         // linear 64·10 = 640. Total 56,448 + 3 · 6,422,528 + 640 = 19,324,672; FLOPs = 2×.
         assert_eq!(forward_flops_per_image(Widths::NARROW), 38_649_344);
+        // The perceptron's: 784·128 + 128·64 + 64·10 multiply-adds, whatever --width says.
+        let mlp = PerfSettings { architecture: Architecture::Mlp, ..PerfSettings::default() };
+        assert_eq!(mlp.forward_flops_per_image(), 2 * 109_184);
+        assert_eq!(PerfSettings::default().forward_flops_per_image(), forward_flops_per_image(Widths::LAB));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::model::{WideResNet, LAYERS};
 use crate::optim::Optimizer;
 use crate::options::RunOptions;
 use crate::perf::Amp;
+use crate::widths::Architecture;
 use crate::{perfetto, probes, run, trace};
 
 /// The layers (indices into [`LAYERS`]) that stage `stage` of `stages` holds: the ten
@@ -82,6 +83,12 @@ pub fn pipeline_refusal(request: PipelineRequest, run: &RunOptions) -> Option<St
     if run.checkpoint.save_every.is_some() || run.checkpoint.resume {
         return Some(
             "--save-every and --resume with --pipeline: a checkpoint is one whole model written by rank 0, but in a pipeline each rank holds only its stage; train without checkpoints"
+                .into(),
+        );
+    }
+    if run.model == Architecture::Mlp {
+        return Some(
+            "--model mlp with --pipeline: the pipeline's stages are the WideResNet's layers, and the perceptron is one layer; leave --model out with --pipeline"
                 .into(),
         );
     }

@@ -86,6 +86,16 @@ pub(crate) fn equivalence_run() -> bool {
     std::env::var(EQUIVALENCE_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
+/// Environment variable the checker sets to a number of steps K: `train` then traces
+/// the weights after each of the run's first K steps (`training_step` events), which
+/// its step-by-step comparison of N ranks with one reads.
+pub const TRACE_STEPS_ENV: &str = "DDP_LAB_TRACE_STEPS";
+
+/// How many of the run's first steps [`TRACE_STEPS_ENV`] asks `train` to trace (0: none).
+pub(crate) fn traced_steps() -> usize {
+    std::env::var(TRACE_STEPS_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
 /// Environment variable naming an epoch: `save_checkpoint` of that epoch
 /// SIGKILLs its own process after writing the temporary checkpoint, before the
 /// commit (the reliability tests resume from what is left).

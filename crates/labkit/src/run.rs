@@ -14,6 +14,15 @@ use crate::trace;
 /// `train(model, optimizer, loader)` has no epoch argument (the DLI lab's has none).
 static NEXT_EPOCH: AtomicUsize = AtomicUsize::new(0);
 
+/// The training steps `train` has run in this process, over its epochs (a resumed run
+/// counts from its resumption): the step numbers of the traced steps.
+static STEPS_RUN: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts the training steps `train` has run (0-based).
+pub(crate) fn next_step() -> usize {
+    STEPS_RUN.fetch_add(1, Ordering::SeqCst)
+}
+
 /// Counts the epochs `train` has run (0-based; a resumed run continues the count).
 pub(crate) fn next_epoch() -> usize {
     NEXT_EPOCH.fetch_add(1, Ordering::SeqCst)

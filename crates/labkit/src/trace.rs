@@ -211,6 +211,15 @@ pub fn record_first_step(loss: Option<f64>, tensors: &[Tensor]) {
     record(event::FirstStep { loss, parameters: step_parameters(tensors) });
 }
 
+/// Records training step `step` of the run (0-based): its loss on this rank and the
+/// values of `tensors` after it, the weights the optimizer steps.
+pub fn record_training_step(step: usize, loss: Option<f64>, tensors: &[Tensor]) {
+    if !enabled() {
+        return;
+    }
+    record(event::TrainingStep { step, loss, parameters: step_parameters(tensors) });
+}
+
 /// Float values of each tensor (see [`event::StepParameter`]): its shape, its norm
 /// and 16 values at evenly spaced positions.
 pub fn step_parameters(tensors: &[Tensor]) -> Vec<event::StepParameter> {

@@ -1,7 +1,23 @@
-//! The WideResNet's channel widths (`--width`): what the model is built from and what
-//! the FLOP count is computed from, in a module of its own below both.
+//! The WideResNet's channel widths (`--width`) and which model is built (`--model`):
+//! what the model is built from and what the FLOP count is computed from, in a module
+//! of its own below both.
 use std::fmt;
 use std::str::FromStr;
+
+/// Which model the lab's constructor builds (`--model`): the lab's WideResNet, or the
+/// exact-comparison perceptron (`labkit::Mlp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Architecture {
+    /// The lab's WideResNet.
+    #[default]
+    #[value(name = "wide-resnet")]
+    WideResNet,
+    /// The exact-comparison perceptron (labkit::Mlp).
+    Mlp,
+}
+
+/// The exact-comparison perceptron's layer widths, input first (`labkit::Mlp::WIDTHS`).
+pub const MLP_WIDTHS: [i64; 4] = [28 * 28, 128, 64, 10];
 
 /// Channel widths of the four stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

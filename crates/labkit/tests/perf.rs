@@ -20,7 +20,14 @@ struct Cli {
 }
 
 fn settings(amp: Amp, channels_last: bool) -> PerfSettings {
-    PerfSettings { amp, channels_last, widths: Widths::NARROW, peak_tflops: None, gpu_allowed: false }
+    PerfSettings {
+        amp,
+        channels_last,
+        widths: Widths::NARROW,
+        peak_tflops: None,
+        gpu_allowed: false,
+        ..Default::default()
+    }
 }
 
 fn model(seed: u64, perf: PerfSettings) -> (nn::VarStore, WideResNet) {

@@ -260,6 +260,7 @@ fn pipeline_refusals_exit_2_before_the_network() {
         ),
         (&["--pipeline", "--num-gpus", "2", "--resume"], "--save-every and --resume with --pipeline"),
         (&["--pipeline", "--num-gpus", "2", "--channels-last"], "--channels-last"),
+        (&["--pipeline", "--num-gpus", "2", "--model", "mlp"], "--model mlp with --pipeline"),
         (&["--pipeline", "--num-gpus", "2", "--micro-batches", "0"], "--micro-batches"),
     ];
     for (i, (bad, text)) in cases.iter().enumerate() {
