@@ -231,6 +231,7 @@ fn crashes(obs: &Observation) -> Vec<String> {
         RunKind::Resume,
         RunKind::Pipeline,
         RunKind::Fsdp,
+        RunKind::TensorParallel,
     ];
     let ended: Vec<&crate::job::Ended> =
         kinds.into_iter().flat_map(|kind| obs.processes(kind).unwrap_or_default()).collect();

@@ -100,6 +100,21 @@ impl Variation {
         }
     }
 
+    /// The settings of step 15's runs: 2 ranks of one node (the narrow model's blocks
+    /// have 16, 32 and 64 channels, which 3 ranks cannot split), one epoch of
+    /// [`TP_STEPS`] full batches and one validation batch. Every TP rank trains on the
+    /// whole batch, so the one-rank run beside it has the same batch size.
+    pub fn for_tensor_parallel(&self) -> Variation {
+        Variation {
+            nodes: 1,
+            ranks_per_node: 2,
+            train_subset: TP_STEPS * self.batch_size,
+            test_subset: self.batch_size,
+            epochs: 1,
+            ..self.clone()
+        }
+    }
+
     pub fn world_size(&self) -> usize {
         self.nodes * self.ranks_per_node
     }
@@ -146,6 +161,9 @@ pub const MOMENTUM: f64 = 0.9;
 
 /// The training steps (K) of step 14's FSDP and DDP runs.
 pub const FSDP_STEPS: usize = 3;
+
+/// The training steps of step 15's runs.
+pub const TP_STEPS: usize = 3;
 
 #[cfg(test)]
 mod tests {

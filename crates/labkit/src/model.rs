@@ -252,6 +252,9 @@ pub struct WideResNet {
     layers: Vec<Layer>,
     /// The settings it was built with; `train` and `test` run its forward under them.
     perf: PerfSettings,
+    /// Split over a TP group ([`WideResNet::tensor_parallel`]): what the trace records
+    /// of its slices after each epoch.
+    pub(crate) split: Option<crate::tensor_parallel::SplitModel>,
 }
 
 impl WideResNet {
@@ -353,11 +356,18 @@ impl WideResNet {
         group: &std::sync::Arc<tch_distributed::ProcessGroup>,
     ) -> tch_distributed::Result<WideResNet> {
         let mut blocks = Vec::new();
-        let net =
-            Self::build(&vs.root(), settings.into(), Norm::BatchNorm, 0..LAYERS.len(), &mut |block, name| {
+        let mut net = Self::build_as(
+            &vs.root(),
+            settings.into(),
+            Norm::BatchNorm,
+            0..LAYERS.len(),
+            true,
+            &mut |block, name| {
                 blocks.push(name.to_string());
                 Box::new(TensorParallelBlock { block, group: group.clone() })
-            });
+            },
+        );
+        let whole = crate::tensor_parallel::shapes(vs);
         use tch_distributed::ParallelStyle::{Colwise, Rowwise};
         let plan: Vec<(String, tch_distributed::ParallelStyle)> = blocks
             .iter()
@@ -372,6 +382,7 @@ impl WideResNet {
         let plan: Vec<(&str, tch_distributed::ParallelStyle)> =
             plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
         tch_distributed::parallelize_module(vs, group, &plan)?;
+        net.split = Some(crate::tensor_parallel::SplitModel::new(vs, group, whole));
         Ok(net)
     }
 
@@ -421,6 +432,20 @@ impl WideResNet {
         keep: std::ops::Range<usize>,
         wrap: &mut dyn FnMut(Block, &str) -> Box<dyn ModuleT>,
     ) -> WideResNet {
+        Self::build_as(p, settings, norm, keep, false, wrap)
+    }
+
+    /// [`build`](WideResNet::build); `split`: the model is to be split over a TP group,
+    /// whose BatchNorms stay per rank even in the checker's equivalence runs (each TP
+    /// rank already normalises the whole batch; a SyncBatchNorm would mix TP peers).
+    fn build_as(
+        p: &nn::Path,
+        settings: ModelSettings,
+        norm: Norm,
+        keep: std::ops::Range<usize>,
+        split: bool,
+        wrap: &mut dyn FnMut(Block, &str) -> Box<dyn ModuleT>,
+    ) -> WideResNet {
         crate::revision::keep();
         let ModelSettings { seed, perf } = settings;
         probes::seed_before_model(seed);
@@ -430,7 +455,7 @@ impl WideResNet {
         // layers, and each stage already sees the whole (micro-)batch.
         let whole = keep == (0..LAYERS.len());
         let layers = Layers {
-            norm: if equivalence && whole { Norm::SyncBatchNorm } else { norm },
+            norm: if equivalence && whole && !split { Norm::SyncBatchNorm } else { norm },
             channels_last: perf.channels_last,
             // Off for the checker's N-ranks-equal-1-rank comparison: dropout draws from
             // each process's own generator.
@@ -473,7 +498,7 @@ impl WideResNet {
                 kept.push(Layer { name, module });
             }
         }
-        WideResNet { layers: kept, perf }
+        WideResNet { layers: kept, perf, split: None }
     }
 
     /// The speed settings it was built with (`--amp`, `--channels-last`, `--width`, …).
