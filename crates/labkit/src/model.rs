@@ -382,7 +382,11 @@ impl WideResNet {
         let plan: Vec<(&str, tch_distributed::ParallelStyle)> =
             plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
         tch_distributed::parallelize_module(vs, group, &plan)?;
-        net.split = Some(crate::tensor_parallel::SplitModel::new(vs, group, whole));
+        let split = crate::tensor_parallel::SplitModel::new(vs, group, whole);
+        if group.rank() == 0 {
+            println!("{}", split.describe());
+        }
+        net.split = Some(split);
         Ok(net)
     }
 

@@ -118,6 +118,21 @@ impl SplitModel {
         SplitModel { group: group.clone(), variables: vs.variables().into_iter().collect(), whole }
     }
 
+    /// The trainable values this rank holds, and the unsplit model's.
+    pub(crate) fn held(&self) -> (i64, i64) {
+        let trainable = self.variables.iter().filter(|(_, t)| t.requires_grad());
+        trainable.fold((0, 0), |(held, whole), (name, t)| {
+            let full = self.whole.get(name).map_or(t.numel() as i64, |s| s.iter().product());
+            (held + t.numel() as i64, whole + full)
+        })
+    }
+
+    /// What TP rank 0 prints once the model is split.
+    pub(crate) fn describe(&self) -> String {
+        let (held, whole) = self.held();
+        describe(self.group.rank(), self.group.world_size(), held, whole)
+    }
+
     /// Records this rank's slices ([`event::TensorSlices`]) and, on TP rank 0, the
     /// trainable parameters gathered whole from every rank's slice
     /// ([`event::ParameterValues`], `sharded`). Collective: every TP rank calls it,
@@ -159,5 +174,72 @@ impl SplitModel {
             trace::record_parameter_values(epoch, true, &gathered);
         }
         Ok(())
+    }
+}
+
+/// "tensor parallel over 2 ranks: rank 0 holds 91,234 of the model's 173,778 parameters
+/// (52.5%; the split layers' 1/2 and the replicated ones whole)".
+fn describe(rank: usize, size: usize, held: i64, whole: i64) -> String {
+    format!(
+        "tensor parallel over {size} ranks: rank {rank} holds {} of the model's {} parameters ({:.1}%; the split layers' 1/{size} and the replicated ones whole)",
+        crate::report::grouped(held),
+        crate::report::grouped(whole),
+        100.0 * held as f64 / whole.max(1) as f64
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        run: RunOptions,
+    }
+
+    fn run(options: &[&str]) -> RunOptions {
+        Args::parse_from(std::iter::once("lab").chain(options.iter().copied())).run
+    }
+
+    const TWO: TensorParallelRequest = TensorParallelRequest {
+        tp_size: 2,
+        world_size: 2,
+        pipeline: false,
+        fsdp: false,
+        sync_batch_norm: false,
+    };
+
+    #[test]
+    fn each_option_that_cannot_combine_is_refused_by_name() {
+        let narrow = run(&["--width", "narrow"]);
+        assert_eq!(tensor_parallel_refusal(TWO, &narrow), None);
+        let refusal = |request, run: &RunOptions| tensor_parallel_refusal(request, run).unwrap();
+        assert!(refusal(TensorParallelRequest { tp_size: 1, world_size: 1, ..TWO }, &narrow)
+            .contains("fewer than 2"));
+        assert!(refusal(TensorParallelRequest { world_size: 4, ..TWO }, &narrow)
+            .contains("run --tensor-parallel 4"));
+        assert!(refusal(TensorParallelRequest { pipeline: true, ..TWO }, &narrow).contains("--pipeline"));
+        assert!(refusal(TensorParallelRequest { fsdp: true, ..TWO }, &narrow).contains("--fsdp"));
+        assert!(refusal(TensorParallelRequest { sync_batch_norm: true, ..TWO }, &narrow)
+            .contains("--sync-batch-norm"));
+        let saving = run(&["--width", "narrow", "--save-every", "1"]);
+        assert!(refusal(TWO, &saving).contains("--save-every and --resume"));
+        // The narrow model's blocks have 16, 32 and 64 channels; the lab's 160, 320, 640.
+        let three = TensorParallelRequest { tp_size: 3, world_size: 3, ..TWO };
+        assert!(refusal(three, &narrow).contains("cannot split a block of 16 channels"));
+        let five = TensorParallelRequest { tp_size: 5, world_size: 5, ..TWO };
+        assert_eq!(tensor_parallel_refusal(five, &run(&["--width", "lab"])), None);
+        assert!(refusal(five, &narrow).contains("divides 16, 32 and 64"));
+    }
+
+    #[test]
+    fn rank_0_says_what_it_holds_of_the_whole_model() {
+        assert_eq!(
+            describe(0, 2, 88_000, 176_000),
+            "tensor parallel over 2 ranks: rank 0 holds 88,000 of the model's 176,000 parameters (50.0%; the split layers' 1/2 and the replicated ones whole)"
+        );
     }
 }
