@@ -201,7 +201,8 @@ fn recorded_observations_write_back_as_recorded() {
             + 2 * usize::from(obs.equivalence().is_some())
             + 3 * usize::from(obs.resume().is_some())
             + 3 * usize::from(obs.pipeline().is_some())
-            + 2 * usize::from(obs.fsdp().is_some());
+            + 2 * usize::from(obs.fsdp().is_some())
+            + 2 * usize::from(obs.tensor_parallel().is_some());
         assert_eq!(run_count(&value), runs, "{}: runs recorded as a processes/trace pair", case.name);
     }
 }

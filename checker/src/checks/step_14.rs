@@ -137,11 +137,16 @@ fn sharded_memory(obs: &Observation) -> Option<Finding> {
     Finding::shown(ok, lines.join("\n"), SHARDED_MEMORY_EXPECTED)
 }
 
-/// Allowed difference between FSDP's and DDP's weights, per value.
-const TOLERANCE: f64 = 1e-5;
+/// Allowed difference between FSDP's and DDP's weights, per value: float32
+/// reassociation (a reduce-scatter sums the ranks' gradients in another order than
+/// DDP's all-reduce), grown by each step and by momentum's buffers. Measured on one
+/// node of 3 ranks, `--momentum 0.9`, 3 steps: 2.8e-5 (stem.conv.weight, `verify step
+/// 15 --seed 4242`'s draw, 2026-11-29), above the 1e-5 this check once allowed; a
+/// mistake (gradients summed, not averaged) moves weights N times as far, 1e-3 and more.
+const TOLERANCE: f64 = 1e-4;
 
 const EQUALS_DDP_EXPECTED: &str =
-    "after the same steps on the same data, rank 0's weights gathered from the --fsdp run's shards equal the DDP run's to 1e-5";
+    "after the same steps on the same data, rank 0's weights gathered from the --fsdp run's shards equal the DDP run's to 1e-4";
 
 fn equals_ddp(obs: &Observation) -> Option<Finding> {
     let runs = match fsdp_runs(obs, EQUALS_DDP_EXPECTED) {

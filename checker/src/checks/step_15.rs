@@ -54,11 +54,33 @@ pub const STEP: Step = Step {
     ],
 };
 
-/// The runs, or the finding that they did not run.
+/// The runs, or the finding that stands in for a judgement: they did not run, or the
+/// program refused `--tensor-parallel` itself (the starter): the step's work is
+/// missing, a failure, not "could not judge".
 fn tp_runs<'a>(obs: &'a Observation, expected: &str) -> Result<&'a TensorParallelRuns, Option<Finding>> {
-    obs.tensor_parallel().ok_or_else(|| {
-        Finding::missing("the runs with --tensor-parallel and on one rank did not run", expected)
-    })
+    let Some(runs) = obs.tensor_parallel() else {
+        return Err(Finding::missing(
+            "the runs with --tensor-parallel and on one rank did not run",
+            expected,
+        ));
+    };
+    let refused = runs
+        .split
+        .processes
+        .iter()
+        .map(|p| &p.ended)
+        .find(|e| !e.success() && e.stderr.contains("unexpected argument '--tensor-parallel'"));
+    match refused {
+        Some(e) => Err(Finding::shown(
+            false,
+            format!(
+                "{} refused the option --tensor-parallel: the program has no tensor parallelism yet",
+                e.name
+            ),
+            expected,
+        )),
+        None => Ok(runs),
+    }
 }
 
 /// The dimension a variable of the lab's WideResNet is split on under TP, by its name:

@@ -450,6 +450,14 @@ pub const VARIANTS: &[Variant] = &[
         from: "    let model = labkit::WideResNet::tensor_parallel(&vs, &args.run, &tp)?;",
         to: "    let _ = &tp;\n    let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);",
     },
+    // Out of step (issue 40): rank 1 skips the validation's forward, whose blocks
+    // all-reduce over the TP group; rank 0 waits in a collective rank 1 never joins.
+    Variant {
+        step: 15,
+        name: "tp-validation-on-rank-0-only",
+        from: "        // nothing to average.\n        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;",
+        to: "        // nothing to average. Only rank 0 prints them: only rank 0 validates.\n        let (v_accuracy, v_loss) =\n            if global_rank == 0 { labkit::test(&model, &mut test_loader)? } else { (0.0, 0.0) };",
+    },
     // Mistakes of the world (issue 48): each shows on every world a verification of its
     // step or a later one draws (observe/variation.rs), so none earns full marks.
     Variant {
