@@ -37,6 +37,7 @@ pub mod revision;
 mod rng;
 mod run;
 mod sharded;
+mod split_model;
 mod tensor_parallel;
 pub mod trace;
 mod widths;

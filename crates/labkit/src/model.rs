@@ -254,7 +254,7 @@ pub struct WideResNet {
     perf: PerfSettings,
     /// Split over a TP group ([`WideResNet::tensor_parallel`]): what the trace records
     /// of its slices after each epoch.
-    pub(crate) split: Option<crate::tensor_parallel::SplitModel>,
+    pub(crate) split: Option<crate::split_model::SplitModel>,
 }
 
 impl WideResNet {
@@ -367,7 +367,7 @@ impl WideResNet {
                 Box::new(TensorParallelBlock { block, group: group.clone() })
             },
         );
-        let whole = crate::tensor_parallel::shapes(vs);
+        let whole = crate::split_model::shapes(vs);
         use tch_distributed::ParallelStyle::{Colwise, Rowwise};
         let plan: Vec<(String, tch_distributed::ParallelStyle)> = blocks
             .iter()
@@ -382,7 +382,7 @@ impl WideResNet {
         let plan: Vec<(&str, tch_distributed::ParallelStyle)> =
             plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
         tch_distributed::parallelize_module(vs, group, &plan)?;
-        let split = crate::tensor_parallel::SplitModel::new(vs, group, whole);
+        let split = crate::split_model::SplitModel::new(vs, group, whole);
         if group.rank() == 0 {
             println!("{}", split.describe());
         }
