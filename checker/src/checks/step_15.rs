@@ -204,7 +204,7 @@ pub fn step_all_reduces(batch: i64) -> Vec<i64> {
     forward.chain(backward).collect()
 }
 
-const TP_COLLECTIVES_EXPECTED: &str = "in each training step, 12 all-reduces (sums) over the TP group and nothing else: one per block in forward (its partial outputs, after the second conv), one per block in backward, last block first (its input's gradient)";
+const TP_COLLECTIVES_EXPECTED: &str = "in each training step, 12 all-reduces (sums) and nothing else: one per block in forward (its partial outputs, after the second conv), one per block in backward, last block first (its input's gradient)";
 
 fn tp_collectives(obs: &Observation) -> Option<Finding> {
     if let Some(mine) =
@@ -342,14 +342,15 @@ fn tp_same_batches(obs: &Observation) -> Option<Finding> {
 /// Allowed difference between the split model's weights and the one rank's, per value.
 /// Both runs compute the same sums, but a split conv adds its two halves' partial sums
 /// after the all-reduce where one rank's conv adds all channels at once: float32
-/// reassociation only (each BatchNorm normalises the same whole batch per channel on
-/// both sides). Measured after 3 steps of the narrow model, 2026-11-29: 1.5e-8 (the
-/// program's `--seed 7`, batch 32) and 3.0e-8 (`verify step 15 --solutions`, its
-/// default seed); a mistake moves weights by 1e-4 and more in those steps (a batch of
-/// other images, replicated layers apart). 1e-6 leaves a margin of over 30.
-const TOLERANCE: f64 = 1e-6;
+/// reassociation only, which BatchNorm (1/σ of a small batch) can amplify over the steps.
+/// Measured after 3 steps of the narrow model, 2026-11-29: 1.5e-8 and 3.0e-8 on most
+/// draws, but 1.2e-5 (plain SGD) and 1.5e-5 (`--momentum 0.9`) on one (`verify step 15
+/// --seed 1015`'s, in block1's row-parallel conv); the mistakes recorded move weights
+/// by 4.3e-3 (data sharded) and 4.7e-3 (peers seeded apart). 1e-4 sits between: 7
+/// times the worst float difference seen, 40 times below the mistakes.
+const TOLERANCE: f64 = 1e-4;
 
-const EQUALS_ONE_RANK_EXPECTED: &str = "after the same steps on the same data, rank 0's weights gathered from the --tensor-parallel run's slices equal the one-rank run's to 1e-6";
+const EQUALS_ONE_RANK_EXPECTED: &str = "after the same steps on the same data, rank 0's weights gathered from the --tensor-parallel run's slices equal the one-rank run's to 1e-4";
 
 fn equals_one_rank(obs: &Observation) -> Option<Finding> {
     let runs = match tp_runs(obs, EQUALS_ONE_RANK_EXPECTED) {

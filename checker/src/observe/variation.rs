@@ -87,7 +87,8 @@ impl Variation {
     /// padding, no short batch): the weights of both after K steps are compared to 1e-4,
     /// and float32 rounding (a reduce-scatter sums in another order than DDP's
     /// all-reduce) grows with every step and every rank: on the main run's 6 ranks they
-    /// differed by 1.1e-5 (`--seed 1014`), and 3 ranks with momentum by 2.8e-5 (`equals-ddp` allows 1e-4). The mistakes of the world are the main run's
+    /// differed by 1.1e-5 (`--seed 1014`), and 3 ranks with momentum by 2.8e-5
+    /// (`equals-ddp` allows 1e-4). The mistakes of the world are the main run's
     /// to show; what these runs compare does not depend on the nodes.
     pub fn for_fsdp(&self) -> Variation {
         let one_node = Variation { nodes: 1, ..self.clone() };
