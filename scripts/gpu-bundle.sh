@@ -11,10 +11,10 @@ Usage: bash scripts/gpu-bundle.sh [--debug] [--solutions N,N,...] [--max-mib M] 
 Builds, in release, what scripts/gpu-check.sh runs on a GPU node, strips it, and packs
 it into DIR (created; a previous bundle there is replaced):
 
-  bin/checker            the checker, for `verify step 14 --prebuilt bin` on the node
+  bin/checker            the checker, for `verify step 15 --prebuilt bin` on the node
   bin/solution_11        the finished lab (also what the demo and `lab` run)
-  bin/solution_14        steps 12-14 (checkpoints, pipeline, FSDP); `verify step 14`
-                         runs it and judges every check of steps 0-14 with it
+  bin/solution_15        steps 12-15 (checkpoints, pipeline, FSDP, tensor parallelism);
+                         `verify step 15` runs it and judges every check of steps 0-15
   bin/demo               the scaling demo
   bin/lab                the `lab` benchmark (Rust vs bench/python/lab_reference.py)
   bench/python/          the PyTorch side of the benchmarks
@@ -34,8 +34,8 @@ LD_LIBRARY_PATH at it. Then, on the node:
 Options:
   --debug            debug builds (target/debug) instead of release: quicker to build,
                      larger; for tests (no size limit)
-  --solutions LIST   the solutions to pack, comma-separated step numbers (default 11,14;
-                     11 is always packed); e.g. 2,11,14 to verify step 2 cheaply
+  --solutions LIST   the solutions to pack, comma-separated step numbers (default 11,15;
+                     11 is always packed); e.g. 2,11,15 to verify step 2 cheaply
   --max-mib M        refuse a release bundle larger than M MiB (default 60)
   -h, --help         this text
 
@@ -51,7 +51,7 @@ die_usage() {
 }
 
 profile=release
-solutions="11,14"
+solutions="11,15"
 max_mib=60
 out=""
 while [[ $# -gt 0 ]]; do
@@ -59,7 +59,7 @@ while [[ $# -gt 0 ]]; do
         -h | --help) usage; exit 0 ;;
         --debug) profile=debug ;;
         --solutions)
-            [[ $# -ge 2 ]] || die_usage "--solutions needs a list, e.g. --solutions 2,11,14"
+            [[ $# -ge 2 ]] || die_usage "--solutions needs a list, e.g. --solutions 2,11,15"
             solutions="$2"
             shift
             ;;
@@ -85,7 +85,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(solution_11)
 IFS=',' read -r -a asked <<<"$solutions"
 for n in "${asked[@]}"; do
-    [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n <= 14)) || die_usage "--solutions: '$n' is not a step from 0 to 14"
+    [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n <= 15)) || die_usage "--solutions: '$n' is not a step from 0 to 15"
     p="$(printf 'solution_%02d' "$((10#$n))")"
     [[ " ${packages[*]} " == *" $p "* ]] || packages+=("$p")
 done

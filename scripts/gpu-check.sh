@@ -17,12 +17,13 @@ binaries link; LD_LIBRARY_PATH is pointed at it. The parts, in order:
   environment          GPU, driver, CUDA, torch, NCCL and cuDNN versions, nvidia-smi
   finished-lab         solution_11 on one GPU over NCCL (the lab's batch of 32); fails on
                        c10d's "Guessing device ID" warning (NCCL not bound to the device)
-  verify               checker verify step 14 --solutions --prebuilt: every check of
-                       steps 0-14, ranks sharing the GPU over Gloo where they outnumber GPUs
-  step-12-checkpoint   solution_14 on 2 ranks: save after epoch 0, resume at epoch 1, each
+  verify               checker verify step 15 --solutions --prebuilt: every check of
+                       steps 0-15, ranks sharing the GPU over Gloo where they outnumber GPUs
+  step-12-checkpoint   solution_15 on 2 ranks: save after epoch 0, resume at epoch 1, each
                        rank loading the checkpoint onto its own device
-  step-13-pipeline     solution_14 --pipeline: one stage per rank, 4 micro-batches
-  step-14-fsdp         solution_14 --fsdp: the model sharded over 2 ranks
+  step-13-pipeline     solution_15 --pipeline: one stage per rank, 4 micro-batches
+  step-14-fsdp         solution_15 --fsdp: the model sharded over 2 ranks
+  step-15-tp           solution_15 --tensor-parallel 2: each block split over 2 ranks
   demo                 the scaling demo at 1 GPU: its table, scaling.json/.svg/.png
   demo-predict         demo --predict for 8 GPUs at 300 GB/s, from the demo's step time
   bench-b512-fp32      `lab` benchmark, Rust vs PyTorch at 1 GPU, lab width, batch 512
@@ -41,7 +42,7 @@ Options:
                      Gloo, so that a test proves the script on a machine without a GPU
   --budget SECONDS   time for all parts together (default 470 with cuda: the check must
                      end within 8 minutes; 900 with cpu)
-  --verify-step N    the step `verify` judges (default 14); the bundle must hold its
+  --verify-step N    the step `verify` judges (default 15); the bundle must hold its
                      solution (gpu-bundle.sh --solutions)
   --python PATH      the Python with torch (default python3)
   -h, --help         this text
@@ -58,7 +59,7 @@ die_usage() {
 
 device=cuda
 budget=""
-verify_step=14
+verify_step=15
 python=python3
 positional=()
 while [[ $# -gt 0 ]]; do
@@ -87,14 +88,14 @@ done
 [[ "$device" == cuda || "$device" == cpu ]] || die_usage "--device is cuda or cpu, not '$device'"
 [[ -n "$budget" ]] || budget=$([[ "$device" == cuda ]] && echo 470 || echo 900)
 [[ "$budget" =~ ^[0-9]+$ && "$budget" -gt 0 ]] || die_usage "--budget wants whole seconds, got '$budget'"
-[[ "$verify_step" =~ ^[0-9]+$ ]] && ((10#$verify_step <= 14)) ||
-    die_usage "--verify-step wants a step from 0 to 14, got '$verify_step'"
+[[ "$verify_step" =~ ^[0-9]+$ ]] && ((10#$verify_step <= 15)) ||
+    die_usage "--verify-step wants a step from 0 to 15, got '$verify_step'"
 bundle="${positional[0]}"
 report="${positional[1]}"
 [[ -d "$bundle" && -f "$bundle/manifest.txt" && -x "$bundle/bin/checker" ]] ||
     die_usage "$bundle is not a bundle (no manifest.txt or bin/checker): make one with scripts/gpu-bundle.sh DIR"
 verify_bin="$(printf 'solution_%02d' "$((10#$verify_step))")"
-for bin in solution_11 solution_14 demo lab "$verify_bin"; do
+for bin in solution_11 solution_15 demo lab "$verify_bin"; do
     [[ -x "$bundle/bin/$bin" ]] ||
         die_usage "$bundle/bin/$bin is missing: make the bundle again (gpu-bundle.sh --solutions for $verify_bin)"
 done
@@ -135,7 +136,7 @@ if [[ "$device" == cuda ]]; then
     bench_small=(--train-subset 8000 --test-subset 2000 --epochs 3)
     b_large=512
     b_small=32
-    limits=(env=30 lab=60 verify=200 ckpt=50 pipeline=40 fsdp=40 demo=60 predict=20 bench=70)
+    limits=(env=30 lab=60 verify=200 ckpt=50 pipeline=40 fsdp=40 tp=40 demo=60 predict=20 bench=70)
 else
     width=narrow
     lab_sizes=(--width narrow --threads 1 --train-subset 256 --test-subset 64 --epochs 2)
@@ -145,7 +146,7 @@ else
     bench_small=(--train-subset 96 --test-subset 64 --epochs 2)
     b_large=32
     b_small=16
-    limits=(env=60 lab=120 verify=300 ckpt=120 pipeline=120 fsdp=120 demo=120 predict=60 bench=150)
+    limits=(env=60 lab=120 verify=300 ckpt=120 pipeline=120 fsdp=120 tp=120 demo=120 predict=60 bench=150)
 fi
 limit_of() {
     local kv
@@ -368,11 +369,11 @@ part_checkpoint() {
     two_ranks
     local dir="$work/checkpoints"
     rm -rf "$dir"
-    MASTER_PORT="$(free_port)" run_logged "$bin/solution_14" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
+    MASTER_PORT="$(free_port)" run_logged "$bin/solution_15" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
         "${data[@]}" --epochs 1 --save-every 1 --checkpoint-dir "$dir" || fail "the first run failed" || return 1
     local mark
     mark=$(wc -l <"$part_log")
-    MASTER_PORT="$(free_port)" run_logged "$bin/solution_14" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
+    MASTER_PORT="$(free_port)" run_logged "$bin/solution_15" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
         "${data[@]}" --epochs 2 --save-every 1 --checkpoint-dir "$dir" --resume || fail "the resumed run failed" || return 1
     local resumed
     resumed="$(tail -n +"$mark" "$part_log")"
@@ -386,8 +387,8 @@ part_checkpoint() {
 
 part_pipeline() {
     two_ranks
-    MASTER_PORT="$(free_port)" run_logged "$bin/solution_14" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
-        "${data[@]}" --epochs 2 --pipeline --micro-batches 4 || fail "solution_14 --pipeline failed" || return 1
+    MASTER_PORT="$(free_port)" run_logged "$bin/solution_15" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
+        "${data[@]}" --epochs 2 --pipeline --micro-batches 4 || fail "solution_15 --pipeline failed" || return 1
     local bubble
     bubble="$(grep '^Pipeline:' "$part_log" | tail -n1 | sed 's/^Pipeline: //' || true)"
     [[ -n "$bubble" ]] || fail "no 'Pipeline:' line (the bubble)" || return 1
@@ -397,11 +398,22 @@ part_pipeline() {
 
 part_fsdp() {
     two_ranks
-    MASTER_PORT="$(free_port)" run_logged "$bin/solution_14" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
-        "${data[@]}" --epochs 2 --fsdp || fail "solution_14 --fsdp failed" || return 1
+    MASTER_PORT="$(free_port)" run_logged "$bin/solution_15" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
+        "${data[@]}" --epochs 2 --fsdp || fail "solution_15 --fsdp failed" || return 1
     local held
     held="$(grep -E '^rank 0 holds' "$part_log" | head -n1 | sed 's/ (\([0-9.]*%\);.*/ (\1)/' || true)"
     [[ -n "$held" ]] || fail "no 'rank 0 holds' line (the shards)" || return 1
+    figure "$placement_text: $held"
+    figure "$(rounded "$(last_epoch Images/sec)") images/sec, validation accuracy $(last_epoch 'Validation Accuracy')"
+}
+
+part_tp() {
+    two_ranks
+    MASTER_PORT="$(free_port)" run_logged "$bin/solution_15" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
+        "${data[@]}" --epochs 2 --tensor-parallel 2 || fail "solution_15 --tensor-parallel 2 failed" || return 1
+    local held
+    held="$(grep -E '^tensor parallel over' "$part_log" | head -n1 | sed 's/ (\([0-9.]*%\);.*/ (\1)/' || true)"
+    [[ -n "$held" ]] || fail "no 'tensor parallel over' line (the slices)" || return 1
     figure "$placement_text: $held"
     figure "$(rounded "$(last_epoch Images/sec)") images/sec, validation accuracy $(last_epoch 'Validation Accuracy')"
 }
@@ -475,6 +487,7 @@ part verify verify part_verify
 part step-12-checkpoint ckpt part_checkpoint
 part step-13-pipeline pipeline part_pipeline
 part step-14-fsdp fsdp part_fsdp
+part step-15-tp tp part_tp
 part demo demo part_demo
 part demo-predict predict part_predict
 part bench-b512-fp32 bench part_bench_large

@@ -21,11 +21,12 @@ use std::time::Duration;
 pub use build_errors::{build, BuildFailure, BuildFailureRecord};
 use command_line::checkpoint_args;
 pub use observation::{
-    Equivalence, ExactSteps, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind, Runs,
+    Equivalence, ExactSteps, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind,
+    Runs, TensorParallelRuns,
 };
 pub use plan::{Gains, Plan};
 use runs::{Runner, WhichRun};
-pub use variation::{Variation, EXACT_STEPS, FSDP_STEPS};
+pub use variation::{Variation, EXACT_STEPS, FSDP_STEPS, TP_STEPS};
 
 /// Where the verification runs and what it may use.
 pub struct Setup {
@@ -132,6 +133,10 @@ fn observe_runs(
         phase("training with --fsdp and with DDP on the same data");
         fsdp_runs(runner, v)
     });
+    let tensor_parallel = plan.makes(RunKind::TensorParallel).then(|| {
+        phase("training with --tensor-parallel and, beside it, on one rank");
+        tensor_parallel_runs(runner, v)
+    });
 
     let mut observation = Observation::of_main(plan.step, v.clone(), source, main, port);
     let made = [
@@ -139,6 +144,7 @@ fn observe_runs(
         resume.map(Runs::Resume),
         pipeline.map(Runs::Pipeline),
         fsdp.map(Runs::Fsdp),
+        tensor_parallel.map(Runs::TensorParallel),
     ];
     made.into_iter().flatten().for_each(|runs| observation.insert(runs));
     if plan.makes(RunKind::Options) {
@@ -188,6 +194,20 @@ fn fsdp_runs(runner: &Runner<'_>, v: &Variation) -> FsdpRuns {
         (fsdp.join().expect("the FSDP run's thread"), ddp)
     });
     FsdpRuns { settings, fsdp, ddp }
+}
+
+/// Step 15's runs ([`Variation::for_tensor_parallel`]), on their own ports, side by
+/// side: dropout off in both (a TP rank draws masks for its own channels only).
+fn tensor_parallel_runs(runner: &Runner<'_>, v: &Variation) -> TensorParallelRuns {
+    let settings = v.for_tensor_parallel();
+    let one = Variation { ranks_per_node: 1, ..settings.clone() };
+    let split_args = vec!["--tensor-parallel".to_string(), settings.world_size().to_string()];
+    let ((split, _), (whole, _)) = std::thread::scope(|scope| {
+        let split = scope.spawn(|| runner.job(&settings, WhichRun::TpSplit, &split_args));
+        let whole = runner.job(&one, WhichRun::TpWhole, &[]);
+        (split.join().expect("the tensor-parallel run's thread"), whole)
+    });
+    TensorParallelRuns { settings, split, whole }
 }
 
 /// Step 12's comparison: the main run's data on 2 ranks of one node for two epochs,

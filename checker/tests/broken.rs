@@ -11,7 +11,7 @@
 //! `--fsdp` and with DDP, which come after step 13's pipeline runs), are the proof that
 //! live runs still show what the fixtures recorded. (Step 13's `whole-model-beside-stage`
 //! is judged from its fixture only: its runs are the pipeline's, which the live step-14
-//! variant here and honesty.rs's solution 14 both make.)
+//! variant here and honesty.rs's solution 15 both make.)
 mod common;
 
 use common::checker_with;

@@ -10,13 +10,14 @@ use std::time::Duration;
 use common::{checker, repo};
 
 /// The parts gpu-check.sh runs, in order (its summary has a row for each).
-const PARTS: [&str; 11] = [
+const PARTS: [&str; 12] = [
     "environment",
     "finished-lab",
     "verify",
     "step-12-checkpoint",
     "step-13-pipeline",
     "step-14-fsdp",
+    "step-15-tp",
     "demo",
     "demo-predict",
     "bench-b512-fp32",
@@ -71,14 +72,14 @@ fn the_gpu_check_runs_every_part_on_cpu_from_a_bundle() {
     let (bundle_s, report_s) = (bundle.to_str().unwrap(), report.to_str().unwrap());
 
     let made =
-        script("gpu-bundle.sh", &["--debug", "--solutions", "2,11,14", bundle_s], Duration::from_secs(900));
+        script("gpu-bundle.sh", &["--debug", "--solutions", "2,11,15", bundle_s], Duration::from_secs(900));
     assert!(made.success(), "gpu-bundle.sh failed:\n{}\n{}", made.stdout, made.stderr);
     let manifest = std::fs::read_to_string(bundle.join("manifest.txt")).unwrap();
     let version = checker(&["--version"]).stdout;
     let revision = manifest.lines().find_map(|l| l.strip_prefix("course_revision: ")).unwrap_or_default();
     assert!(revision.len() == 16 && version.contains(revision), "manifest {revision:?}, checker {version}");
     for file in
-        ["bin/checker", "bin/solution_02", "bin/solution_11", "bin/solution_14", "bin/demo", "bin/lab"]
+        ["bin/checker", "bin/solution_02", "bin/solution_11", "bin/solution_15", "bin/demo", "bin/lab"]
     {
         assert!(bundle.join(file).is_file(), "no {file} in the bundle");
         assert!(manifest.contains(&format!(" {file}\n")), "the manifest does not list {file}:\n{manifest}");
@@ -98,10 +99,10 @@ fn the_gpu_check_runs_every_part_on_cpu_from_a_bundle() {
     assert_eq!(bad_device.status.code(), Some(2), "{}", bad_device.stderr);
     let other = scratch.path().join("other");
     let bad_step =
-        script("gpu-bundle.sh", &["--solutions", "15", other.to_str().unwrap()], Duration::from_secs(60));
+        script("gpu-bundle.sh", &["--solutions", "16", other.to_str().unwrap()], Duration::from_secs(60));
     assert_eq!(bad_step.status.code(), Some(2), "{}", bad_step.stderr);
     assert!(
-        bad_step.stderr.contains("'15' is not a step from 0 to 14") && !other.exists(),
+        bad_step.stderr.contains("'16' is not a step from 0 to 15") && !other.exists(),
         "{}",
         bad_step.stderr
     );
@@ -133,6 +134,7 @@ fn the_gpu_check_runs_every_part_on_cpu_from_a_bundle() {
     assert!(figures("step-12-checkpoint").contains("resumed at epoch 1"), "{summary}");
     assert!(figures("step-13-pipeline").contains("4 micro-batches"), "{summary}");
     assert!(figures("step-14-fsdp").contains("(50.0%)"), "{summary}");
+    assert!(figures("step-15-tp").contains("rank 0 holds"), "{summary}");
     assert!(figures("demo-predict").contains("DDP efficiency"), "{summary}");
     for file in ["scaling.json", "scaling.svg", "scaling.png"] {
         assert!(report.join("demo").join(file).is_file(), "no demo/{file}");

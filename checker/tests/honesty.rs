@@ -71,14 +71,14 @@ macro_rules! solutions_pass {
 // nodes from step 2 on, downloading from the local mirror (step 5), a late rank and the
 // collectives traced (step 8), self-spawning ranks, the comparison with one rank, a
 // failing rank and the quick evaluation, every check of steps 0-11: so steps 4, 5 and 8
-// are not run apart); steps 12-14 at once (step 14's verification runs them all): step
+// are not run apart); steps 12-15 at once (step 15's verification runs them all): step
 // 12's resumed job starts from the stopped job's checkpoint, carried between sandboxed
-// jobs, and the pipeline's and FSDP's runs.
+// jobs, and the pipeline's, FSDP's and tensor parallelism's runs.
 solutions_pass! {
     0: solution_00_passes;
     1: solution_01_passes;
     11: solution_11_passes;
-    14: solution_14_passes;
+    15: solution_15_passes;
 }
 
 // Every starter's verdicts are judged from a recorded run of today's starter in the

@@ -1,5 +1,5 @@
 //@ header
-//! The master of the lab's 30 crates: the solution of the last step (step 14; step 11's
+//! The master of the lab's 32 crates: the solution of the last step (step 15; step 11's
 //! is the finished DLI lab) as a Rust program that compiles, with each step's change
 //! marked for coursegen.
 //!
@@ -116,6 +116,16 @@ struct Args {
     //| #[allow(dead_code)]
     //| fsdp: bool,
     //@ end
+    //@ step 15
+    /// Tensor parallelism: split each block's convolutions over T ranks (Megatron's
+    /// column- and row-parallel layers) instead of a whole model per rank under DDP; T
+    /// must be the world size.
+    #[arg(long, value_name = "T")]
+    tensor_parallel: Option<usize>,
+    //@ todo
+    //| // TODO Step 15: add the option --tensor-parallel T (no default: without it, DDP as
+    //| // before), the ranks each block's convolutions are split over.
+    //@ end
     //@ step 2
     /// Every rank of the job, on every node (computed in main, not an option).
     #[arg(skip = 1usize)]
@@ -172,6 +182,24 @@ fn main() -> ExitCode {
     //@ todo
     //| // TODO Step 13: with --pipeline, refuse what a pipeline cannot run before any rank
     //| // starts (labkit::check_pipeline).
+    //@ end
+    //@ step 15
+    // Tensor parallelism splits every block over the whole world (T = world size); what
+    // cannot combine with it is refused before any rank starts.
+    if let Some(tp_size) = args.tensor_parallel {
+        let request = labkit::TensorParallelRequest {
+            tp_size,
+            world_size: args.world_size,
+            pipeline: args.pipeline,
+            fsdp: args.fsdp,
+            sync_batch_norm: args.sync_batch_norm,
+        };
+        labkit::check_tensor_parallel(request, &args.run);
+    }
+    //@ todo
+    //| // TODO Step 15: with --tensor-parallel T, refuse before any rank starts what cannot
+    //| // run: labkit::check_tensor_parallel says why (T not the world size, --pipeline,
+    //| // --fsdp, --sync-batch-norm, checkpoints, a T the widths cannot split).
     //@ end
     //@ step 10
     // This invocation starts num_gpus copies of itself, one per local rank, and waits
@@ -259,6 +287,15 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     if args.pipeline {
         return pipeline(&args, global_rank, device, &train_set, &test_set);
     }
+    //@ step 15
+    // --tensor-parallel: each rank holds a slice of every block, not a whole model.
+    if let Some(tp_size) = args.tensor_parallel {
+        return tensor_parallel(&args, tp_size, global_rank, device, &train_set, &test_set);
+    }
+    //@ todo
+    //| // TODO Step 15: with --tensor-parallel T, train the model split over the ranks
+    //| // instead, in a function of its own (see the end of this file).
+    //@ end
     //@ todo
     //| // TODO Step 13: with --pipeline, train the model cut into stages instead, in a
     //| // function of its own: every rank walks the same batches (no split among ranks);
@@ -538,4 +575,86 @@ fn pipeline(
     dist::destroy_process_group()?;
     Ok(())
 }
+//@ end
+//@ step 15
+
+/// `--tensor-parallel T`: every block's convolutions split over the T ranks (Megatron's
+/// column- and row-parallel layers), every rank on the same batches, no DDP.
+fn tensor_parallel(
+    args: &Args,
+    tp_size: usize,
+    global_rank: usize,
+    device: tch::Device,
+    train_set: &labkit::data::Split,
+    test_set: &labkit::data::Split,
+) -> labkit::Result<()> {
+    // A mesh of one dimension, "tp": the whole world is one TP group.
+    let mesh = dist::init_device_mesh(device, &[tp_size], &["tp"])?;
+    let tp = mesh.get_group("tp")?;
+
+    // TP peers compute one model together, so they must see the same images: a sampler
+    // over a world of one, the same batches in the same order on every rank.
+    let loader_options = LoaderOptions { batch_size: args.batch_size, device };
+    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), 1, 0)?;
+    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), 1, 0)?;
+    let mut train_loader = DataLoader::new(train_set, train_sampler, loader_options);
+    let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);
+
+    // Each block's first conv and its BatchNorm hold 1/T of the output channels
+    // (column-parallel), its second conv 1/T of the input channels (row-parallel, its
+    // partial sums all-reduced); the rest is replicated. No DDP: no rank holds a replica
+    // to average, the all-reduces inside each block make the whole step. The optimizer
+    // steps each rank's slices and its replicated layers.
+    let vs = nn::VarStore::new(device);
+    let model = labkit::WideResNet::tensor_parallel(&vs, &args.run, &tp)?;
+    let mut optimizer = labkit::Sgd::new(&vs, args.base_lr, args.momentum)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        train_loader.sampler.set_epoch(epoch as u64);
+        let t0 = Instant::now();
+        labkit::train(&model, &mut optimizer, &mut train_loader)?;
+        dist::barrier()?;
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        // Every rank trained on the same images: the job's throughput is one rank's.
+        let images_per_sec = labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+
+        // Every TP rank validated the whole set with the whole model's output (the
+        // all-reduces end each block): every rank holds the same loss and accuracy,
+        // nothing to average.
+        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
+
+        let report = labkit::EpochReport {
+            epoch,
+            cumulative_time: total_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss: v_loss,
+            validation_accuracy: v_accuracy,
+        }
+        .record();
+        if global_rank == 0 {
+            report.print();
+        }
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
+    if global_rank == 0 {
+        labkit::print_summary(&args.run, args.target_accuracy, args.world_size);
+    }
+    dist::destroy_process_group()?;
+    Ok(())
+}
+//@ todo
+//| // TODO Step 15: tensor parallelism, in a function of its own called from worker:
+//| // - make a device mesh of one dimension named "tp" over the T ranks and take its group;
+//| // - the ranks of a TP group compute one model together: which batches must each see?
+//| //   (the pipeline's loaders of step 13 are a start);
+//| // - build the model split over that group (labkit::WideResNet has a constructor for
+//| //   it) and an optimizer on vs; why is there no DDP here?
+//| // - train and validate as before; which ranks hold the loss and accuracy, and does
+//| //   anything need averaging? Rank 0 prints the epoch line and the summary.
 //@ end

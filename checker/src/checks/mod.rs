@@ -21,6 +21,7 @@
 //! the progress file and `grade`'s JSON (which spells it as exercism does) all read.
 use std::collections::{BTreeMap, BTreeSet};
 
+use lab_trace::event::{ParameterSummary, ParameterValues};
 use lab_trace::{EventKind, Record, Trace};
 
 use crate::observe::{Gains, Observation, Plan, RunKind};
@@ -47,6 +48,7 @@ pub mod step_11;
 pub mod step_12;
 pub mod step_13;
 pub mod step_14;
+pub mod step_15;
 
 pub use step_00::build_failed;
 
@@ -291,6 +293,7 @@ pub static REGISTRY: [&Step; lab_course::STEPS.len()] = [
     &step_12::STEP,
     &step_13::STEP,
     &step_14::STEP,
+    &step_15::STEP,
 ];
 
 /// Every check with its step, in the order reports show them.
@@ -315,6 +318,11 @@ fn owner_of(call: &Call, place: Place, step: u8, run: RunKind) -> Option<(u8, &'
 /// The check a mistaken call belongs to, in the run it was found in.
 fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'static str> {
     use CollectiveOp as Op;
+    // In the run split over the TP group, every call a library makes (the blocks'
+    // all-reduces, the gathers of the slices, DDP's if it was wrapped) is step 15's.
+    if run == RunKind::TensorParallel && !call.by_program() {
+        return Some(step_15::TP_COLLECTIVES);
+    }
     if !call.by_program() {
         return match call.op {
             Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some(step_07::WEIGHTS_SYNCHRONIZED),
@@ -328,6 +336,9 @@ fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'s
             Some(step_13::METRICS_FROM_LAST_STAGE)
         }
         (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some(step_14::FSDP_COLLECTIVES),
+        (RunKind::TensorParallel, Op::AllReduce | Op::Broadcast | Op::Reduce | Op::AllGather) => {
+            Some(step_15::TP_COLLECTIVES)
+        }
         (_, Op::Barrier) => match place {
             Place::BeforeTraining => Some(step_05::DATA_BARRIER),
             // After the epoch's report, from step 12 on: the barrier between rank 0's
@@ -464,6 +475,7 @@ fn run_failure(obs: &Observation, needs: Option<RunKind>) -> Option<RunFailure> 
             RunKind::Resume => "the stopped and resumed runs did not run",
             RunKind::Pipeline => "the pipeline's runs did not run",
             RunKind::Fsdp => "the runs with --fsdp and with DDP did not run",
+            RunKind::TensorParallel => "the runs with --tensor-parallel and on one rank did not run",
             // Checks of these runs report their absence as their own finding.
             RunKind::Main | RunKind::Options | RunKind::FailingRank | RunKind::QuickEvaluation => {
                 return None
@@ -549,6 +561,26 @@ fn malformed(trace: &Trace) -> Option<Finding> {
 /// Trace events of one kind, with their records, in time order.
 fn events<E: EventKind>(trace: &[Record]) -> Vec<(&Record, &E)> {
     lab_trace::events(trace).collect()
+}
+
+/// Rank 0's last recorded parameter values (steps 14 and 15 compare them).
+fn last_values(trace: &[Record]) -> Option<&ParameterValues> {
+    events::<ParameterValues>(trace).into_iter().rev().find(|(r, _)| r.rank == Some(0)).map(|(_, v)| v)
+}
+
+/// The largest difference between two summaries of one parameter, per value (the
+/// sums' difference spread over the parameter's values).
+fn difference(a: &ParameterSummary, b: &ParameterSummary) -> f64 {
+    let sampled = a.sample.iter().zip(&b.sample).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let mean = (a.sum - b.sum).abs() / a.numel.max(1) as f64;
+    if a.sample.len() != b.sample.len() || a.numel != b.numel {
+        return f64::INFINITY;
+    }
+    // A NaN anywhere is a difference (f64::max would drop it).
+    if sampled.is_nan() || mean.is_nan() || a.sum.is_nan() != b.sum.is_nan() {
+        return f64::INFINITY;
+    }
+    sampled.max(mean)
 }
 
 /// Events of one kind per global rank (the records' `rank`), in order.
@@ -682,6 +714,7 @@ mod tests {
             (Gains::Momentum, "checkpoint"),
             (Gains::Pipeline, "pipeline"),
             (Gains::Fsdp, "FSDP"),
+            (Gains::TensorParallel, "Tensor parallelism"),
         ] {
             let declaring = REGISTRY.iter().filter(|d| d.gains.contains(&gains)).count();
             assert_eq!(declaring, 1, "{gains:?} is declared by {declaring} steps");

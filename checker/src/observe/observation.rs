@@ -47,6 +47,8 @@ pub enum RunKind {
     Pipeline,
     /// The runs with `--fsdp` and without.
     Fsdp,
+    /// The run with `--tensor-parallel T` and the one-rank run beside it.
+    TensorParallel,
 }
 
 /// What the runs of one kind (but [`RunKind::Main`], always [`Observation::main`])
@@ -59,6 +61,7 @@ pub enum Runs {
     Resume(ResumeRuns),
     Pipeline(PipelineRuns),
     Fsdp(FsdpRuns),
+    TensorParallel(TensorParallelRuns),
 }
 
 impl Runs {
@@ -71,6 +74,7 @@ impl Runs {
             Runs::Resume(_) => RunKind::Resume,
             Runs::Pipeline(_) => RunKind::Pipeline,
             Runs::Fsdp(_) => RunKind::Fsdp,
+            Runs::TensorParallel(_) => RunKind::TensorParallel,
         }
     }
 
@@ -83,6 +87,7 @@ impl Runs {
             Runs::Resume(runs) => runs.processes().map(|p| &p.ended).collect(),
             Runs::Pipeline(runs) => runs.processes().map(|p| &p.ended).collect(),
             Runs::Fsdp(runs) => runs.processes().map(|p| &p.ended).collect(),
+            Runs::TensorParallel(runs) => runs.processes().map(|p| &p.ended).collect(),
         }
     }
 }
@@ -167,6 +172,13 @@ impl Observation {
         }
     }
 
+    pub fn tensor_parallel(&self) -> Option<&TensorParallelRuns> {
+        match self.run(RunKind::TensorParallel)? {
+            Runs::TensorParallel(runs) => Some(runs),
+            _ => None,
+        }
+    }
+
     /// The one process of a [`RunKind::FailingRank`] or [`RunKind::QuickEvaluation`].
     pub fn single(&self, kind: RunKind) -> Option<&Ended> {
         match self.run(kind)? {
@@ -205,6 +217,8 @@ struct Recorded {
     pipeline: Option<PipelineRuns>,
     #[serde(default)]
     fsdp: Option<FsdpRuns>,
+    #[serde(default)]
+    tensor_parallel: Option<TensorParallelRuns>,
 }
 
 /// [`Recorded`], borrowed from an observation to write it.
@@ -224,6 +238,8 @@ struct RecordedRef<'a> {
     resume: Option<&'a ResumeRuns>,
     pipeline: Option<&'a PipelineRuns>,
     fsdp: Option<&'a FsdpRuns>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tensor_parallel: Option<&'a TensorParallelRuns>,
 }
 
 impl Serialize for Observation {
@@ -244,6 +260,7 @@ impl Serialize for Observation {
             resume: self.resume(),
             pipeline: self.pipeline(),
             fsdp: self.fsdp(),
+            tensor_parallel: self.tensor_parallel(),
         }
         .serialize(serializer)
     }
@@ -264,6 +281,7 @@ impl From<Recorded> for Observation {
             r.resume.map(Runs::Resume),
             r.pipeline.map(Runs::Pipeline),
             r.fsdp.map(Runs::Fsdp),
+            r.tensor_parallel.map(Runs::TensorParallel),
         ];
         runs.into_iter().flatten().for_each(|runs| obs.insert(runs));
         obs
@@ -309,6 +327,24 @@ impl FsdpRuns {
     /// Every process of both runs.
     pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
         [&self.fsdp, &self.ddp].into_iter().flat_map(|run| &run.processes)
+    }
+}
+
+/// Step 15's two runs, on the same data and seed, dropout off, every rank seeded
+/// alike (TP peers must start from one model): the program with `--tensor-parallel`
+/// on [`Variation::for_tensor_parallel`]'s ranks, and without it on one rank.
+#[derive(Serialize, Deserialize)]
+pub struct TensorParallelRuns {
+    /// The split run's settings; the one-rank run's are the same on one rank.
+    pub settings: Variation,
+    pub split: Run,
+    pub whole: Run,
+}
+
+impl TensorParallelRuns {
+    /// Every process of both runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        [&self.split, &self.whole].into_iter().flat_map(|run| &run.processes)
     }
 }
 

@@ -34,6 +34,8 @@ pub enum Gains {
     Pipeline,
     /// FSDP.
     Fsdp,
+    /// `--tensor-parallel T`: every block split over the ranks.
+    TensorParallel,
 }
 
 /// What a verification of step `step` runs: what steps 0 to `step` gained and the kinds

@@ -243,6 +243,9 @@ pub(super) enum WhichRun {
     /// from the same seeds) and per-rank BatchNorm, whose collectives would mix with FSDP's.
     WithFsdp,
     WithDdp,
+    /// Step 15's runs: the model split with `--tensor-parallel`, and whole on one rank.
+    TpSplit,
+    TpWhole,
 }
 
 impl WhichRun {
@@ -256,6 +259,7 @@ impl WhichRun {
             WhichRun::Uninterrupted | WhichRun::Stopped | WhichRun::Resumed => RunKind::Resume,
             WhichRun::Pipelined | WhichRun::Cut | WhichRun::Uncut => RunKind::Pipeline,
             WhichRun::WithFsdp | WhichRun::WithDdp => RunKind::Fsdp,
+            WhichRun::TpSplit | WhichRun::TpWhole => RunKind::TensorParallel,
         }
     }
 
@@ -275,6 +279,8 @@ impl WhichRun {
             WhichRun::Uncut => "pipeline-uncut-",
             WhichRun::WithFsdp => "fsdp-",
             WhichRun::WithDdp => "ddp-",
+            WhichRun::TpSplit => "tp-split-",
+            WhichRun::TpWhole => "tp-whole-",
         }
     }
 
@@ -291,9 +297,10 @@ impl WhichRun {
 
     /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),
     /// so that DDP must broadcast rank 0's weights; not in step 13's runs, whose stages
-    /// must start from the uncut model's weights (`--seed` alone).
+    /// must start from the uncut model's weights (`--seed` alone), nor in step 15's,
+    /// whose TP peers must build one model from one seed (PyTorch's TP asks the same).
     fn ranks_seeded_apart(self) -> bool {
-        self.kind() != RunKind::Pipeline
+        !matches!(self.kind(), RunKind::Pipeline | RunKind::TensorParallel)
     }
 }
 

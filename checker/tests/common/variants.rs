@@ -437,6 +437,39 @@ pub const VARIANTS: &[Variant] = &[
         from: "            Ok(Box::new(fsdp.fully_shard(block, name)?))",
         to: "            let _ = name;\n            Ok(Box::new(block))",
     },
+    // Step 15's mistakes (issue 50), each failing a check of step 15.
+    Variant {
+        step: 15,
+        name: "tp-data-sharded",
+        from: "    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), 1, 0)?;\n    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), 1, 0)?;\n    let mut train_loader = DataLoader::new(train_set, train_sampler, loader_options);\n    let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);\n\n    // Each block's",
+        to: "    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;\n    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), 1, 0)?;\n    let mut train_loader = DataLoader::new(train_set, train_sampler, loader_options);\n    let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);\n\n    // Each block's",
+    },
+    Variant {
+        step: 15,
+        name: "tp-peers-seeded-apart",
+        from: "    let model = labkit::WideResNet::tensor_parallel(&vs, &args.run, &tp)?;",
+        to: "    // A model of its own on every rank, as for DDP.\n    let mut run = args.run.clone();\n    run.seed += global_rank as u64;\n    let model = labkit::WideResNet::tensor_parallel(&vs, &run, &tp)?;",
+    },
+    Variant {
+        step: 15,
+        name: "tp-under-ddp",
+        from: "    let model = labkit::WideResNet::tensor_parallel(&vs, &args.run, &tp)?;",
+        to: "    let model = labkit::WideResNet::tensor_parallel(&vs, &args.run, &tp)?;\n    // DDP as well, to keep the ranks in step.\n    let model = dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;",
+    },
+    Variant {
+        step: 15,
+        name: "tp-model-not-split",
+        from: "    let model = labkit::WideResNet::tensor_parallel(&vs, &args.run, &tp)?;",
+        to: "    let _ = &tp;\n    let model = labkit::WideResNet::new(&vs.root(), &args.run, labkit::Norm::BatchNorm);",
+    },
+    // Out of step (issue 40): rank 1 skips the validation's forward, whose blocks
+    // all-reduce over the TP group; rank 0 waits in a collective rank 1 never joins.
+    Variant {
+        step: 15,
+        name: "tp-validation-on-rank-0-only",
+        from: "        // nothing to average.\n        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;",
+        to: "        // nothing to average. Only rank 0 prints them: only rank 0 validates.\n        let (v_accuracy, v_loss) =\n            if global_rank == 0 { labkit::test(&model, &mut test_loader)? } else { (0.0, 0.0) };",
+    },
     // Mistakes of the world (issue 48): each shows on every world a verification of its
     // step or a later one draws (observe/variation.rs), so none earns full marks.
     Variant {

@@ -40,6 +40,7 @@ pub const STEPS: &[&str] = &[
     "checkpoint and resume",
     "Model and pipeline parallelism",
     "Fully sharded data parallel (FSDP)",
+    "Tensor parallelism",
 ];
 
 /// The last step of NVIDIA's DLI lab, which this course ports: its solution is the

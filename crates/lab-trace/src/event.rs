@@ -100,6 +100,9 @@ events! {
     ParameterValues,
     /// `labkit::train` under FSDP, on every rank after each epoch: what the rank holds.
     ShardsHeld,
+    /// `labkit::train` under tensor parallelism, on every rank after each epoch: each
+    /// parameter's slice on this rank (its split dimension, offset and length).
+    TensorSlices,
     /// `EarlyStopping::record`: the accuracy a rank decided on, and its decision.
     StopDecision,
     /// A process group this process made or numbered (tch-distributed's group
@@ -475,6 +478,39 @@ pub struct ParameterSummary {
     /// A few of its values, at evenly spaced flat positions (the same for equal shapes).
     #[serde(deserialize_with = "floats::floats")]
     pub sample: Vec<f64>,
+}
+
+/// See [`Event::TensorSlices`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorSlices {
+    /// The epoch just trained (0-based).
+    pub epoch: usize,
+    /// This rank's rank in the TP group.
+    pub tp_rank: usize,
+    /// The TP group's size.
+    pub tp_size: usize,
+    /// Every variable of the model (parameters and BatchNorm statistics), by name.
+    pub parameters: Vec<ParameterSlice>,
+}
+
+/// One variable of [`TensorSlices`]: its shape on this rank against the unsplit model's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParameterSlice {
+    /// Its VarStore name, e.g. `block3.cbr1.conv.weight`.
+    pub name: String,
+    /// Its shape on this rank.
+    pub shape: Vec<i64>,
+    /// Its shape in the unsplit model.
+    pub whole: Vec<i64>,
+    /// The dimension along which this rank holds part of it; `None`: it holds it whole
+    /// (replicated).
+    pub dim: Option<usize>,
+    /// Where this rank's part starts along `dim` (0 when replicated).
+    pub offset: i64,
+    /// How long this rank's part is along `dim` (dimension 0's length when replicated).
+    pub length: i64,
+    /// FNV-1a of its values on this rank: TP peers holding it whole must agree.
+    pub digest: String,
 }
 
 /// See [`Event::ShardsHeld`]: elements, measured from the tensors the rank holds.

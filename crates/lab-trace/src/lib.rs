@@ -281,6 +281,20 @@ mod tests {
                 length: 8,
                 whole: 16,
             }),
+            stamped(event::TensorSlices {
+                epoch: 0,
+                tp_rank: 1,
+                tp_size: 2,
+                parameters: vec![event::ParameterSlice {
+                    name: "block1.cbr2.conv.weight".into(),
+                    shape: vec![16, 8, 3, 3],
+                    whole: vec![16, 16, 3, 3],
+                    dim: Some(1),
+                    offset: 8,
+                    length: 8,
+                    digest: "00ff00ff00ff00ff".into(),
+                }],
+            }),
         ];
         for record in records {
             assert_eq!(Record::parse(&record.to_line()).unwrap(), record);

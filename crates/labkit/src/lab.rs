@@ -73,6 +73,14 @@ impl Model for WideResNet {
     fn take_forward_error(&self) -> Option<dist::DistError> {
         WideResNet::take_forward_error(self)
     }
+    /// Split over a TP group: every rank records its slices, and rank 0 the weights
+    /// gathered from them (collective: every TP rank calls it). Nothing otherwise.
+    fn after_epoch(&self, epoch: usize, _optimizer: &dyn Optimizer) -> Result<()> {
+        match &self.split {
+            Some(split) if trace::enabled() => Ok(split.record(epoch)?),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {

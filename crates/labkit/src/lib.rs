@@ -38,6 +38,8 @@ pub mod revision;
 mod rng;
 mod run;
 mod sharded;
+mod split_model;
+mod tensor_parallel;
 pub mod trace;
 mod widths;
 
@@ -73,6 +75,7 @@ pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
 pub use sharded::ShardedModel;
+pub use tensor_parallel::{check_tensor_parallel, tensor_parallel_refusal, TensorParallelRequest};
 pub use widths::{Architecture, Widths};
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests

@@ -410,6 +410,9 @@ pub struct WideResNet {
     perf: PerfSettings,
     /// A collective of its forward that failed, kept until the forward returns it.
     fault: Fault,
+    /// Split over a TP group ([`WideResNet::tensor_parallel`]): what the trace records
+    /// of its slices after each epoch.
+    pub(crate) split: Option<crate::split_model::SplitModel>,
 }
 
 impl WideResNet {
@@ -548,11 +551,12 @@ impl WideResNet {
         let fault = Fault::default();
         let mut blocks = Vec::new();
         let built = Built::TensorParallel { sync_group, fault: &fault };
-        let net =
+        let mut net =
             Self::build(&vs.root(), settings.into(), norm, 0..LAYERS.len(), built, &mut |block, name| {
                 blocks.push(name.to_string());
                 Box::new(TensorParallelBlock { block, group: group.clone(), fault: fault.clone() })
             });
+        let shapes = crate::split_model::shapes(vs);
         use dist::ParallelStyle::{Colwise, Rowwise};
         let plan: Vec<(String, dist::ParallelStyle)> = blocks
             .iter()
@@ -570,6 +574,11 @@ impl WideResNet {
         if crate::trace::enabled() {
             record_slices(vs, group, whole);
         }
+        let split = crate::split_model::SplitModel::new(vs, group, shapes);
+        if group.rank() == 0 {
+            println!("{}", split.describe());
+        }
+        net.split = Some(split);
         Ok(net)
     }
 
@@ -633,7 +642,12 @@ impl WideResNet {
             // No residual block for a wrapper (FSDP's per-block `fully_shard`) to take:
             // the root unit holds it all.
             let module: Box<dyn ModuleT> = Box::new(Mlp::new(p));
-            return WideResNet { layers: vec![Layer { name: "mlp", module }], perf, fault: Fault::default() };
+            return WideResNet {
+                layers: vec![Layer { name: "mlp", module }],
+                perf,
+                fault: Fault::default(),
+                split: None,
+            };
         }
         let equivalence = probes::equivalence_run();
         // The checker's equivalence run normalises over the global batch, as one rank
@@ -693,7 +707,7 @@ impl WideResNet {
                 kept.push(Layer { name, module });
             }
         }
-        WideResNet { layers: kept, perf, fault: fault.clone() }
+        WideResNet { layers: kept, perf, fault: fault.clone(), split: None }
     }
 
     /// The forward pass, with a failed collective inside it (a SyncBatchNorm's, a
