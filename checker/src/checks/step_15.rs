@@ -342,15 +342,19 @@ fn tp_same_batches(obs: &Observation) -> Option<Finding> {
 /// Allowed difference between the split model's weights and the one rank's, per value.
 /// Both runs compute the same sums, but a split conv adds its two halves' partial sums
 /// after the all-reduce where one rank's conv adds all channels at once: float32
-/// reassociation only, which BatchNorm (1/σ of a small batch) can amplify over the steps.
-/// Measured after 3 steps of the narrow model, 2026-11-29: 1.5e-8 and 3.0e-8 on most
-/// draws, but 1.2e-5 (plain SGD) and 1.5e-5 (`--momentum 0.9`) on one (`verify step 15
-/// --seed 1015`'s, in block1's row-parallel conv); the mistakes recorded move weights
-/// by 4.3e-3 (data sharded) and 4.7e-3 (peers seeded apart). 1e-4 sits between: 7
-/// times the worst float difference seen, 40 times below the mistakes.
-const TOLERANCE: f64 = 1e-4;
+/// reassociation, which now and then moves a value across a ReLU's zero or a max-pool's
+/// choice, whose gradient then differs outright (step 7's caveat); BatchNorm (1/σ of a
+/// small batch) and momentum grow it over the steps. Measured after 3 steps of the
+/// narrow model, 2026-11-29, `verify step 15 --solutions`: 7.5e-9 to 3.0e-8 on most
+/// draws; 1.5e-5 (`--seed 1015`), 2.2e-5 (`--seed 3`), 4.7e-5 (`--seed 7`), 6.9e-5
+/// (`--seed 5`), all in the stem's weights, and one unseeded draw above 1e-4. The mistakes recorded move
+/// weights by 4.3e-3 (data sharded) and 4.7e-3 (peers seeded apart). 1e-3 sits between,
+/// 14 times the worst flip measured and 4 times below the mistakes: a stopgap. The
+/// robust form compares each parameter's difference with its change over the steps
+/// (step 7's way), which needs the initial values in the trace.
+const TOLERANCE: f64 = 1e-3;
 
-const EQUALS_ONE_RANK_EXPECTED: &str = "after the same steps on the same data, rank 0's weights gathered from the --tensor-parallel run's slices equal the one-rank run's to 1e-4";
+const EQUALS_ONE_RANK_EXPECTED: &str = "after the same steps on the same data, rank 0's weights gathered from the --tensor-parallel run's slices equal the one-rank run's to 1e-3";
 
 fn equals_one_rank(obs: &Observation) -> Option<Finding> {
     let runs = match tp_runs(obs, EQUALS_ONE_RANK_EXPECTED) {
