@@ -213,8 +213,8 @@ thread_local! {
 }
 
 /// Runs `forward` (a model's, or a wrapper's around one, such as DDP's) with the
-/// WideResNet's failed collectives kept for [`crate::Model::take_forward_error`]
-/// instead of panicking in its `ModuleT::forward_t`.
+/// WideResNet's failed collectives kept for `Model::take_forward_error` (the training
+/// loop's trait) instead of panicking in its `ModuleT::forward_t`.
 pub(crate) fn taking_faults<T>(forward: impl FnOnce() -> T) -> T {
     struct Restore(bool);
     impl Drop for Restore {
@@ -721,7 +721,7 @@ impl WideResNet {
     }
 
     /// The collective of the last forward that failed, taken (see
-    /// [`crate::Model::take_forward_error`]).
+    /// `Model::take_forward_error` (the training loop's trait)).
     pub(crate) fn take_forward_error(&self) -> Option<DistError> {
         self.fault.take()
     }

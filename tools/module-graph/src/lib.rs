@@ -70,8 +70,11 @@ impl Graph {
         let root_text = std::fs::read_to_string(root)?;
         let dir = root.parent().unwrap_or(Path::new("."));
         let mut modules = BTreeMap::new();
-        for name in declared_modules(&root_text) {
-            let text = module_text(dir, &name)?;
+        for (name, path) in declared_module_files(&root_text) {
+            let text = match path {
+                Some(file) => std::fs::read_to_string(dir.join(file))?,
+                None => module_text(dir, &name)?,
+            };
             let text = match links {
                 Links::Code => without_comment_lines(&text),
                 Links::CodeAndDocs => text,
@@ -161,14 +164,32 @@ impl Graph {
 /// The modules a crate root declares at its top level with `mod x;` (any visibility,
 /// any attributes on the lines before); inline `mod x { ... }` blocks are the root's own.
 pub fn declared_modules(root_text: &str) -> Vec<String> {
-    root_text
-        .lines()
-        .filter_map(|line| {
-            let line = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
-            let name = line.strip_prefix("mod ")?.strip_suffix(';')?;
-            name.chars().all(|c| c.is_alphanumeric() || c == '_').then(|| name.to_string())
-        })
-        .collect()
+    declared_module_files(root_text).into_iter().map(|(name, _)| name).collect()
+}
+
+/// [`declared_modules`], each with the file a `#[path = "..."]` attribute on the line
+/// before names (relative to the root's folder, as rustc reads it), if any: a file
+/// shared with another target (an example compiled into a benchmark).
+pub fn declared_module_files(root_text: &str) -> Vec<(String, Option<String>)> {
+    let mut declared = Vec::new();
+    let mut path = None;
+    for line in root_text.lines() {
+        let code = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
+        if let Some(name) = code.strip_prefix("mod ").and_then(|rest| rest.strip_suffix(';')) {
+            if name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                declared.push((name.to_string(), path.take()));
+            }
+            continue;
+        }
+        let attribute = line.trim().strip_prefix("#[path = \"").and_then(|rest| rest.strip_suffix("\"]"));
+        match attribute {
+            Some(file) => path = Some(file.to_string()),
+            // Other attributes (`#[cfg(test)]`) may stand between; anything else ends it.
+            None if line.trim_start().starts_with("#[") => {}
+            None => path = None,
+        }
+    }
+    declared
 }
 
 /// The text of module `name` of a crate root in `dir`: `name.rs` or `name/mod.rs`, and
@@ -356,6 +377,18 @@ mod tests {
             "//! doc\nmod a;\npub mod b;\npub(crate) mod c;\n#[cfg(test)]\nmod tests;\nmod inline {\n    mod nested;\n}\n",
         );
         assert_eq!(declared, ["a", "b", "c", "tests"]);
+        // A `#[path]` attribute names the module's file (a benchmark compiling an example).
+        let files = declared_module_files(
+            "#[path = \"../../examples/shared.rs\"]\n#[allow(dead_code)]\nmod shared;\nmod own;\n#[path = \"x.rs\"]\nconst A: u8 = 1;\nmod after;\n",
+        );
+        assert_eq!(
+            files,
+            [
+                ("shared".to_string(), Some("../../examples/shared.rs".to_string())),
+                ("own".to_string(), None),
+                ("after".to_string(), None),
+            ]
+        );
     }
 
     #[test]
