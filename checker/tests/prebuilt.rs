@@ -85,8 +85,8 @@ fn all_passed(step: u8) -> Vec<(String, String)> {
 
 /// Step 14's solution, built by cargo and copied elsewhere, passes every check of steps
 /// 0-14 there: exactly what its build judged in place reports (honesty.rs verifies the
-/// built solution 14 live, in the sandbox, and asserts that it passes every check), so
-/// the slowest verification of the lab is run once here, not twice.
+/// built solution 15 live, in the sandbox, whose runs include steps 12-14's: those runs
+/// are made twice in the suite, once per way of judging, a duplication to remove).
 #[test]
 fn step_14_prebuilt_is_judged_as_built() {
     let mut build = child_process::cargo();
