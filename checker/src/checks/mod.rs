@@ -583,6 +583,49 @@ fn difference(a: &ParameterSummary, b: &ParameterSummary) -> f64 {
     sampled.max(mean)
 }
 
+/// Two runs' weights, parameter by parameter (steps 14 and 15): rank 0's of the run
+/// judged (`ours`, called `ours_are`) against the reference run's (`theirs`, called
+/// `theirs_are`). Fails when a model lacks a parameter of the other; else reports the
+/// largest [`difference`] after `saying` ("after 3 steps ... by at most") and fails
+/// above `tolerance`.
+fn weights_compared(
+    theirs: &ParameterValues,
+    ours: &ParameterValues,
+    (theirs_are, ours_are): (&str, &str),
+    saying: String,
+    tolerance: f64,
+    expected: &str,
+) -> Option<Finding> {
+    let by_name: BTreeMap<&str, &ParameterSummary> =
+        ours.parameters.iter().map(|p| (p.name.as_str(), p)).collect();
+    let missing: Vec<&str> =
+        theirs.parameters.iter().map(|p| p.name.as_str()).filter(|n| !by_name.contains_key(n)).collect();
+    if !missing.is_empty() || by_name.len() != theirs.parameters.len() {
+        return Finding::shown(
+            false,
+            format!(
+                "{ours_are} has {} parameters, {theirs_are}'s {}; {theirs_are}'s not in it: {missing:?}",
+                by_name.len(),
+                theirs.parameters.len()
+            ),
+            expected,
+        );
+    }
+    let (worst, name) = theirs
+        .parameters
+        .iter()
+        .map(|p| (difference(p, by_name[p.name.as_str()]), p.name.as_str()))
+        .fold((0.0, ""), |best, next| if next.0 > best.0 { next } else { best });
+    let mut observed = format!("{saying} {worst:.1e}");
+    if !name.is_empty() {
+        observed.push_str(&format!(" ({name})"));
+    }
+    if worst > tolerance {
+        observed.push_str(&format!(": more than {tolerance:e}"));
+    }
+    Finding::shown(worst <= tolerance, observed, expected)
+}
+
 /// Events of one kind per global rank (the records' `rank`), in order.
 fn by_rank<E: EventKind>(trace: &[Record]) -> BTreeMap<usize, Vec<&E>> {
     let mut out: BTreeMap<usize, Vec<&E>> = BTreeMap::new();

@@ -4,11 +4,11 @@
 //! the weights gathered from the shards equal DDP's, and the collectives are FSDP's.
 use std::collections::BTreeMap;
 
-use lab_trace::event::{Collective, ParameterSummary, ShardsHeld, TrainIndices, Weights};
+use lab_trace::event::{Collective, ShardsHeld, TrainIndices, Weights};
 use lab_trace::{CollectiveOp, Record};
 
 use super::collectives;
-use super::{by_rank, difference, last_values, malformed, Check, Finding, Step};
+use super::{by_rank, last_values, malformed, weights_compared, Check, Finding, Step};
 use labkit::report::grouped;
 
 use crate::observe::{FsdpRuns, Gains, Observation, RunKind, FSDP_STEPS};
@@ -184,37 +184,15 @@ fn equals_ddp(obs: &Observation) -> Option<Finding> {
             EQUALS_DDP_EXPECTED,
         );
     }
-    let by_name: BTreeMap<&str, &ParameterSummary> =
-        sharded.parameters.iter().map(|p| (p.name.as_str(), p)).collect();
-    let missing: Vec<&str> =
-        reference.parameters.iter().map(|p| p.name.as_str()).filter(|n| !by_name.contains_key(n)).collect();
-    if !missing.is_empty() || by_name.len() != reference.parameters.len() {
-        return Finding::shown(
-            false,
-            format!(
-                "the --fsdp run's model has {} parameters, DDP's {}; DDP's not in it: {missing:?}",
-                by_name.len(),
-                reference.parameters.len()
-            ),
-            EQUALS_DDP_EXPECTED,
-        );
-    }
-    let (worst, name) = reference
-        .parameters
-        .iter()
-        .map(|p| (difference(p, by_name[p.name.as_str()]), p.name.as_str()))
-        .fold((0.0, ""), |best, next| if next.0 > best.0 { next } else { best });
     let world = runs.settings.world_size();
-    let mut observed = format!(
-        "after {FSDP_STEPS} steps on {world} ranks, FSDP's weights differ from DDP's by at most {worst:.1e}"
-    );
-    if !name.is_empty() {
-        observed.push_str(&format!(" ({name})"));
-    }
-    if worst > TOLERANCE {
-        observed.push_str(&format!(": more than {TOLERANCE:e}"));
-    }
-    Finding::shown(worst <= TOLERANCE, observed, EQUALS_DDP_EXPECTED)
+    weights_compared(
+        reference,
+        sharded,
+        ("DDP", "the --fsdp run's model"),
+        format!("after {FSDP_STEPS} steps on {world} ranks, FSDP's weights differ from DDP's by at most"),
+        TOLERANCE,
+        EQUALS_DDP_EXPECTED,
+    )
 }
 
 const FSDP_COLLECTIVES_EXPECTED: &str = "while training, for each block and step: an all-gather of its shards before its forward, another before its backward, then one reduce-scatter of its gradients (the root: one all-gather, one reduce-scatter); no all-reduce";
@@ -355,6 +333,8 @@ fn spell(calls: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::difference;
+    use lab_trace::event::ParameterSummary;
 
     fn summary(name: &str, sum: f64, sample: Vec<f64>) -> ParameterSummary {
         ParameterSummary { name: name.into(), numel: 100, sum, sample }

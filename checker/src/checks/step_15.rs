@@ -11,7 +11,7 @@ use lab_trace::{CollectiveOp, ReduceOp};
 use labkit::report::grouped;
 
 use super::collectives;
-use super::{by_rank, difference, last_values, malformed, Check, Finding, Step};
+use super::{by_rank, last_values, malformed, weights_compared, Check, Finding, Step};
 use crate::observe::{Gains, Observation, RunKind, TensorParallelRuns, TP_STEPS};
 
 pub const TP_SLICES: &str = "tp-slices";
@@ -377,36 +377,17 @@ fn equals_one_rank(obs: &Observation) -> Option<Finding> {
             EQUALS_ONE_RANK_EXPECTED,
         );
     };
-    let by_name: BTreeMap<&str, _> = gathered.parameters.iter().map(|p| (p.name.as_str(), p)).collect();
-    let missing: Vec<&str> =
-        reference.parameters.iter().map(|p| p.name.as_str()).filter(|n| !by_name.contains_key(n)).collect();
-    if !missing.is_empty() || by_name.len() != reference.parameters.len() {
-        return Finding::shown(
-            false,
-            format!(
-                "the split model has {} parameters, the one rank's {}; the one rank's not in it: {missing:?}",
-                by_name.len(),
-                reference.parameters.len()
-            ),
-            EQUALS_ONE_RANK_EXPECTED,
-        );
-    }
-    let (worst, name) = reference
-        .parameters
-        .iter()
-        .map(|p| (difference(p, by_name[p.name.as_str()]), p.name.as_str()))
-        .fold((0.0, ""), |best, next| if next.0 > best.0 { next } else { best });
     let world = runs.settings.world_size();
-    let mut observed = format!(
-        "after {TP_STEPS} steps split over {world} ranks, the weights differ from one rank's by at most {worst:.1e}"
-    );
-    if !name.is_empty() {
-        observed.push_str(&format!(" ({name})"));
-    }
-    if worst > TOLERANCE {
-        observed.push_str(&format!(": more than {TOLERANCE:e}"));
-    }
-    Finding::shown(worst <= TOLERANCE, observed, EQUALS_ONE_RANK_EXPECTED)
+    weights_compared(
+        reference,
+        gathered,
+        ("the one rank", "the split model"),
+        format!(
+            "after {TP_STEPS} steps split over {world} ranks, the weights differ from one rank's by at most"
+        ),
+        TOLERANCE,
+        EQUALS_ONE_RANK_EXPECTED,
+    )
 }
 
 #[cfg(test)]
