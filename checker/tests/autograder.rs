@@ -197,6 +197,11 @@ fn the_finished_programs_autograder_grades_a_main_rs_on_every_step() {
         assert!(!of_step.is_empty(), "no test of step {step}: {report:#}");
         assert!(of_step.iter().all(|t| t["status"] == "passed"), "{report:#}");
     }
+    // Graded in the sandbox where one can be made: honesty.rs leaves the finished lab's
+    // live, sandboxed verification to this test.
+    if sandbox_works() {
+        assert_eq!(report["extra_data"]["sandbox"]["tool"], "bubblewrap", "{report:#}");
+    }
     // The finished lab's throughput, for the class's leaderboard.
     let board = &report["leaderboard"][0];
     assert_eq!(board["name"], "Images/sec", "{report:#}");

@@ -14,8 +14,13 @@ struct Verdict {
 }
 
 fn verify(step: u8, solutions: bool) -> Verdict {
+    verify_with(step, solutions, &[])
+}
+
+fn verify_with(step: u8, solutions: bool, more: &[&str]) -> Verdict {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_checker"));
     cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).args(["verify", "step", &step.to_string()]);
+    cmd.args(more);
     // A fixed seed per step: reproducible here, and different variations across steps.
     cmd.args(["--seed", &(1000 + u64::from(step)).to_string()]);
     if solutions {
@@ -67,18 +72,39 @@ macro_rules! solutions_pass {
 // (checks::fixtures, the `solution-NN` cases; tests/record_fixtures.rs fails when a
 // solution changed since). These run live, in the grading sandbox, one per kind of run
 // the checker makes: a single process (step 0); one process per rank with the help and
-// bad-value runs (step 1); the finished lab (step 11: ranks on two or three simulated
-// nodes from step 2 on, downloading from the local mirror (step 5), a late rank and the
-// collectives traced (step 8), self-spawning ranks, the comparison with one rank, a
-// failing rank and the quick evaluation, every check of steps 0-11: so steps 4, 5 and 8
-// are not run apart); steps 12-15 at once (step 15's verification runs them all): step
-// 12's resumed job starts from the stopped job's checkpoint, carried between sandboxed
-// jobs, and the pipeline's, FSDP's and tensor parallelism's runs.
+// bad-value runs (step 1); and the last step, whose verification runs every check of the
+// course. The finished lab (step 11: ranks on simulated nodes, the local mirror, a late
+// rank, the collectives traced, self-spawning ranks, the comparison with one rank, a
+// failing rank, the quick evaluation) is verified live and sandboxed by autograder.rs's
+// `the_finished_programs_autograder_grades_a_main_rs_on_every_step`, which grades that
+// program on every step: not twice.
 solutions_pass! {
     0: solution_00_passes;
     1: solution_01_passes;
-    11: solution_11_passes;
-    15: solution_15_passes;
+}
+
+/// The last step's solution passes every check of the course, live, in the grading
+/// sandbox, judged as a binary built elsewhere (`--prebuilt`, as a GPU bundle carries
+/// it): step 12's resumed job starts from the stopped job's checkpoint, carried between
+/// sandboxed jobs; the pipeline's, FSDP's, tensor parallelism's and every later step's
+/// runs. One run for both ways of judging (prebuilt.rs proves a prebuilt binary gets the
+/// verdicts of a built one on a cheap step).
+#[test]
+fn the_last_solution_passes_sandboxed_and_prebuilt() {
+    let step = lab_course::LAST_STEP;
+    let package = lab_course::Version::Solution(step).package_name();
+    let mut build = child_process::cargo();
+    build.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).args(["build", "-q", "-p", &package]);
+    assert!(child_process::status(build).expect("run cargo build").success(), "building {package}");
+    let dir = tempfile::tempdir().unwrap();
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_checker")).with_file_name(&package);
+    std::fs::copy(&built, dir.path().join(&package)).unwrap_or_else(|e| panic!("copy {package}: {e}"));
+    let prebuilt = dir.path().to_str().unwrap();
+    let v = verify_with(step, true, &["--prebuilt", prebuilt]);
+    assert_eq!(v.code, Some(0), "solution {step} must pass every check:\n{}", v.output);
+    assert!(!v.output.contains("error["), "{}", v.output);
+    let judged = format!("judging {prebuilt}/{package}, built elsewhere");
+    assert!(v.output.contains(&judged), "not the copy judged:\n{}", v.output);
 }
 
 // Every starter's verdicts are judged from a recorded run of today's starter in the

@@ -1,6 +1,8 @@
 //! `--prebuilt DIR`: the checker judges binaries built elsewhere (copied into a folder,
 //! as a GPU bundle carries them) exactly as it judges the ones it builds, and refuses a
-//! binary of another course revision (exit 2, naming both revisions).
+//! binary of another course revision (exit 2, naming both revisions). The last step's
+//! solution, every check of the course, is judged prebuilt (and sandboxed) by
+//! honesty.rs's `the_last_solution_passes_sandboxed_and_prebuilt`.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -65,43 +67,6 @@ fn same_verdicts_built_and_prebuilt(step: u8, seed: &str) {
     );
     assert!(prebuilt_run.stdout.contains(&judged), "not the copy judged:\n{}", prebuilt_run.stdout);
     assert!(!built_run.stdout.contains("built elsewhere"), "{}", built_run.stdout);
-}
-
-/// Every check of steps 0 to `step`, passed, in the registry's order (`list --checks`):
-/// what a verification of solution `step` reports.
-fn all_passed(step: u8) -> Vec<(String, String)> {
-    let list = checker(&["list", "--checks"]);
-    assert_eq!(list.code, Some(0), "{}", list.output());
-    list.stdout
-        .lines()
-        .filter_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next()? == "step").then_some(())?;
-            let (n, id) = (words.next()?.parse::<u8>().ok()?, words.next()?);
-            (n <= step).then(|| ("PASS".to_string(), format!("step {n} {id}")))
-        })
-        .collect()
-}
-
-/// Step 14's solution, built by cargo and copied elsewhere, passes every check of steps
-/// 0-14 there: exactly what its build judged in place reports (honesty.rs verifies the
-/// built solution 15 live, in the sandbox, whose runs include steps 12-14's: those runs
-/// are made twice in the suite, once per way of judging, a duplication to remove).
-#[test]
-fn step_14_prebuilt_is_judged_as_built() {
-    let mut build = child_process::cargo();
-    build.current_dir(common::repo()).args(["build", "-q", "-p", "solution_14"]);
-    assert!(child_process::status(build).expect("run cargo build").success(), "building solution_14");
-    let dir = tempfile::tempdir().unwrap();
-    copied(dir.path(), "solution_14");
-    let prebuilt_dir = dir.path().to_str().unwrap();
-    let run = checker(&["verify", "step", "14", "--solutions", "--seed", "5", "--prebuilt", prebuilt_dir]);
-    assert_eq!(run.code, Some(0), "the prebuilt run failed:\n{}", run.output());
-    let expected = all_passed(14);
-    assert!(expected.iter().any(|(_, check)| check.starts_with("step 14 ")), "{expected:?}");
-    assert_eq!(verdicts(&run.stdout), expected, "prebuilt:\n{}", run.stdout);
-    let judged = format!("judging {prebuilt_dir}/solution_14, built elsewhere");
-    assert!(run.stdout.contains(&judged), "not the copy judged:\n{}", run.stdout);
 }
 
 #[test]

@@ -1,8 +1,12 @@
-//! Every solution crate, built and run end to end on 2 CPU ranks with a tiny
-//! configuration on the generated data set, launched as the lab launches it at that
-//! step; and the finished lab's quick evaluation reaches the lab's target accuracy.
+//! Solution crates built and run end to end on 2 CPU ranks with a tiny configuration on
+//! the generated data set, as the lab launches them (launched processes at step 8,
+//! self-spawning from step 10), beyond what the checker judges of them: the timeline,
+//! the finished lab's output, `--seed`, step 14's FSDP against DDP; and the finished
+//! lab's quick evaluation reaches the lab's target accuracy. (The other solutions run
+//! live where they are judged: honesty.rs and autograder.rs verify solutions 0, 1, 11
+//! and the last in the grading sandbox; every solution's recorded run is a fixture.)
 //!
-//! The trace (`DDP_LAB_TRACE`) is checked where a step makes a property true: the
+//! The trace (`DDP_LAB_TRACE`) is checked for what the steps up to 9 make true: the
 //! ranks' shares of the data (step 6), identical weights (step 7), the printed
 //! throughput (step 8) and the averaged metrics (step 9).
 use std::collections::{BTreeMap, BTreeSet};
@@ -187,55 +191,45 @@ fn timeline_dir(step: u8) -> Option<&'static Path> {
     }
 }
 
+/// What a solution's run shows on its own, beyond the checker's checks of its step
+/// (every solution's verdicts are judged from a recorded run of today's solution in
+/// checker's `checks::fixtures`, and honesty.rs and autograder.rs verify solutions 0,
+/// 1, 11 and the last live): the runs the timeline test reads, launched (step 8) and
+/// self-spawning (10, 11), print the lab's lines, train on disjoint shares with one set
+/// of weights, and the finished lab's output is its snapshot.
 fn check_solution(step: u8) {
     let run = tiny_run(step);
     let lines = epoch_lines(&run.stdout);
-    // Before step 4 every process prints its own epochs; from step 4 only rank 0 does.
-    let expected_lines = if step < 4 { 4 } else { 2 };
-    assert_eq!(lines.len(), expected_lines, "epoch lines of solution {step}:\n{}", run.stdout);
+    // From step 4 only rank 0 prints its epochs.
+    assert_eq!(lines.len(), 2, "epoch lines of solution {step}:\n{}", run.stdout);
     for line in &lines {
         assert!(line.contains("Images/sec = ") && line.contains("Validation Accuracy = "), "{line}");
     }
-    if step >= 2 {
-        assert!(run.stdout.contains("World size = 2; rendezvous at 127.0.0.1:"), "{}", run.stdout);
-    }
-    if step >= 3 {
-        for r in 0..2 {
-            assert!(run.stdout.contains(&format!("Worker started: local rank {r}")), "{}", run.stdout);
-        }
+    assert!(run.stdout.contains("World size = 2; rendezvous at 127.0.0.1:"), "{}", run.stdout);
+    for r in 0..2 {
+        assert!(run.stdout.contains(&format!("Worker started: local rank {r}")), "{}", run.stdout);
     }
     let train = events::<event::TrainIndices>(&run.trace);
     assert_eq!(train.len(), 2, "two processes trained");
-    if step >= 6 {
-        // Each epoch, the two ranks' shares are disjoint and together cover the subset.
-        for epoch in 0..2 {
-            let mut seen = BTreeSet::new();
-            for shares in train.values() {
-                for i in &shares[epoch].indices {
-                    assert!(seen.insert(*i), "index {i} on two ranks in epoch {epoch}");
-                }
-            }
-            assert_eq!(seen.len(), 200);
-        }
-        let first = train.values().next().unwrap();
-        assert_ne!(first[0].indices, first[1].indices, "set_epoch reshuffles");
-    } else {
-        // Every process goes through the whole subset.
+    // Each epoch, the two ranks' shares are disjoint and together cover the subset.
+    for epoch in 0..2 {
+        let mut seen = BTreeSet::new();
         for shares in train.values() {
-            assert_eq!(shares[0].indices.len(), 200);
+            for i in &shares[epoch].indices {
+                assert!(seen.insert(*i), "index {i} on two ranks in epoch {epoch}");
+            }
         }
+        assert_eq!(seen.len(), 200);
     }
+    let first = train.values().next().unwrap();
+    assert_ne!(first[0].indices, first[1].indices, "set_epoch reshuffles");
     let weights = events::<event::Weights>(&run.trace);
     let digests: BTreeSet<&str> = weights.values().map(|w| w.last().unwrap().digest.as_str()).collect();
-    if step >= 7 {
-        assert_eq!(digests.len(), 1, "DDP keeps the ranks' weights identical");
-    }
-    if step >= 8 {
-        let per_rank: f64 = events::<event::ImagesPerSec>(&run.trace).values().map(|v| v[0].value).sum();
-        let printed = events::<event::Printed>(&run.trace);
-        let printed = printed.values().next().unwrap()[0].images_per_sec;
-        assert!((printed - per_rank).abs() <= 1e-6 * per_rank, "printed {printed} vs sum {per_rank}");
-    }
+    assert_eq!(digests.len(), 1, "DDP keeps the ranks' weights identical");
+    let per_rank: f64 = events::<event::ImagesPerSec>(&run.trace).values().map(|v| v[0].value).sum();
+    let printed = events::<event::Printed>(&run.trace);
+    let printed = printed.values().next().unwrap()[0].images_per_sec;
+    assert!((printed - per_rank).abs() <= 1e-6 * per_rank, "printed {printed} vs sum {per_rank}");
     if step >= 9 {
         let raw = events::<event::Validation>(&run.trace);
         let mean: f64 = raw.values().map(|v| v[0].accuracy).sum::<f64>() / 2.0;
@@ -290,16 +284,7 @@ macro_rules! solution_tests {
 }
 
 solution_tests! {
-    solution_00_runs: 0,
-    solution_01_runs: 1,
-    solution_02_runs: 2,
-    solution_03_runs: 3,
-    solution_04_runs: 4,
-    solution_05_runs: 5,
-    solution_06_runs: 6,
-    solution_07_runs: 7,
     solution_08_runs: 8,
-    solution_09_runs: 9,
     solution_10_runs: 10,
     solution_11_runs: 11,
 }
