@@ -1,5 +1,5 @@
 //@ header
-//! The master of the lab's 32 crates: the solution of the last step (step 15; step 11's
+//! The master of the lab's 38 crates: the solution of the last step (step 18; step 11's
 //! is the finished DLI lab) as a Rust program that compiles, with each step's change
 //! marked for coursegen.
 //!
@@ -657,4 +657,22 @@ fn tensor_parallel(
 //| //   it) and an optimizer on vs; why is there no DDP here?
 //| // - train and validate as before; which ranks hold the loss and accuracy, and does
 //| //   anything need averaging? Rank 0 prints the epoch line and the summary.
+//@ end
+//@ step 16
+// Step 16 (DDP x TP on a 2-D mesh): its code goes here, or in blocks of step 16 where it
+// changes the lab.
+//@ todo
+//| // TODO Step 16: DDP x TP on a 2-D mesh.
+//@ end
+//@ step 17
+// Step 17 (Gradients averaged by hand): its code goes here, or in blocks of step 17 where it
+// changes the lab.
+//@ todo
+//| // TODO Step 17: Gradients averaged by hand.
+//@ end
+//@ step 18
+// Step 18 (Buckets overlapped with backward): its code goes here, or in blocks of step 18 where it
+// changes the lab.
+//@ todo
+//| // TODO Step 18: Buckets overlapped with backward.
 //@ end
