@@ -89,6 +89,14 @@ events! {
     /// `labkit::train`, when the checker asks (`DDP_LAB_TRACE_STEPS`): the weights after
     /// each of the run's first training steps, as float values.
     TrainingStep,
+    /// `labkit::train`, for the steps [`TrainingStep`] records: the step's backward pass
+    /// begins. The collectives between it and [`BackwardEnded`] ran inside backward
+    /// (DDP's buckets, a hook's launches): the overlap the checker judges.
+    BackwardStarted,
+    /// `labkit::train`, for the steps [`TrainingStep`] records: the step's backward pass
+    /// has returned, before the model's `after_backward` (a DDP written by hand) and the
+    /// optimizer step.
+    BackwardEnded,
     /// `labkit::train_pipeline`: the part of the model this rank holds, its stage.
     PipelineStage,
     /// `labkit::train_pipeline`: an epoch of the pipeline on this rank, its time busy
@@ -408,6 +416,20 @@ pub struct TrainingStep {
     pub loss: Option<f64>,
     /// Every parameter the optimizer steps, in the order it holds them, after the step.
     pub parameters: Vec<StepParameter>,
+}
+
+/// See [`Event::BackwardStarted`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackwardStarted {
+    /// The step of the run, as [`TrainingStep::step`] numbers it.
+    pub step: usize,
+}
+
+/// See [`Event::BackwardEnded`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackwardEnded {
+    /// The step of the run, as [`TrainingStep::step`] numbers it.
+    pub step: usize,
 }
 
 /// See [`Event::PipelineStage`].

@@ -172,7 +172,15 @@ pub fn train<M: Model, S: Sampler, O: Optimizer>(
         optimizer.zero_grad();
         // DDP's Reducer all-reduces inside backward: its failure is a DistError.
         let backward = perfetto::span("backward");
+        // Marks around backward for the traced steps: which collectives ran inside it.
+        let traced_step = Some(run::this_step()).filter(|&s| s < traced_steps && trace::enabled());
+        if let Some(step) = traced_step {
+            trace::record(event::BackwardStarted { step });
+        }
         loss.f_backward().map_err(dist::DistError::from)?;
+        if let Some(step) = traced_step {
+            trace::record(event::BackwardEnded { step });
+        }
         model.after_backward()?;
         perfetto::sync(loader.device);
         backward.end();
