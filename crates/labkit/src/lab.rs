@@ -49,6 +49,12 @@ pub trait Model {
     fn after_backward(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether the model is split over a TP group: its `after_epoch` records its slices
+    /// and the weights gathered from them, so a DDP around it (step 16's 2-D mesh)
+    /// hands the epoch to it rather than recording its replica of slices as whole.
+    fn split_over_ranks(&self) -> bool {
+        false
+    }
 }
 
 /// One model or another, chosen at run time (`--fsdp`: sharded, else DDP).
@@ -71,6 +77,9 @@ impl<M: Model + ?Sized> Model for Box<M> {
     fn after_backward(&self) -> Result<()> {
         (**self).after_backward()
     }
+    fn split_over_ranks(&self) -> bool {
+        (**self).split_over_ranks()
+    }
 }
 
 impl Model for WideResNet {
@@ -91,6 +100,9 @@ impl Model for WideResNet {
             _ => Ok(()),
         }
     }
+    fn split_over_ranks(&self) -> bool {
+        self.split.is_some()
+    }
 }
 
 impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
@@ -104,8 +116,12 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
     fn perf(&self) -> PerfSettings {
         self.module().perf()
     }
-    /// Rank 0's replica in floats, as a sharded model's gathered weights are recorded.
-    fn after_epoch(&self, epoch: usize, _optimizer: &dyn Optimizer) -> Result<()> {
+    /// Rank 0's replica in floats, as a sharded model's gathered weights are recorded;
+    /// a model split over a TP group (DDP over a mesh's "dp" group) records its own.
+    fn after_epoch(&self, epoch: usize, optimizer: &dyn Optimizer) -> Result<()> {
+        if self.module().split_over_ranks() {
+            return self.module().after_epoch(epoch, optimizer);
+        }
         if run::is_rank_zero() {
             trace::record_parameter_values(epoch, false, self.parameters());
         }

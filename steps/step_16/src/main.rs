@@ -57,6 +57,10 @@ struct Args {
     /// not with checkpoints (--save-every, --resume) nor --pipeline.
     #[arg(long, conflicts_with_all = ["save_every", "resume", "pipeline"])]
     fsdp: bool,
+    // TODO Step 16: T may now be any divisor of the world size (say so here).
+    /// Tensor parallelism: split each block's convolutions over T ranks (Megatron's
+    /// column- and row-parallel layers) instead of a whole model per rank under DDP; T
+    /// must be the world size.
     /// Tensor parallelism: split each block's convolutions over T ranks (Megatron's
     /// column- and row-parallel layers) instead of a whole model per rank under DDP; T
     /// must be the world size.
@@ -104,6 +108,8 @@ fn main() -> ExitCode {
             fsdp: args.fsdp,
             sync_batch_norm: args.sync_batch_norm,
         };
+        // TODO Step 16: on a 2-D mesh T need only divide the world size, and
+        // --sync-batch-norm has a group to run over: labkit has a refusal for the mesh.
         labkit::check_tensor_parallel(request, &args.run);
     }
     // This invocation starts num_gpus copies of itself, one per local rank, and waits
@@ -146,6 +152,8 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     }
     // --tensor-parallel: each rank holds a slice of every block, not a whole model.
     if let Some(tp_size) = args.tensor_parallel {
+        // TODO Step 16: with T below the world size, train DDP x TP on a 2-D mesh
+        // instead, in a function of its own (see the end of this file).
         return tensor_parallel(&args, tp_size, global_rank, device, &train_set, &test_set);
     }
 
@@ -395,4 +403,14 @@ fn tensor_parallel(
     dist::destroy_process_group()?;
     Ok(())
 }
-// TODO Step 16: DDP x TP on a 2-D mesh.
+// TODO Step 16: DDP x TP on a 2-D mesh, in a function of its own called from worker:
+// - lay the W ranks out as a mesh of two named dimensions, data-parallel replicas by
+//   T TP ranks (which dimension must be innermost, so that TP peers are neighbours?),
+//   and take each dimension's group and this rank's place along "dp";
+// - which ranks must see the same images, and which disjoint ones? Shard the data
+//   over one dimension only;
+// - split the model over one group as in step 15, and wrap it in DDP over the
+//   other (DistributedDataParallel has a constructor taking a group); with
+//   --sync-batch-norm, over which ranks may BatchNorm's statistics be taken?
+// - the validation metrics and the throughput: which ranks hold different shares,
+//   and which group do you average over?
