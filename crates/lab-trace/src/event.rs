@@ -512,8 +512,9 @@ pub struct TensorSlices {
     pub tp_size: usize,
     /// The TP group's number ([`GroupCreated::group`]): on a 2-D mesh, which row of it.
     /// Traces written before it was kept have none: 0, the world's group, which step
-    /// 15's TP group of every rank was.
-    #[serde(default)]
+    /// 15's TP group of every rank was; 0 is left out of the JSON, so that they write
+    /// back as recorded.
+    #[serde(default, skip_serializing_if = "is_world")]
     pub group: u64,
     /// Every variable of the model (parameters and BatchNorm statistics), by name.
     pub parameters: Vec<ParameterSlice>,
@@ -569,6 +570,11 @@ pub struct ShardsHeld {
 /// and write back the same.
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+/// Whether a group number is the world's (the default group, 0).
+fn is_world(group: &u64) -> bool {
+    *group == 0
 }
 
 /// One `fully_shard` call of [`ShardsHeld`].
