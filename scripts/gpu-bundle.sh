@@ -15,6 +15,7 @@ it into DIR (created; a previous bundle there is replaced):
   bin/solution_11        the finished lab (also what the demo and `lab` run)
   bin/solution_15        steps 12-15 (checkpoints, pipeline, FSDP, tensor parallelism);
                          `verify step 15` runs it and judges every check of steps 0-15
+  bin/solution_16        step 16 (DDP x TP on a 2-D mesh), always packed
   bin/demo               the scaling demo
   bin/lab                the `lab` benchmark (Rust vs bench/python/lab_reference.py)
   bench/python/          the PyTorch side of the benchmarks
@@ -35,7 +36,7 @@ Options:
   --debug            debug builds (target/debug) instead of release: quicker to build,
                      larger; for tests (no size limit)
   --solutions LIST   the solutions to pack, comma-separated step numbers (default 11,15;
-                     11 is always packed); e.g. 2,11,15 to verify step 2 cheaply
+                     11 and 16 are always packed); e.g. 2,11,15 to verify step 2 cheaply
   --max-mib M        refuse a release bundle larger than M MiB (default 60)
   -h, --help         this text
 
@@ -82,7 +83,7 @@ done
 [[ "$max_mib" =~ ^[0-9]+$ ]] || die_usage "--max-mib wants a whole number of MiB, got '$max_mib'"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-packages=(solution_11)
+packages=(solution_11 solution_16)
 IFS=',' read -r -a asked <<<"$solutions"
 for n in "${asked[@]}"; do
     [[ "$n" =~ ^[0-9]+$ ]] && ((10#$n <= 15)) || die_usage "--solutions: '$n' is not a step from 0 to 15"

@@ -24,6 +24,8 @@ binaries link; LD_LIBRARY_PATH is pointed at it. The parts, in order:
   step-13-pipeline     solution_15 --pipeline: one stage per rank, 4 micro-batches
   step-14-fsdp         solution_15 --fsdp: the model sharded over 2 ranks
   step-15-tp           solution_15 --tensor-parallel 2: each block split over 2 ranks
+  step-16-mesh         solution_16 --tensor-parallel 2 on 4 ranks: a 2 x 2 mesh, DDP over
+                       "dp" x TP over "tp", SyncBatchNorm over "dp"
   demo                 the scaling demo at 1 GPU: its table, scaling.json/.svg/.png
   demo-predict         demo --predict for 8 GPUs at 300 GB/s, from the demo's step time
   bench-b512-fp32      `lab` benchmark, Rust vs PyTorch at 1 GPU, lab width, batch 512
@@ -95,7 +97,7 @@ report="${positional[1]}"
 [[ -d "$bundle" && -f "$bundle/manifest.txt" && -x "$bundle/bin/checker" ]] ||
     die_usage "$bundle is not a bundle (no manifest.txt or bin/checker): make one with scripts/gpu-bundle.sh DIR"
 verify_bin="$(printf 'solution_%02d' "$((10#$verify_step))")"
-for bin in solution_11 solution_15 demo lab "$verify_bin"; do
+for bin in solution_11 solution_15 solution_16 demo lab "$verify_bin"; do
     [[ -x "$bundle/bin/$bin" ]] ||
         die_usage "$bundle/bin/$bin is missing: make the bundle again (gpu-bundle.sh --solutions for $verify_bin)"
 done
@@ -136,7 +138,7 @@ if [[ "$device" == cuda ]]; then
     bench_small=(--train-subset 8000 --test-subset 2000 --epochs 3)
     b_large=512
     b_small=32
-    limits=(env=30 lab=60 verify=200 ckpt=50 pipeline=40 fsdp=40 tp=40 demo=60 predict=20 bench=70)
+    limits=(env=30 lab=60 verify=200 ckpt=50 pipeline=40 fsdp=40 tp=40 mesh=45 demo=60 predict=20 bench=70)
 else
     width=narrow
     lab_sizes=(--width narrow --threads 1 --train-subset 256 --test-subset 64 --epochs 2)
@@ -146,7 +148,7 @@ else
     bench_small=(--train-subset 96 --test-subset 64 --epochs 2)
     b_large=32
     b_small=16
-    limits=(env=60 lab=120 verify=300 ckpt=120 pipeline=120 fsdp=120 tp=120 demo=120 predict=60 bench=150)
+    limits=(env=60 lab=120 verify=300 ckpt=120 pipeline=120 fsdp=120 tp=120 mesh=150 demo=120 predict=60 bench=150)
 fi
 limit_of() {
     local kv
@@ -418,6 +420,32 @@ part_tp() {
     figure "$(rounded "$(last_epoch Images/sec)") images/sec, validation accuracy $(last_epoch 'Validation Accuracy')"
 }
 
+# 4 ranks: on fewer GPUs they share them over Gloo, as the checker's runs do.
+four_ranks() {
+    ranks_placement=(--device "$device" --num-gpus 4)
+    if [[ "$device" == cuda ]] && ((gpus < 4)); then
+        ranks_placement+=(--share-gpus)
+        placement_text="4 ranks sharing $gpus GPU(s) (Gloo)"
+    elif [[ "$device" == cuda ]]; then
+        placement_text="4 ranks, a GPU each (NCCL)"
+    else
+        placement_text="4 CPU ranks (Gloo)"
+    fi
+}
+
+part_mesh() {
+    four_ranks
+    MASTER_PORT="$(free_port)" run_logged "$bin/solution_16" "${ranks_placement[@]}" "${beyond_sizes[@]}" \
+        "${data[@]}" --epochs 2 --tensor-parallel 2 --sync-batch-norm ||
+        fail "solution_16 --tensor-parallel 2 on 4 ranks failed" || return 1
+    # TP rank 0 of each of the 2 TP groups says what it holds.
+    local held
+    held="$(grep -cE '^tensor parallel over 2 ranks' "$part_log" || true)"
+    [[ "$held" == 2 ]] || fail "$held 'tensor parallel over 2 ranks' line(s), expected one per TP group (2)" || return 1
+    figure "$placement_text: 2 DP replicas x 2 TP ranks, SyncBatchNorm over dp"
+    figure "$(rounded "$(last_epoch Images/sec)") images/sec, validation accuracy $(last_epoch 'Validation Accuracy')"
+}
+
 demo_step_ms=""
 part_demo() {
     local out="$report/demo"
@@ -488,6 +516,7 @@ part step-12-checkpoint ckpt part_checkpoint
 part step-13-pipeline pipeline part_pipeline
 part step-14-fsdp fsdp part_fsdp
 part step-15-tp tp part_tp
+part step-16-mesh mesh part_mesh
 part demo demo part_demo
 part demo-predict predict part_predict
 part bench-b512-fp32 bench part_bench_large

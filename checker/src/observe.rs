@@ -21,12 +21,12 @@ use std::time::Duration;
 pub use build_errors::{build, BuildFailure, BuildFailureRecord};
 use command_line::checkpoint_args;
 pub use observation::{
-    Equivalence, ExactSteps, FsdpRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run, RunKind,
-    Runs, TensorParallelRuns,
+    Equivalence, ExactSteps, FsdpRuns, MeshRuns, Observation, PipelineRuns, RankProcess, ResumeRuns, Run,
+    RunKind, Runs, TensorParallelRuns,
 };
 pub use plan::{Gains, Plan};
 use runs::{Runner, WhichRun};
-pub use variation::{Variation, EXACT_STEPS, FSDP_STEPS, TP_STEPS};
+pub use variation::{Variation, EXACT_STEPS, FSDP_STEPS, MESH_STEPS, TP_STEPS};
 
 /// Where the verification runs and what it may use.
 pub struct Setup {
@@ -137,6 +137,10 @@ fn observe_runs(
         phase("training with --tensor-parallel and, beside it, on one rank");
         tensor_parallel_runs(runner, v)
     });
+    let mesh = plan.makes(RunKind::Mesh).then(|| {
+        phase("training on a 2-D mesh (--tensor-parallel 2 on 4 ranks) and, beside it, DDP on 2");
+        mesh_runs(runner, v)
+    });
 
     let mut observation = Observation::of_main(plan.step, v.clone(), source, main, port);
     let made = [
@@ -145,6 +149,7 @@ fn observe_runs(
         pipeline.map(Runs::Pipeline),
         fsdp.map(Runs::Fsdp),
         tensor_parallel.map(Runs::TensorParallel),
+        mesh.map(Runs::Mesh),
     ];
     made.into_iter().flatten().for_each(|runs| observation.insert(runs));
     if plan.makes(RunKind::Options) {
@@ -208,6 +213,22 @@ fn tensor_parallel_runs(runner: &Runner<'_>, v: &Variation) -> TensorParallelRun
         (split.join().expect("the tensor-parallel run's thread"), whole)
     });
     TensorParallelRuns { settings, split, whole }
+}
+
+/// Step 16's runs ([`Variation::for_mesh`]), on their own ports, side by side: dropout
+/// off in both, and SyncBatchNorm (over "dp" in the mesh; the checker's comparisons
+/// give DDP's whole model SyncBatchNorm over its world), so that both normalise over
+/// the same global batch.
+fn mesh_runs(runner: &Runner<'_>, v: &Variation) -> MeshRuns {
+    let settings = v.for_mesh();
+    let ddp = Variation { ranks_per_node: 2, ..settings.clone() };
+    let mesh_args: Vec<String> = ["--tensor-parallel", "2", "--sync-batch-norm"].map(String::from).into();
+    let ((mesh, _), (ddp, _)) = std::thread::scope(|scope| {
+        let mesh = scope.spawn(|| runner.job(&settings, WhichRun::MeshSplit, &mesh_args));
+        let ddp = runner.job(&ddp, WhichRun::MeshDdp, &["--sync-batch-norm".to_string()]);
+        (mesh.join().expect("the mesh run's thread"), ddp)
+    });
+    MeshRuns { settings, mesh, ddp }
 }
 
 /// Step 12's comparison: the main run's data on 2 ranks of one node for two epochs,

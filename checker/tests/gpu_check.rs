@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{checker, repo};
 
 /// The parts gpu-check.sh runs, in order (its summary has a row for each).
-const PARTS: [&str; 12] = [
+const PARTS: [&str; 13] = [
     "environment",
     "finished-lab",
     "verify",
@@ -18,6 +18,7 @@ const PARTS: [&str; 12] = [
     "step-13-pipeline",
     "step-14-fsdp",
     "step-15-tp",
+    "step-16-mesh",
     "demo",
     "demo-predict",
     "bench-b512-fp32",
@@ -78,9 +79,15 @@ fn the_gpu_check_runs_every_part_on_cpu_from_a_bundle() {
     let version = checker(&["--version"]).stdout;
     let revision = manifest.lines().find_map(|l| l.strip_prefix("course_revision: ")).unwrap_or_default();
     assert!(revision.len() == 16 && version.contains(revision), "manifest {revision:?}, checker {version}");
-    for file in
-        ["bin/checker", "bin/solution_02", "bin/solution_11", "bin/solution_15", "bin/demo", "bin/lab"]
-    {
+    for file in [
+        "bin/checker",
+        "bin/solution_02",
+        "bin/solution_11",
+        "bin/solution_15",
+        "bin/solution_16",
+        "bin/demo",
+        "bin/lab",
+    ] {
         assert!(bundle.join(file).is_file(), "no {file} in the bundle");
         assert!(manifest.contains(&format!(" {file}\n")), "the manifest does not list {file}:\n{manifest}");
     }
@@ -135,6 +142,7 @@ fn the_gpu_check_runs_every_part_on_cpu_from_a_bundle() {
     assert!(figures("step-13-pipeline").contains("4 micro-batches"), "{summary}");
     assert!(figures("step-14-fsdp").contains("(50.0%)"), "{summary}");
     assert!(figures("step-15-tp").contains("rank 0 holds"), "{summary}");
+    assert!(figures("step-16-mesh").contains("2 DP replicas x 2 TP ranks"), "{summary}");
     assert!(figures("demo-predict").contains("DDP efficiency"), "{summary}");
     for file in ["scaling.json", "scaling.svg", "scaling.png"] {
         assert!(report.join("demo").join(file).is_file(), "no demo/{file}");

@@ -1,5 +1,5 @@
 //@ header
-//! The master of the lab's 32 crates: the solution of the last step (step 15; step 11's
+//! The master of the lab's 38 crates: the solution of the last step (step 18; step 11's
 //! is the finished DLI lab) as a Rust program that compiles, with each step's change
 //! marked for coursegen.
 //!
@@ -117,9 +117,20 @@ struct Args {
     //| fsdp: bool,
     //@ end
     //@ step 15
+    //@ step 16
     /// Tensor parallelism: split each block's convolutions over T ranks (Megatron's
-    /// column- and row-parallel layers) instead of a whole model per rank under DDP; T
-    /// must be the world size.
+    /// column- and row-parallel layers); T must divide the world size W, and W/T
+    /// replicas of the split model train under DDP (a 2-D mesh, "dp" x "tp").
+    //@ todo
+    //| // TODO Step 16: T may now be any divisor of the world size (say so here).
+    //| /// Tensor parallelism: split each block's convolutions over T ranks (Megatron's
+    //| /// column- and row-parallel layers) instead of a whole model per rank under DDP; T
+    //| /// must be the world size.
+    //@ old
+    //| /// Tensor parallelism: split each block's convolutions over T ranks (Megatron's
+    //| /// column- and row-parallel layers) instead of a whole model per rank under DDP; T
+    //| /// must be the world size.
+    //@ end
     #[arg(long, value_name = "T")]
     tensor_parallel: Option<usize>,
     //@ todo
@@ -184,8 +195,14 @@ fn main() -> ExitCode {
     //| // starts (labkit::check_pipeline).
     //@ end
     //@ step 15
-    // Tensor parallelism splits every block over the whole world (T = world size); what
-    // cannot combine with it is refused before any rank starts.
+    //@ step 16
+    // Tensor parallelism splits every block over T ranks of a 2-D mesh, W/T replicas
+    // of it under DDP (T must divide the world size); what cannot combine with it is
+    // refused before any rank starts.
+    //@ old
+    //| // Tensor parallelism splits every block over the whole world (T = world size); what
+    //| // cannot combine with it is refused before any rank starts.
+    //@ end
     if let Some(tp_size) = args.tensor_parallel {
         let request = labkit::TensorParallelRequest {
             tp_size,
@@ -194,7 +211,14 @@ fn main() -> ExitCode {
             fsdp: args.fsdp,
             sync_batch_norm: args.sync_batch_norm,
         };
-        labkit::check_tensor_parallel(request, &args.run);
+        //@ step 16
+        labkit::check_device_mesh(request, &args.run);
+        //@ todo
+        //| // TODO Step 16: on a 2-D mesh T need only divide the world size, and
+        //| // --sync-batch-norm has a group to run over: labkit has a refusal for the mesh.
+        //@ old
+        //| labkit::check_tensor_parallel(request, &args.run);
+        //@ end
     }
     //@ todo
     //| // TODO Step 15: with --tensor-parallel T, refuse before any rank starts what cannot
@@ -290,6 +314,15 @@ fn worker(local_rank: usize, args: Args) -> labkit::Result<()> {
     //@ step 15
     // --tensor-parallel: each rank holds a slice of every block, not a whole model.
     if let Some(tp_size) = args.tensor_parallel {
+        //@ step 16
+        // Fewer TP ranks than the world: a 2-D mesh, DDP over "dp" x TP over "tp".
+        if tp_size < args.world_size {
+            return tensor_parallel_2d(&args, tp_size, global_rank, device, &train_set, &test_set);
+        }
+        //@ todo
+        //| // TODO Step 16: with T below the world size, train DDP x TP on a 2-D mesh
+        //| // instead, in a function of its own (see the end of this file).
+        //@ end
         return tensor_parallel(&args, tp_size, global_rank, device, &train_set, &test_set);
     }
     //@ todo
@@ -657,4 +690,116 @@ fn tensor_parallel(
 //| //   it) and an optimizer on vs; why is there no DDP here?
 //| // - train and validate as before; which ranks hold the loss and accuracy, and does
 //| //   anything need averaging? Rank 0 prints the epoch line and the summary.
+//@ end
+//@ step 16
+
+/// `--tensor-parallel T` on more than T ranks: the world laid out as a 2-D mesh of W/T
+/// rows by T columns, "dp" x "tp". Each row is a TP group splitting every block (step
+/// 15); each column a DP group of replicas holding the same slices, trained under DDP.
+fn tensor_parallel_2d(
+    args: &Args,
+    tp_size: usize,
+    global_rank: usize,
+    device: tch::Device,
+    train_set: &labkit::data::Split,
+    test_set: &labkit::data::Split,
+) -> labkit::Result<()> {
+    // PyTorch's layout: ranks in a [W/T, T] grid, the last dimension fastest, so TP
+    // peers are neighbours (on 4 ranks TP groups {0,1},{2,3}, DP groups {0,2},{1,3}).
+    let dp_size = args.world_size / tp_size;
+    let mesh = dist::init_device_mesh(device, &[dp_size, tp_size], &["dp", "tp"])?;
+    let (dp, tp) = (mesh.get_group("dp")?, mesh.get_group("tp")?);
+    let dp_rank = mesh.get_local_rank("dp")?;
+
+    // The data is sharded over the DP dimension only: TP peers (one row) compute one
+    // model together and must see the same images, DP peers (one column) disjoint ones.
+    let loader_options = LoaderOptions { batch_size: args.batch_size, device };
+    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), dp_size, dp_rank)?;
+    let test_sampler = dist::DistributedSampler::with_defaults(test_set.len(), dp_size, dp_rank)?;
+    let mut train_loader = DataLoader::new(train_set, train_sampler, loader_options);
+    let mut test_loader = DataLoader::new(test_set, test_sampler, loader_options);
+
+    // The model split over the TP group as in step 15; --sync-batch-norm takes its
+    // statistics over the DP group (never the world: TP peers hold the same batch and
+    // other channels). DDP over the DP group averages each slice's gradients with the
+    // replicas holding the same slice; its broadcast starts them from DP rank 0's.
+    let vs = nn::VarStore::new(device);
+    let norm = if args.sync_batch_norm {
+        labkit::TensorParallelNorm::SyncBatchNorm(dp.clone())
+    } else {
+        labkit::TensorParallelNorm::PerRank
+    };
+    let model = labkit::WideResNet::tensor_parallel_with(&vs, &args.run, &tp, norm)?;
+    let model =
+        dist::DistributedDataParallel::with_group(model, &vs, dp.clone(), dist::DdpOptions::default())?;
+    let mut optimizer = labkit::Sgd::new(&vs, args.base_lr, args.momentum)?;
+
+    let mut early_stopping = labkit::EarlyStopping::new(args.target_accuracy, args.patience);
+    let mut total_time = 0.0;
+    for epoch in 0..args.epochs {
+        train_loader.sampler.set_epoch(epoch as u64);
+        let t0 = Instant::now();
+        labkit::train(&model, &mut optimizer, &mut train_loader)?;
+        dist::barrier()?;
+        let epoch_time = t0.elapsed().as_secs_f64();
+        total_time += epoch_time;
+        // Each DP replica trained on its own share, its TP ranks on the same images: the
+        // job's throughput is one rank's times the replicas.
+        let images_per_sec =
+            dp_size as f64 * labkit::images_per_sec(train_loader.len(), args.batch_size, epoch_time);
+
+        // Each replica validated its DP share (TP peers the same one, with the whole
+        // model's output): average over the DP group, as step 9 does over the world.
+        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;
+        let mut metrics = tch::Tensor::from_slice(&[v_accuracy, v_loss]).to_device(device);
+        dp.all_reduce(&mut metrics, dist::ReduceOp::Sum)?;
+        let metrics = metrics / dp_size as f64;
+        let (v_accuracy, v_loss) = (metrics.double_value(&[0]), metrics.double_value(&[1]));
+
+        let report = labkit::EpochReport {
+            epoch,
+            cumulative_time: total_time,
+            epoch_time,
+            images_per_sec,
+            validation_loss: v_loss,
+            validation_accuracy: v_accuracy,
+        }
+        .record();
+        if global_rank == 0 {
+            report.print();
+        }
+        if early_stopping.record(v_accuracy) {
+            break;
+        }
+    }
+    if global_rank == 0 {
+        labkit::print_summary(&args.run, args.target_accuracy, args.world_size);
+    }
+    dist::destroy_process_group()?;
+    Ok(())
+}
+//@ todo
+//| // TODO Step 16: DDP x TP on a 2-D mesh, in a function of its own called from worker:
+//| // - lay the W ranks out as a mesh of two named dimensions, data-parallel replicas by
+//| //   T TP ranks (which dimension must be innermost, so that TP peers are neighbours?),
+//| //   and take each dimension's group and this rank's place along "dp";
+//| // - which ranks must see the same images, and which disjoint ones? Shard the data
+//| //   over one dimension only;
+//| // - split the model over one group as in step 15, and wrap it in DDP over the
+//| //   other (DistributedDataParallel has a constructor taking a group); with
+//| //   --sync-batch-norm, over which ranks may BatchNorm's statistics be taken?
+//| // - the validation metrics and the throughput: which ranks hold different shares,
+//| //   and which group do you average over?
+//@ end
+//@ step 17
+// Step 17 (Gradients averaged by hand): its code goes here, or in blocks of step 17 where it
+// changes the lab.
+//@ todo
+//| // TODO Step 17: Gradients averaged by hand.
+//@ end
+//@ step 18
+// Step 18 (Buckets overlapped with backward): its code goes here, or in blocks of step 18 where it
+// changes the lab.
+//@ todo
+//| // TODO Step 18: Buckets overlapped with backward.
 //@ end

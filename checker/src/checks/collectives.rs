@@ -422,6 +422,7 @@ pub fn divergence(obs: &Observation, run: RunKind) -> Option<Divergence> {
         RunKind::Pipeline => obs.pipeline().iter().flat_map(|p| [&p.pipelined.trace, &p.cut.trace]).collect(),
         RunKind::Fsdp => obs.fsdp().iter().map(|f| &f.fsdp.trace).collect(),
         RunKind::TensorParallel => obs.tensor_parallel().iter().map(|t| &t.split.trace).collect(),
+        RunKind::Mesh => obs.mesh().iter().map(|m| &m.mesh.trace).collect(),
         // The program as the step is: the main run (the others have no collectives of
         // their own, or are judged on it).
         _ => vec![&obs.main.trace],

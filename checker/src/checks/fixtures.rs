@@ -203,7 +203,8 @@ fn recorded_observations_write_back_as_recorded() {
             + 3 * usize::from(obs.resume().is_some())
             + 3 * usize::from(obs.pipeline().is_some())
             + 2 * usize::from(obs.fsdp().is_some())
-            + 2 * usize::from(obs.tensor_parallel().is_some());
+            + 2 * usize::from(obs.tensor_parallel().is_some())
+            + 2 * usize::from(obs.mesh().is_some());
         assert_eq!(run_count(&value), runs, "{}: runs recorded as a processes/trace pair", case.name);
     }
 }
@@ -234,6 +235,7 @@ fn crashes(obs: &Observation) -> Vec<String> {
         RunKind::Pipeline,
         RunKind::Fsdp,
         RunKind::TensorParallel,
+        RunKind::Mesh,
     ];
     let ended: Vec<&crate::job::Ended> =
         kinds.into_iter().flat_map(|kind| obs.processes(kind).unwrap_or_default()).collect();

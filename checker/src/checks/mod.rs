@@ -49,6 +49,9 @@ pub mod step_12;
 pub mod step_13;
 pub mod step_14;
 pub mod step_15;
+pub mod step_16;
+pub mod step_17;
+pub mod step_18;
 
 pub use step_00::build_failed;
 
@@ -294,6 +297,9 @@ pub static REGISTRY: [&Step; lab_course::STEPS.len()] = [
     &step_13::STEP,
     &step_14::STEP,
     &step_15::STEP,
+    &step_16::STEP,
+    &step_17::STEP,
+    &step_18::STEP,
 ];
 
 /// Every check with its step, in the order reports show them.
@@ -323,6 +329,11 @@ fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'s
     if run == RunKind::TensorParallel && !call.by_program() {
         return Some(step_15::TP_COLLECTIVES);
     }
+    // On the 2-D mesh, likewise step 16's: the blocks' all-reduces over "tp", DDP's
+    // calls over "dp".
+    if run == RunKind::Mesh && !call.by_program() {
+        return Some(step_16::MESH_COLLECTIVES);
+    }
     if !call.by_program() {
         return match call.op {
             Op::BroadcastCoalesced | Op::VerifyParamsAcrossProcesses => Some(step_07::WEIGHTS_SYNCHRONIZED),
@@ -338,6 +349,9 @@ fn owning_check(call: &Call, place: Place, step: u8, run: RunKind) -> Option<&'s
         (RunKind::Fsdp, Op::AllGatherIntoTensor | Op::ReduceScatterTensor) => Some(step_14::FSDP_COLLECTIVES),
         (RunKind::TensorParallel, Op::AllReduce | Op::Broadcast | Op::Reduce | Op::AllGather) => {
             Some(step_15::TP_COLLECTIVES)
+        }
+        (RunKind::Mesh, Op::AllReduce | Op::Broadcast | Op::Reduce | Op::AllGather) => {
+            Some(step_16::MESH_COLLECTIVES)
         }
         (_, Op::Barrier) => match place {
             Place::BeforeTraining => Some(step_05::DATA_BARRIER),
@@ -476,6 +490,7 @@ fn run_failure(obs: &Observation, needs: Option<RunKind>) -> Option<RunFailure> 
             RunKind::Pipeline => "the pipeline's runs did not run",
             RunKind::Fsdp => "the runs with --fsdp and with DDP did not run",
             RunKind::TensorParallel => "the runs with --tensor-parallel and on one rank did not run",
+            RunKind::Mesh => "the runs on a 2-D mesh and with DDP did not run",
             // Checks of these runs report their absence as their own finding.
             RunKind::Main | RunKind::Options | RunKind::FailingRank | RunKind::QuickEvaluation => {
                 return None
@@ -758,6 +773,7 @@ mod tests {
             (Gains::Pipeline, "pipeline"),
             (Gains::Fsdp, "FSDP"),
             (Gains::TensorParallel, "Tensor parallelism"),
+            (Gains::Mesh, "2-D mesh"),
         ] {
             let declaring = REGISTRY.iter().filter(|d| d.gains.contains(&gains)).count();
             assert_eq!(declaring, 1, "{gains:?} is declared by {declaring} steps");

@@ -49,6 +49,8 @@ pub enum RunKind {
     Fsdp,
     /// The run with `--tensor-parallel T` and the one-rank run beside it.
     TensorParallel,
+    /// Step 16's 2-D mesh run (`--tensor-parallel 2` on 4 ranks) and DDP beside it.
+    Mesh,
 }
 
 /// What the runs of one kind (but [`RunKind::Main`], always [`Observation::main`])
@@ -62,6 +64,7 @@ pub enum Runs {
     Pipeline(PipelineRuns),
     Fsdp(FsdpRuns),
     TensorParallel(TensorParallelRuns),
+    Mesh(MeshRuns),
 }
 
 impl Runs {
@@ -75,6 +78,7 @@ impl Runs {
             Runs::Pipeline(_) => RunKind::Pipeline,
             Runs::Fsdp(_) => RunKind::Fsdp,
             Runs::TensorParallel(_) => RunKind::TensorParallel,
+            Runs::Mesh(_) => RunKind::Mesh,
         }
     }
 
@@ -88,6 +92,7 @@ impl Runs {
             Runs::Pipeline(runs) => runs.processes().map(|p| &p.ended).collect(),
             Runs::Fsdp(runs) => runs.processes().map(|p| &p.ended).collect(),
             Runs::TensorParallel(runs) => runs.processes().map(|p| &p.ended).collect(),
+            Runs::Mesh(runs) => runs.processes().map(|p| &p.ended).collect(),
         }
     }
 }
@@ -179,6 +184,13 @@ impl Observation {
         }
     }
 
+    pub fn mesh(&self) -> Option<&MeshRuns> {
+        match self.run(RunKind::Mesh)? {
+            Runs::Mesh(runs) => Some(runs),
+            _ => None,
+        }
+    }
+
     /// The one process of a [`RunKind::FailingRank`] or [`RunKind::QuickEvaluation`].
     pub fn single(&self, kind: RunKind) -> Option<&Ended> {
         match self.run(kind)? {
@@ -219,6 +231,8 @@ struct Recorded {
     fsdp: Option<FsdpRuns>,
     #[serde(default)]
     tensor_parallel: Option<TensorParallelRuns>,
+    #[serde(default)]
+    mesh: Option<MeshRuns>,
 }
 
 /// [`Recorded`], borrowed from an observation to write it.
@@ -240,6 +254,8 @@ struct RecordedRef<'a> {
     fsdp: Option<&'a FsdpRuns>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tensor_parallel: Option<&'a TensorParallelRuns>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mesh: Option<&'a MeshRuns>,
 }
 
 impl Serialize for Observation {
@@ -261,6 +277,7 @@ impl Serialize for Observation {
             pipeline: self.pipeline(),
             fsdp: self.fsdp(),
             tensor_parallel: self.tensor_parallel(),
+            mesh: self.mesh(),
         }
         .serialize(serializer)
     }
@@ -282,6 +299,7 @@ impl From<Recorded> for Observation {
             r.pipeline.map(Runs::Pipeline),
             r.fsdp.map(Runs::Fsdp),
             r.tensor_parallel.map(Runs::TensorParallel),
+            r.mesh.map(Runs::Mesh),
         ];
         runs.into_iter().flatten().for_each(|runs| obs.insert(runs));
         obs
@@ -345,6 +363,25 @@ impl TensorParallelRuns {
     /// Every process of both runs.
     pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
         [&self.split, &self.whole].into_iter().flat_map(|run| &run.processes)
+    }
+}
+
+/// Step 16's two runs, on the same data and seed, dropout off, every rank seeded alike
+/// ([`Variation::for_mesh`]): the program with `--tensor-parallel 2 --sync-batch-norm`
+/// on 4 ranks (a 2 × 2 mesh, DDP over "dp" × TP over "tp"), and without it on 2 ranks
+/// (DDP over the DP dimension's 2 replicas, whose samplers walk the same shares).
+#[derive(Serialize, Deserialize)]
+pub struct MeshRuns {
+    /// The mesh run's settings; the DDP run's are the same on 2 ranks.
+    pub settings: Variation,
+    pub mesh: Run,
+    pub ddp: Run,
+}
+
+impl MeshRuns {
+    /// Every process of both runs.
+    pub fn processes(&self) -> impl Iterator<Item = &RankProcess> {
+        [&self.mesh, &self.ddp].into_iter().flat_map(|run| &run.processes)
     }
 }
 

@@ -36,6 +36,9 @@ pub enum Gains {
     Fsdp,
     /// `--tensor-parallel T`: every block split over the ranks.
     TensorParallel,
+    /// `--tensor-parallel T` with T dividing the world size: a 2-D mesh, DDP over "dp" ×
+    /// TP over "tp".
+    Mesh,
 }
 
 /// What a verification of step `step` runs: what steps 0 to `step` gained and the kinds

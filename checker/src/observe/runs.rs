@@ -246,6 +246,9 @@ pub(super) enum WhichRun {
     /// Step 15's runs: the model split with `--tensor-parallel`, and whole on one rank.
     TpSplit,
     TpWhole,
+    /// Step 16's runs: the 2 × 2 mesh, and DDP on the DP dimension's 2 ranks.
+    MeshSplit,
+    MeshDdp,
 }
 
 impl WhichRun {
@@ -260,6 +263,7 @@ impl WhichRun {
             WhichRun::Pipelined | WhichRun::Cut | WhichRun::Uncut => RunKind::Pipeline,
             WhichRun::WithFsdp | WhichRun::WithDdp => RunKind::Fsdp,
             WhichRun::TpSplit | WhichRun::TpWhole => RunKind::TensorParallel,
+            WhichRun::MeshSplit | WhichRun::MeshDdp => RunKind::Mesh,
         }
     }
 
@@ -281,6 +285,8 @@ impl WhichRun {
             WhichRun::WithDdp => "ddp-",
             WhichRun::TpSplit => "tp-split-",
             WhichRun::TpWhole => "tp-whole-",
+            WhichRun::MeshSplit => "mesh-",
+            WhichRun::MeshDdp => "mesh-ddp-",
         }
     }
 
@@ -298,9 +304,10 @@ impl WhichRun {
     /// Every rank seeded apart by the checker (`--seed` + local rank, `SEED_PER_RANK_ENV`),
     /// so that DDP must broadcast rank 0's weights; not in step 13's runs, whose stages
     /// must start from the uncut model's weights (`--seed` alone), nor in step 15's,
-    /// whose TP peers must build one model from one seed (PyTorch's TP asks the same).
+    /// whose TP peers must build one model from one seed (PyTorch's TP asks the same),
+    /// nor in step 16's.
     fn ranks_seeded_apart(self) -> bool {
-        !matches!(self.kind(), RunKind::Pipeline | RunKind::TensorParallel)
+        !matches!(self.kind(), RunKind::Pipeline | RunKind::TensorParallel | RunKind::Mesh)
     }
 }
 

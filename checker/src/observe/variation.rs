@@ -134,6 +134,23 @@ impl Variation {
         }
     }
 
+    /// The settings of step 16's runs: 4 ranks of one node, a 2 × 2 mesh (2 DP replicas
+    /// × 2 TP ranks), batches of 8 per replica (the global batch of 16 the other steps
+    /// take), one epoch of [`MESH_STEPS`] full global batches and one validation batch
+    /// per replica. The DDP run beside it takes the same on 2 ranks.
+    pub fn for_mesh(&self) -> Variation {
+        let batch_size = MESH_BATCH;
+        Variation {
+            nodes: 1,
+            ranks_per_node: 4,
+            batch_size,
+            train_subset: MESH_STEPS * batch_size * 2,
+            test_subset: batch_size * 2,
+            epochs: 1,
+            ..self.clone()
+        }
+    }
+
     pub fn world_size(&self) -> usize {
         self.nodes * self.ranks_per_node
     }
@@ -192,6 +209,12 @@ pub const FSDP_STEPS: usize = 3;
 
 /// The training steps of step 15's runs.
 pub const TP_STEPS: usize = 3;
+
+/// The training steps of step 16's runs.
+pub const MESH_STEPS: usize = 3;
+
+/// Images per DP replica and step in step 16's runs.
+pub const MESH_BATCH: usize = 8;
 
 #[cfg(test)]
 mod tests {

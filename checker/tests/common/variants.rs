@@ -470,6 +470,31 @@ pub const VARIANTS: &[Variant] = &[
         from: "        // nothing to average.\n        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;",
         to: "        // nothing to average. Only rank 0 prints them: only rank 0 validates.\n        let (v_accuracy, v_loss) =\n            if global_rank == 0 { labkit::test(&model, &mut test_loader)? } else { (0.0, 0.0) };",
     },
+    // Step 16's mistakes (issue 50), each failing a check of step 16.
+    Variant {
+        step: 16,
+        name: "mesh-dims-swapped",
+        from: "    let mesh = dist::init_device_mesh(device, &[dp_size, tp_size], &[\"dp\", \"tp\"])?;",
+        to: "    let mesh = dist::init_device_mesh(device, &[tp_size, dp_size], &[\"tp\", \"dp\"])?;",
+    },
+    Variant {
+        step: 16,
+        name: "mesh-ddp-over-the-world",
+        from: "        dist::DistributedDataParallel::with_group(model, &vs, dp.clone(), dist::DdpOptions::default())?;",
+        to: "        dist::DistributedDataParallel::new(model, &vs, dist::DdpOptions::default())?;",
+    },
+    Variant {
+        step: 16,
+        name: "mesh-sync-batch-norm-over-the-world",
+        from: "        labkit::TensorParallelNorm::SyncBatchNorm(dp.clone())",
+        to: "        labkit::TensorParallelNorm::SyncBatchNorm(dist::default_group()?)",
+    },
+    Variant {
+        step: 16,
+        name: "mesh-data-sharded-over-the-world",
+        from: "    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), dp_size, dp_rank)?;",
+        to: "    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;",
+    },
     // Mistakes of the world (issue 48): each shows on every world a verification of its
     // step or a later one draws (observe/variation.rs), so none earns full marks.
     Variant {

@@ -89,6 +89,14 @@ events! {
     /// `labkit::train`, when the checker asks (`DDP_LAB_TRACE_STEPS`): the weights after
     /// each of the run's first training steps, as float values.
     TrainingStep,
+    /// `labkit::train`, for the steps [`TrainingStep`] records: the step's backward pass
+    /// begins. The collectives between it and [`BackwardEnded`] ran inside backward
+    /// (DDP's buckets, a hook's launches): the overlap the checker judges.
+    BackwardStarted,
+    /// `labkit::train`, for the steps [`TrainingStep`] records: the step's backward pass
+    /// has returned, before the model's `after_backward` (a DDP written by hand) and the
+    /// optimizer step.
+    BackwardEnded,
     /// `labkit::train_pipeline`: the part of the model this rank holds, its stage.
     PipelineStage,
     /// `labkit::train_pipeline`: an epoch of the pipeline on this rank, its time busy
@@ -101,15 +109,14 @@ events! {
     /// `labkit::train` under FSDP, on every rank after each epoch: what the rank holds.
     ShardsHeld,
     /// `labkit::train` under tensor parallelism, on every rank after each epoch: each
-    /// parameter's slice on this rank (its split dimension, offset and length).
+    /// parameter's slice on this rank (its split dimension, offset and length) and the
+    /// TP group it is split over.
     TensorSlices,
     /// `EarlyStopping::record`: the accuracy a rank decided on, and its decision.
     StopDecision,
     /// A process group this process made or numbered (tch-distributed's group
     /// observer): what a [`Collective`]'s `group` number stands for.
     GroupCreated,
-    /// `labkit::WideResNet::tensor_parallel`: one parameter this rank holds a slice of.
-    TensorParallelSlice,
 }
 
 /// See [`Event::World`].
@@ -410,6 +417,20 @@ pub struct TrainingStep {
     pub parameters: Vec<StepParameter>,
 }
 
+/// See [`Event::BackwardStarted`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackwardStarted {
+    /// The step of the run, as [`TrainingStep::step`] numbers it.
+    pub step: usize,
+}
+
+/// See [`Event::BackwardEnded`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackwardEnded {
+    /// The step of the run, as [`TrainingStep::step`] numbers it.
+    pub step: usize,
+}
+
 /// See [`Event::PipelineStage`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PipelineStage {
@@ -489,6 +510,12 @@ pub struct TensorSlices {
     pub tp_rank: usize,
     /// The TP group's size.
     pub tp_size: usize,
+    /// The TP group's number ([`GroupCreated::group`]): on a 2-D mesh, which row of it.
+    /// Traces written before it was kept have none: 0, the world's group, which step
+    /// 15's TP group of every rank was; 0 is left out of the JSON, so that they write
+    /// back as recorded.
+    #[serde(default, skip_serializing_if = "is_world")]
+    pub group: u64,
     /// Every variable of the model (parameters and BatchNorm statistics), by name.
     pub parameters: Vec<ParameterSlice>,
 }
@@ -545,6 +572,11 @@ fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 
+/// Whether a group number is the world's (the default group, 0).
+fn is_world(group: &u64) -> bool {
+    *group == 0
+}
+
 /// One `fully_shard` call of [`ShardsHeld`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardUnit {
@@ -571,23 +603,4 @@ pub struct GroupCreated {
     /// group again. `None` for the other groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mesh_dim: Option<String>,
-}
-
-/// See [`Event::TensorParallelSlice`]: the part of a whole parameter a rank holds
-/// under tensor parallelism, recorded once per rank when the plan is applied. The
-/// parameters the plan leaves whole (replicated) have none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorParallelSlice {
-    /// Its VarStore name, e.g. `block3.cbr1.conv.weight`.
-    pub parameter: String,
-    /// The tensor-parallel group's number ([`GroupCreated::group`]).
-    pub group: u64,
-    /// The dimension it is split along (0: output channels, 1: input channels).
-    pub dim: usize,
-    /// Where this rank's slice starts along `dim`.
-    pub offset: i64,
-    /// The slice's length along `dim`.
-    pub length: i64,
-    /// The whole parameter's length along `dim`.
-    pub whole: i64,
 }

@@ -273,18 +273,11 @@ mod tests {
                 mesh_dim: Some("dp".into()),
             }),
             stamped(event::GroupCreated { group: 3, ranks: vec![0, 1], group_rank: None, mesh_dim: None }),
-            stamped(event::TensorParallelSlice {
-                parameter: "block1.cbr1.conv.weight".into(),
-                group: 1,
-                dim: 0,
-                offset: 8,
-                length: 8,
-                whole: 16,
-            }),
             stamped(event::TensorSlices {
                 epoch: 0,
                 tp_rank: 1,
                 tp_size: 2,
+                group: 3,
                 parameters: vec![event::ParameterSlice {
                     name: "block1.cbr2.conv.weight".into(),
                     shape: vec![16, 8, 3, 3],

@@ -42,6 +42,19 @@ pub trait Model {
     fn take_forward_error(&self) -> Option<dist::DistError> {
         None
     }
+    /// Called by `train` after each step's backward pass, before the optimizer steps:
+    /// where a DDP written by hand averages its gradients (the course's steps after the
+    /// mesh), and an error there is the step's. Nothing by default: DDP's Reducer has
+    /// averaged them inside backward already.
+    fn after_backward(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Whether the model is split over a TP group: its `after_epoch` records its slices
+    /// and the weights gathered from them, so a DDP around it (step 16's 2-D mesh)
+    /// hands the epoch to it rather than recording its replica of slices as whole.
+    fn split_over_ranks(&self) -> bool {
+        false
+    }
 }
 
 /// One model or another, chosen at run time (`--fsdp`: sharded, else DDP).
@@ -60,6 +73,12 @@ impl<M: Model + ?Sized> Model for Box<M> {
     }
     fn take_forward_error(&self) -> Option<dist::DistError> {
         (**self).take_forward_error()
+    }
+    fn after_backward(&self) -> Result<()> {
+        (**self).after_backward()
+    }
+    fn split_over_ranks(&self) -> bool {
+        (**self).split_over_ranks()
     }
 }
 
@@ -81,6 +100,9 @@ impl Model for WideResNet {
             _ => Ok(()),
         }
     }
+    fn split_over_ranks(&self) -> bool {
+        self.split.is_some()
+    }
 }
 
 impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
@@ -94,8 +116,12 @@ impl<M: ModuleT + Model> Model for dist::DistributedDataParallel<M> {
     fn perf(&self) -> PerfSettings {
         self.module().perf()
     }
-    /// Rank 0's replica in floats, as a sharded model's gathered weights are recorded.
-    fn after_epoch(&self, epoch: usize, _optimizer: &dyn Optimizer) -> Result<()> {
+    /// Rank 0's replica in floats, as a sharded model's gathered weights are recorded;
+    /// a model split over a TP group (DDP over a mesh's "dp" group) records its own.
+    fn after_epoch(&self, epoch: usize, optimizer: &dyn Optimizer) -> Result<()> {
+        if self.module().split_over_ranks() {
+            return self.module().after_epoch(epoch, optimizer);
+        }
         if run::is_rank_zero() {
             trace::record_parameter_values(epoch, false, self.parameters());
         }
@@ -162,7 +188,16 @@ pub fn train<M: Model, S: Sampler, O: Optimizer>(
         optimizer.zero_grad();
         // DDP's Reducer all-reduces inside backward: its failure is a DistError.
         let backward = perfetto::span("backward");
+        // Marks around backward for the traced steps: which collectives ran inside it.
+        let traced_step = Some(run::this_step()).filter(|&s| s < traced_steps && trace::enabled());
+        if let Some(step) = traced_step {
+            trace::record(event::BackwardStarted { step });
+        }
         loss.f_backward().map_err(dist::DistError::from)?;
+        if let Some(step) = traced_step {
+            trace::record(event::BackwardEnded { step });
+        }
+        model.after_backward()?;
         perfetto::sync(loader.device);
         backward.end();
         let step = perfetto::span("optimizer step");
@@ -359,6 +394,46 @@ mod tests {
                 assert!(value.equal(&reference_vs.variables()[&name]), "{name} differs after epoch {epoch}");
             }
         }
+    }
+
+    /// Zeroes every gradient after backward: the optimizer then has nothing to step.
+    struct Frozen(Linear, Vec<Tensor>);
+
+    impl Model for Frozen {
+        fn forward(&self, images: &Tensor, train: bool) -> Result<Tensor> {
+            self.0.forward(images, train)
+        }
+        fn perf(&self) -> PerfSettings {
+            PerfSettings::default()
+        }
+        fn after_backward(&self) -> Result<()> {
+            for p in &self.1 {
+                let _ = p.grad().zero_();
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn train_calls_after_backward_between_backward_and_the_optimizer_step() {
+        let _rng = crate::torch_rng_lock();
+        let data = split(50);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = Frozen(linear(&vs), vs.trainable_variables());
+        let before: Vec<Tensor> = vs.trainable_variables().iter().map(|t| t.copy()).collect();
+        let mut optimizer = nn::Sgd::default().build(&vs, 0.05).unwrap();
+        let mut loader =
+            DataLoader::new(&data, sampler(), LoaderOptions { batch_size: 5, device: Device::Cpu });
+        train(&model, &mut optimizer, &mut loader).unwrap();
+        // Its gradients were zero when the optimizer stepped: not one weight moved.
+        for (after, before) in vs.trainable_variables().iter().zip(&before) {
+            assert!(after.equal(before));
+        }
+        // The same loop without the hook moves them.
+        let mut loader =
+            DataLoader::new(&data, sampler(), LoaderOptions { batch_size: 5, device: Device::Cpu });
+        train(&model.0, &mut optimizer, &mut loader).unwrap();
+        assert!(vs.trainable_variables().iter().zip(&before).any(|(a, b)| !a.equal(b)));
     }
 
     #[test]

@@ -75,7 +75,10 @@ pub use report::{images_per_sec, EarlyStopping, EpochReport};
 pub use report::{print_summary, Summary};
 pub use rng::Rng;
 pub use sharded::ShardedModel;
-pub use tensor_parallel::{check_tensor_parallel, tensor_parallel_refusal, TensorParallelRequest};
+pub use tensor_parallel::{
+    check_device_mesh, check_tensor_parallel, device_mesh_refusal, tensor_parallel_refusal,
+    TensorParallelRequest,
+};
 pub use widths::{Architecture, Widths};
 
 /// Tests that seed or draw from libtorch's global generator hold this, so that tests

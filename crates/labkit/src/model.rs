@@ -520,7 +520,8 @@ impl WideResNet {
     /// [`tensor_parallel`](WideResNet::tensor_parallel) with its BatchNorms' statistics
     /// taken as `norm` says: on a 2-D mesh, TP over `mesh["tp"]` and SyncBatchNorm over
     /// `mesh["dp"]`, the model then wrapped in DDP over the DP group. When traced, each
-    /// rank records the slice it holds of every split parameter (`tensor_parallel_slice`).
+    /// rank records after each epoch the slice it holds of every variable and its TP
+    /// group (`tensor_slices`).
     /// A width the group's size does not divide is an error (nothing is split then).
     ///
     /// ```no_run
@@ -569,11 +570,7 @@ impl WideResNet {
             })
             .collect();
         let plan: Vec<(&str, dist::ParallelStyle)> = plan.iter().map(|(p, s)| (p.as_str(), *s)).collect();
-        let whole: Vec<(String, Vec<i64>)> = vs.variables().into_iter().map(|(n, t)| (n, t.size())).collect();
         dist::parallelize_module(vs, group, &plan)?;
-        if crate::trace::enabled() {
-            record_slices(vs, group, whole);
-        }
         let split = crate::split_model::SplitModel::new(vs, group, shapes);
         if group.rank() == 0 {
             println!("{}", split.describe());
@@ -760,28 +757,6 @@ impl ModuleT for WideResNet {
 enum Built<'a> {
     Plain,
     TensorParallel { sync_group: Option<&'a Arc<ProcessGroup>>, fault: &'a Fault },
-}
-
-/// One `tensor_parallel_slice` event per parameter `parallelize_module` cut: the
-/// dimension whose length changed from `whole`'s, and where this rank's part starts.
-fn record_slices(vs: &nn::VarStore, group: &ProcessGroup, whole: Vec<(String, Vec<i64>)>) {
-    let now = vs.variables();
-    let mut whole = whole;
-    whole.sort();
-    for (name, shape) in whole {
-        let cut = now[&name].size();
-        if let Some(dim) = (0..shape.len()).find(|&d| cut[d] != shape[d]) {
-            crate::trace::record(lab_trace::event::TensorParallelSlice {
-                parameter: name,
-                // The name c10d gives a group is its number in creation order.
-                group: group.group_name().parse().unwrap_or(u64::MAX),
-                dim,
-                offset: group.rank() as i64 * cut[dim],
-                length: cut[dim],
-                whole: shape[dim],
-            });
-        }
-    }
 }
 
 /// The lab's `AvgPool2d(7)`. Not tch's `avg_pool2d_default`: that one passes a divisor

@@ -23,6 +23,11 @@ pub(crate) fn next_step() -> usize {
     STEPS_RUN.fetch_add(1, Ordering::SeqCst)
 }
 
+/// The number `next_step` gives the step now running.
+pub(crate) fn this_step() -> usize {
+    STEPS_RUN.load(Ordering::SeqCst)
+}
+
 /// Counts the epochs `train` has run (0-based; a resumed run continues the count).
 pub(crate) fn next_epoch() -> usize {
     NEXT_EPOCH.fetch_add(1, Ordering::SeqCst)

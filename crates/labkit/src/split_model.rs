@@ -82,7 +82,9 @@ impl SplitModel {
                 gathered.push((name.clone(), value));
             }
         }
-        trace::record(event::TensorSlices { epoch, tp_rank: rank, tp_size: size, parameters: slices });
+        // The name c10d gives a group is its number in creation order.
+        let group = self.group.group_name().parse().unwrap_or(u64::MAX);
+        trace::record(event::TensorSlices { epoch, tp_rank: rank, tp_size: size, group, parameters: slices });
         if rank == 0 {
             trace::record_parameter_values(epoch, true, &gathered);
         }

@@ -1,5 +1,7 @@
-//! Tensor parallelism in the lab (step 15): what `--tensor-parallel T` cannot run with,
-//! refused before any rank starts (the split model itself: `split_model`).
+//! Tensor parallelism in the lab (steps 15 and 16): what `--tensor-parallel T` cannot
+//! run with, refused before any rank starts (the split model itself: `split_model`).
+//! Step 15 splits over the whole world ([`check_tensor_parallel`]); step 16 lays the
+//! ranks out on a 2-D mesh, DDP over "dp" × TP over "tp" ([`check_device_mesh`]).
 use crate::options::RunOptions;
 use crate::widths::Architecture;
 
@@ -38,15 +40,57 @@ pub struct TensorParallelRequest {
 /// assert!(tensor_parallel_refusal(on_three, &run).unwrap().contains("--tensor-parallel 3"));
 /// ```
 pub fn tensor_parallel_refusal(request: TensorParallelRequest, run: &RunOptions) -> Option<String> {
+    refusal(request, run, Layout::WholeWorld)
+}
+
+/// Why the model cannot be split over `--tensor-parallel` ranks on a 2-D mesh (step
+/// 16), or `None` when it can: the world laid out as `[W/T, T]`, "dp" × "tp", so T
+/// need only divide the world size, and `--sync-batch-norm` is SyncBatchNorm over
+/// the "dp" dimension, which needs one (T below the world size).
+///
+/// ```
+/// use clap::Parser;
+/// use labkit::{device_mesh_refusal, RunOptions, TensorParallelRequest};
+///
+/// #[derive(Parser)]
+/// struct Args {
+///     #[command(flatten)]
+///     run: RunOptions,
+/// }
+/// let run = Args::parse_from(["lab", "--width", "narrow"]).run;
+/// let on_four = TensorParallelRequest { tp_size: 2, world_size: 4, pipeline: false, fsdp: false, sync_batch_norm: true };
+/// assert_eq!(device_mesh_refusal(on_four, &run), None);
+/// let on_six = TensorParallelRequest { tp_size: 4, world_size: 6, ..on_four };
+/// assert!(device_mesh_refusal(on_six, &run).unwrap().contains("does not divide"));
+/// ```
+pub fn device_mesh_refusal(request: TensorParallelRequest, run: &RunOptions) -> Option<String> {
+    refusal(request, run, Layout::Mesh)
+}
+
+/// How the ranks are laid out for tensor parallelism.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Step 15: one TP group of every rank.
+    WholeWorld,
+    /// Step 16: a `[W/T, T]` mesh, TP groups of T ranks, DP groups across them.
+    Mesh,
+}
+
+fn refusal(request: TensorParallelRequest, run: &RunOptions, layout: Layout) -> Option<String> {
     let TensorParallelRequest { tp_size, world_size, pipeline, fsdp, sync_batch_norm } = request;
     if tp_size < 2 {
         return Some(format!(
             "--tensor-parallel {tp_size}: a layer split over fewer than 2 ranks is not split; run --tensor-parallel 2 (or more) on as many ranks"
         ));
     }
-    if tp_size != world_size {
+    if layout == Layout::WholeWorld && tp_size != world_size {
         return Some(format!(
             "--tensor-parallel {tp_size} on {world_size} ranks: every rank of the job is one TP group, so T must be the world size; run --tensor-parallel {world_size}, or {tp_size} ranks (--num-gpus {tp_size})"
+        ));
+    }
+    if layout == Layout::Mesh && (tp_size > world_size || !world_size.is_multiple_of(tp_size)) {
+        return Some(format!(
+            "--tensor-parallel {tp_size} on {world_size} ranks: {tp_size} does not divide the world size, so the ranks cannot be laid out as a mesh of data-parallel replicas × {tp_size} TP ranks; use a T that divides {world_size}, or a world size that is a multiple of {tp_size}"
         ));
     }
     if pipeline || fsdp {
@@ -55,7 +99,12 @@ pub fn tensor_parallel_refusal(request: TensorParallelRequest, run: &RunOptions)
             "--tensor-parallel with {other}: each splits the model its own way over the same ranks; choose one"
         ));
     }
-    if sync_batch_norm {
+    if sync_batch_norm && layout == Layout::Mesh && tp_size == world_size {
+        return Some(format!(
+            "--sync-batch-norm with --tensor-parallel {tp_size} on {world_size} ranks: SyncBatchNorm runs over the mesh's \"dp\" dimension, and with T = the world size there is none (each TP rank already normalises the whole batch); leave --sync-batch-norm out, or run more ranks than T"
+        ));
+    }
+    if sync_batch_norm && layout == Layout::WholeWorld {
         return Some(
             "--sync-batch-norm with --tensor-parallel: SyncBatchNorm over the world would average TP peers' different channels; each TP rank already normalises the whole batch, leave --sync-batch-norm out"
                 .into(),
@@ -89,6 +138,15 @@ pub fn tensor_parallel_refusal(request: TensorParallelRequest, run: &RunOptions)
 /// ([`tensor_parallel_refusal`] says why): call it in `main`, before any rank starts.
 pub fn check_tensor_parallel(request: TensorParallelRequest, run: &RunOptions) {
     if let Some(why) = tensor_parallel_refusal(request, run) {
+        eprintln!("error: {why}");
+        std::process::exit(2);
+    }
+}
+
+/// Ends the program with exit code 2 when the model cannot be split on a 2-D mesh as
+/// asked ([`device_mesh_refusal`] says why): call it in `main`, before any rank starts.
+pub fn check_device_mesh(request: TensorParallelRequest, run: &RunOptions) {
+    if let Some(why) = device_mesh_refusal(request, run) {
         eprintln!("error: {why}");
         std::process::exit(2);
     }
@@ -141,5 +199,36 @@ mod tests {
         let five = TensorParallelRequest { tp_size: 5, world_size: 5, ..TWO };
         assert_eq!(tensor_parallel_refusal(five, &run(&["--width", "lab"])), None);
         assert!(refusal(five, &narrow).contains("divides 16, 32 and 64"));
+    }
+
+    /// Step 16's mesh needs only T dividing the world, and takes --sync-batch-norm
+    /// (over "dp") where there is a "dp" dimension; step 15's refusals stay as they were.
+    #[test]
+    fn the_mesh_needs_t_to_divide_the_world_and_takes_sync_batch_norm_over_dp() {
+        let narrow = run(&["--width", "narrow"]);
+        let four = TensorParallelRequest { world_size: 4, ..TWO };
+        assert_eq!(device_mesh_refusal(four, &narrow), None);
+        assert_eq!(
+            device_mesh_refusal(TensorParallelRequest { sync_batch_norm: true, ..four }, &narrow),
+            None
+        );
+        // T = W is still a mesh (one DP replica), without SyncBatchNorm: no "dp" to sync over.
+        assert_eq!(device_mesh_refusal(TWO, &narrow), None);
+        assert!(device_mesh_refusal(TensorParallelRequest { sync_batch_norm: true, ..TWO }, &narrow)
+            .unwrap()
+            .contains("there is none"));
+        let six = TensorParallelRequest { tp_size: 4, world_size: 6, ..TWO };
+        assert!(device_mesh_refusal(six, &narrow).unwrap().contains("4 does not divide the world size"));
+        let more_than_world = TensorParallelRequest { tp_size: 4, world_size: 2, ..TWO };
+        assert!(device_mesh_refusal(more_than_world, &narrow).unwrap().contains("does not divide"));
+        // What no layout can run is refused on the mesh too.
+        let mesh = |request| device_mesh_refusal(request, &narrow).unwrap();
+        assert!(mesh(TensorParallelRequest { fsdp: true, ..four }).contains("--fsdp"));
+        assert!(mesh(TensorParallelRequest { tp_size: 1, ..four }).contains("fewer than 2"));
+        // Step 15 on the same requests: T must be the world, SyncBatchNorm refused.
+        assert!(tensor_parallel_refusal(four, &narrow).unwrap().contains("T must be the world size"));
+        assert!(tensor_parallel_refusal(TensorParallelRequest { sync_batch_norm: true, ..TWO }, &narrow)
+            .unwrap()
+            .contains("--sync-batch-norm with --tensor-parallel"));
     }
 }

@@ -311,7 +311,7 @@ fn misuse_scenario() {
 }
 
 /// Under the lab's trace (`DDP_LAB_TRACE`): the mesh and the 2-D model built, one
-/// forward, for the test to read what each rank recorded.
+/// forward and the epoch's record, for the test to read what each rank recorded.
 fn traced_scenario() {
     assert!(labkit::trace::enabled(), "the trace is on: its observers are installed");
     init_env(TIMEOUT);
@@ -323,6 +323,9 @@ fn traced_scenario() {
     let net = WideResNet::tensor_parallel_with(&vs, Widths::NARROW, &tp, norm).unwrap();
     let (images, _) = batch(0, mesh.get_local_rank("dp").unwrap());
     assert_eq!(net.try_forward_t(&images, true).unwrap().size(), [BATCH, 10]);
+    // What `labkit::train` does after an epoch: every rank records its slices.
+    let optimizer = nn::Sgd::default().build(&vs, LR).unwrap();
+    labkit::Model::after_epoch(&net, 0, &optimizer).unwrap();
     dist::destroy_process_group().unwrap();
 }
 
@@ -339,7 +342,8 @@ fn run(scenario: &str) {
 }
 
 /// Each rank's trace names every group with its ranks and mesh dimension, and each
-/// parameter it holds a slice of: the dimension, where its part starts, and the whole.
+/// variable's slice it holds after an epoch (`tensor_slices`, with its TP group's
+/// number): the dimension, where its part starts, and the whole.
 #[test]
 fn the_trace_tells_the_mesh_groups_and_the_slices_apart() {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -379,31 +383,35 @@ fn the_trace_tells_the_mesh_groups_and_the_slices_apart() {
             ],
             "rank {rank}'s groups"
         );
-        let slices = of("tensor_parallel_slice");
+        let held = of("tensor_slices");
+        assert_eq!(held.len(), 1, "rank {rank}: one epoch's slices");
+        let tp_group = 3 + rank / 2;
+        assert_eq!(held[0]["group"].as_u64(), Some(tp_group), "rank {rank}: its TP group's number");
+        let slices: Vec<&serde_json::Value> =
+            held[0]["parameters"].as_array().unwrap().iter().filter(|p| !p["dim"].is_null()).collect();
         // Per block: the first conv, its BatchNorm's weight, bias and running statistics,
         // the second conv's weight; nothing of the replicated layers.
         assert_eq!(slices.len(), 6 * 6, "rank {rank}'s slices");
-        let tp_group = 3 + rank / 2;
         let tp_rank = (rank % 2) as i64;
         for (parameter, dim, whole) in [
             ("block1.cbr1.conv.weight", 0, 16),
             ("block3.cbr1.bn.running_var", 0, 32),
             ("block6.cbr2.conv.weight", 1, 64),
         ] {
-            let slice = slices.iter().find(|s| s["parameter"] == parameter).unwrap();
+            let slice = slices.iter().find(|s| s["name"] == parameter).unwrap();
+            let d = dim as usize;
             assert_eq!(
                 (
-                    slice["group"].as_u64(),
                     slice["dim"].as_u64(),
                     slice["offset"].as_i64(),
                     slice["length"].as_i64(),
-                    slice["whole"].as_i64()
+                    slice["whole"][d].as_i64()
                 ),
-                (Some(tp_group), Some(dim), Some(tp_rank * whole / 2), Some(whole / 2), Some(whole)),
+                (Some(dim), Some(tp_rank * whole / 2), Some(whole / 2), Some(whole)),
                 "rank {rank}: {parameter}'s slice"
             );
         }
-        assert!(slices.iter().all(|s| !s["parameter"].as_str().unwrap().contains("shortcut")));
+        assert!(slices.iter().all(|s| !s["name"].as_str().unwrap().contains("shortcut")));
     }
 }
 
