@@ -1,5 +1,5 @@
 //@ header
-//! The master of the lab's 38 crates: the solution of the last step (step 18; step 11's
+//! The master of the lab's 34 crates: the solution of the last step (step 16; step 11's
 //! is the finished DLI lab) as a Rust program that compiles, with each step's change
 //! marked for coursegen.
 //!
@@ -790,16 +790,4 @@ fn tensor_parallel_2d(
 //| //   --sync-batch-norm, over which ranks may BatchNorm's statistics be taken?
 //| // - the validation metrics and the throughput: which ranks hold different shares,
 //| //   and which group do you average over?
-//@ end
-//@ step 17
-// Step 17 (Gradients averaged by hand): its code goes here, or in blocks of step 17 where it
-// changes the lab.
-//@ todo
-//| // TODO Step 17: Gradients averaged by hand.
-//@ end
-//@ step 18
-// Step 18 (Buckets overlapped with backward): its code goes here, or in blocks of step 18 where it
-// changes the lab.
-//@ todo
-//| // TODO Step 18: Buckets overlapped with backward.
 //@ end

@@ -42,8 +42,6 @@ pub const STEPS: &[&str] = &[
     "Fully sharded data parallel (FSDP)",
     "Tensor parallelism",
     "DDP x TP on a 2-D mesh",
-    "Gradients averaged by hand",
-    "Buckets overlapped with backward",
 ];
 
 /// The last step of NVIDIA's DLI lab, which this course ports: its solution is the
