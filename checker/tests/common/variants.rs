@@ -495,6 +495,14 @@ pub const VARIANTS: &[Variant] = &[
         from: "    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), dp_size, dp_rank)?;",
         to: "    let train_sampler = dist::DistributedSampler::with_defaults(train_set.len(), args.world_size, global_rank)?;",
     },
+    // Out of step (issue 40): only rank 0 validates; its split model's forward
+    // all-reduces over the TP group, whose other rank never joins.
+    Variant {
+        step: 16,
+        name: "mesh-validation-on-rank-0-only",
+        from: "        let (v_accuracy, v_loss) = labkit::test(&model, &mut test_loader)?;\n        let mut metrics = tch::Tensor::from_slice(&[v_accuracy, v_loss]).to_device(device);\n        dp.all_reduce",
+        to: "        // Only rank 0 prints them: only rank 0 validates.\n        let (v_accuracy, v_loss) =\n            if global_rank == 0 { labkit::test(&model, &mut test_loader)? } else { (0.0, 0.0) };\n        let mut metrics = tch::Tensor::from_slice(&[v_accuracy, v_loss]).to_device(device);\n        dp.all_reduce",
+    },
     // Mistakes of the world (issue 48): each shows on every world a verification of its
     // step or a later one draws (observe/variation.rs), so none earns full marks.
     Variant {
