@@ -46,7 +46,7 @@ pub const STEP: Step = Step {
             id: MESH_BATCHES,
             observes: "the training indices each of the 4 ranks walked, against its TP peer's, its DP peer's and the training set",
             needs: Some(RunKind::Mesh),
-            hint: "shard the data over the DP dimension only: a DistributedSampler of dp size replicas, at the rank's \"dp\" coordinate (mesh.get_local_rank(\"dp\")), so that TP peers see the same batches (guide: step 16)",
+            hint: "shard the data over the DP dimension only: a DistributedSampler of dp size replicas, at the rank's place along the mesh's \"dp\" dimension (the device mesh says it), so that TP peers see the same batches (guide: step 16)",
             judge: mesh_batches,
         },
         Check {
